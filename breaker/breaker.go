@@ -1,0 +1,236 @@
+// Package breaker guards one dependency with a circuit breaker, built on
+// github.com/sony/gobreaker/v2.
+//
+// A breaker is closed while the dependency is healthy and lets every call
+// through, counting failures over a rolling window. When the failures reach a
+// threshold ([ConsecutiveFailures] or [FailureRate]) it opens: every call is
+// rejected at once with an error matching [ErrOpen], so a dead dependency
+// gets no traffic and callers fail fast. After [OpenTimeout] it turns
+// half-open and lets [HalfOpenRequests] probe calls through; if they all
+// succeed it closes, and one failure opens it again.
+//
+// What counts as a failure follows the shared classes of package
+// resilience: transient and terminal errors count; permanent errors (the
+// caller's fault, such as HTTP 400) count as successes, since the dependency
+// answered; cancellations by the caller are ignored. [FailIf] and [IgnoreIf]
+// change that.
+//
+// One Breaker serves every call to its dependency, whatever the result
+// type, and is safe for concurrent use.
+package breaker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// Errors of calls the breaker rejects, matched with [errors.Is]. The errors
+// that a Breaker returns also name it, and their class is
+// [resilience.ClassTerminal]: not retried, and a failure to any breaker
+// further out.
+var (
+	// ErrOpen means the breaker is open and the call was not made.
+	ErrOpen = errors.New("circuit breaker is open")
+	// ErrTooManyRequests means the breaker is half-open and its probe calls
+	// are all in flight, so the call was not made.
+	ErrTooManyRequests = errors.New("circuit breaker is half-open and busy")
+)
+
+// State is a breaker's state.
+type State uint8
+
+// The states of a breaker.
+const (
+	Closed State = iota
+	HalfOpen
+	Open
+)
+
+// String returns "closed", "half-open" or "open".
+func (s State) String() string {
+	switch s {
+	case Closed:
+		return "closed"
+	case HalfOpen:
+		return "half-open"
+	case Open:
+		return "open"
+	default:
+		return "unknown"
+	}
+}
+
+func fromGobreaker(s gobreaker.State) State {
+	switch s {
+	case gobreaker.StateOpen:
+		return Open
+	case gobreaker.StateHalfOpen:
+		return HalfOpen
+	default:
+		return Closed
+	}
+}
+
+// Counts are the outcomes a breaker has seen in its current state (in the
+// closed state, within its rolling window). They are cleared on every change
+// of state.
+type Counts struct {
+	Requests             uint32
+	TotalSuccesses       uint32
+	TotalFailures        uint32
+	TotalExclusions      uint32
+	ConsecutiveSuccesses uint32
+	ConsecutiveFailures  uint32
+}
+
+// rejection is a breaker's own error for a rejected call.
+type rejection struct {
+	name     string
+	sentinel error
+}
+
+func (r *rejection) Error() string {
+	return "breaker " + strconv.Quote(r.name) + ": " + r.sentinel.Error()
+}
+
+func (r *rejection) Unwrap() error { return r.sentinel }
+
+func (r *rejection) ResilienceClass() resilience.Class { return resilience.ClassTerminal }
+
+// outcome sentinels tell gobreaker how to count a call; the caller's own
+// error is kept aside.
+var (
+	errFailure = errors.New("failure")
+	errIgnored = errors.New("ignored")
+)
+
+// Breaker is a circuit breaker for one dependency. It is safe for
+// concurrent use.
+type Breaker struct {
+	cb      *gobreaker.CircuitBreaker[struct{}]
+	cfg     config
+	state   atomic.Uint32 // last State seen by a transition, for Check
+	errOpen error
+	errBusy error
+}
+
+// New returns a closed Breaker named name (the name appears in its errors
+// and state changes), configured by opts. Defaults: open after 5
+// consecutive failures, counted over a 60 s window of 6 buckets; stay open
+// 30 s; 1 probe call when half-open.
+func New(name string, opts ...Option) *Breaker {
+	cfg := defaults()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	b := &Breaker{
+		cfg:     cfg,
+		errOpen: &rejection{name: name, sentinel: ErrOpen},
+		errBusy: &rejection{name: name, sentinel: ErrTooManyRequests},
+	}
+	b.cb = gobreaker.NewCircuitBreaker[struct{}](b.settings(name))
+	return b
+}
+
+func (b *Breaker) settings(name string) gobreaker.Settings {
+	cfg := &b.cfg
+	st := gobreaker.Settings{
+		Name:        name,
+		MaxRequests: cfg.halfOpenRequests,
+		Timeout:     cfg.openTimeout,
+		ReadyToTrip: cfg.readyToTrip,
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			b.state.Store(uint32(fromGobreaker(to)))
+			if cfg.onStateChange != nil {
+				cfg.onStateChange(name, fromGobreaker(from), fromGobreaker(to))
+			}
+		},
+		IsSuccessful: func(err error) bool { return err == nil },
+		IsExcluded:   func(err error) bool { return err == errIgnored },
+	}
+	if cfg.window > 0 {
+		st.Interval = cfg.window
+		if cfg.buckets > 1 {
+			st.BucketPeriod = cfg.window / time.Duration(cfg.buckets)
+		}
+	}
+	return st
+}
+
+// Name returns the breaker's name.
+func (b *Breaker) Name() string { return b.cb.Name() }
+
+// State returns the current state, moving from open to half-open if the
+// open timeout has passed.
+func (b *Breaker) State() State { return fromGobreaker(b.cb.State()) }
+
+// Counts returns the outcomes counted in the current state.
+func (b *Breaker) Counts() Counts { return Counts(b.cb.Counts()) }
+
+// Check returns nil if the breaker was closed when it last changed state,
+// and otherwise an error matching [ErrOpen]. It takes no lock, so a retry
+// loop can ask it before every retry and stop as soon as another call has
+// opened the breaker. Use [Breaker.State] for the exact state.
+func (b *Breaker) Check() error {
+	if State(b.state.Load()) == Closed {
+		return nil
+	}
+	return b.errOpen
+}
+
+// Execute calls op if the breaker admits the call, and counts its outcome.
+// A rejected call returns an error matching [ErrOpen] or
+// [ErrTooManyRequests] without calling op. A ctx already done returns
+// ctx.Err() without taking a probe slot. op's error is returned as it is. If
+// op panics, the breaker counts a failure and the panic goes on.
+func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var opErr error
+	_, err := b.cb.Execute(func() (struct{}, error) {
+		opErr = op(ctx)
+		return struct{}{}, b.outcome(ctx, opErr)
+	})
+	switch err {
+	case nil, errFailure, errIgnored:
+		return opErr
+	case gobreaker.ErrOpenState:
+		return b.errOpen
+	case gobreaker.ErrTooManyRequests:
+		return b.errBusy
+	default:
+		return err
+	}
+}
+
+// outcome maps a call's error to how gobreaker counts it.
+func (b *Breaker) outcome(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if b.cfg.ignoreIf != nil {
+		if b.cfg.ignoreIf(err) {
+			return errIgnored
+		}
+	} else if errors.Is(ctx.Err(), context.Canceled) || resilience.Classify(err) == resilience.ClassCanceled {
+		return errIgnored
+	}
+	if b.cfg.failIf != nil {
+		if b.cfg.failIf(err) {
+			return errFailure
+		}
+		return nil
+	}
+	if resilience.Classify(err).Failure() {
+		return errFailure
+	}
+	return nil
+}

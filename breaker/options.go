@@ -1,0 +1,117 @@
+package breaker
+
+import (
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// Option configures a [Breaker].
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	consecutive      uint32
+	rate             float64
+	rateMin          uint32
+	window           time.Duration
+	buckets          int
+	openTimeout      time.Duration
+	halfOpenRequests uint32
+	onStateChange    func(name string, from, to State)
+	failIf           func(error) bool
+	ignoreIf         func(error) bool
+}
+
+func defaults() config {
+	return config{
+		consecutive:      5,
+		window:           time.Minute,
+		buckets:          6,
+		openTimeout:      30 * time.Second,
+		halfOpenRequests: 1,
+	}
+}
+
+// readyToTrip opens the breaker when either configured threshold is met.
+func (c *config) readyToTrip(n gobreaker.Counts) bool {
+	if c.consecutive > 0 && n.ConsecutiveFailures >= c.consecutive {
+		return true
+	}
+	if c.rate > 0 {
+		done := n.TotalSuccesses + n.TotalFailures
+		return done >= c.rateMin && float64(n.TotalFailures) >= c.rate*float64(done)
+	}
+	return false
+}
+
+// ConsecutiveFailures opens the breaker after n failures in a row. Default
+// 5; n = 0 turns this threshold off (use [FailureRate] then).
+func ConsecutiveFailures(n uint32) Option {
+	return optionFunc(func(c *config) { c.consecutive = n })
+}
+
+// FailureRate opens the breaker when at least minRequests calls have ended
+// in the window and the share of failures among them reaches ratio (0 to
+// 1). It works beside [ConsecutiveFailures]: either trips the breaker.
+// Default off.
+func FailureRate(ratio float64, minRequests uint32) Option {
+	return optionFunc(func(c *config) {
+		c.rate = min(max(ratio, 0), 1)
+		c.rateMin = max(minRequests, 1)
+	})
+}
+
+// Window sets the rolling window over which a closed breaker counts
+// outcomes, as buckets slices of d: the oldest slice drops out as time
+// passes. Default 60 s in 6 buckets; d <= 0 counts without a window (only a
+// state change clears the counts); buckets <= 1 clears all counts every d.
+func Window(d time.Duration, buckets int) Option {
+	return optionFunc(func(c *config) {
+		c.window = max(d, 0)
+		c.buckets = buckets
+	})
+}
+
+// OpenTimeout sets how long the breaker stays open before it lets probe
+// calls through. Default 30 s; d <= 0 keeps the default.
+func OpenTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.openTimeout = d
+		}
+	})
+}
+
+// HalfOpenRequests sets how many probe calls a half-open breaker lets
+// through at once; that many successes in a row close it. Default 1; n = 0
+// means 1.
+func HalfOpenRequests(n uint32) Option {
+	return optionFunc(func(c *config) { c.halfOpenRequests = max(n, 1) })
+}
+
+// OnStateChange sets a function called on every change of state with the
+// breaker's name. It is called while the breaker holds its lock: it must be
+// quick and must not call the breaker. Default none.
+func OnStateChange(fn func(name string, from, to State)) Option {
+	return optionFunc(func(c *config) { c.onStateChange = fn })
+}
+
+// FailIf replaces the test for whether a call's error counts as a failure;
+// an error that is not a failure counts as a success. Default: its
+// [resilience.Class] is transient or terminal.
+func FailIf(fn func(err error) bool) Option {
+	return optionFunc(func(c *config) { c.failIf = fn })
+}
+
+// IgnoreIf replaces the test for whether a call's outcome is left out of
+// the counts. Default: the caller canceled (its context or the error is
+// [context.Canceled]).
+func IgnoreIf(fn func(err error) bool) Option {
+	return optionFunc(func(c *config) { c.ignoreIf = fn })
+}

@@ -1,0 +1,11 @@
+module github.com/resiliencekit/resiliencekit
+
+go 1.26
+
+require (
+	github.com/cenkalti/backoff/v4 v4.3.0
+	github.com/sony/gobreaker/v2 v2.4.0
+	github.com/stretchr/testify v1.12.1
+)
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

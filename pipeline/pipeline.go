@@ -1,0 +1,135 @@
+// Package pipeline composes a time budget, a circuit breaker and a retry
+// policy around calls to one dependency.
+//
+// The stages always run in this order, outermost first:
+//
+//	time budget -> breaker -> retry -> attempt timeout -> operation
+//
+// The budget caps the whole call, retries and delays included, and the
+// operation's context carries its deadline, so the next hop can see how
+// much time is left. The breaker comes before the retry: when it is open the
+// operation is not called at all, and it records one outcome per call, so
+// retries that absorb a short blip do not trip it. Between attempts the
+// retry stage asks the breaker again and stops at once if another call
+// opened it, so a dependency that dies is not hammered by every in-flight
+// retry loop. A call let through a half-open breaker is a probe and makes a
+// single attempt.
+package pipeline
+
+import (
+	"context"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+)
+
+// Pipeline runs operations returning T through its stages. It is immutable
+// and safe for concurrent use; several pipelines, of any result types, may
+// share one breaker.
+type Pipeline[T any] struct {
+	cfg config
+}
+
+// New returns a Pipeline with the stages that opts configure. Without
+// options it runs the operation once, as it is.
+func New[T any](opts ...Option) *Pipeline[T] {
+	var cfg config
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	return &Pipeline[T]{cfg: cfg}
+}
+
+// Execute runs op through the stages and returns its result. Errors keep
+// their causes for [errors.Is] and [errors.As]: a rejection matches
+// [breaker.ErrOpen] or [breaker.ErrTooManyRequests], a retry that gave up is
+// a [*retrypolicy.Error], and a spent budget matches
+// [context.DeadlineExceeded].
+func (p *Pipeline[T]) Execute(ctx context.Context, op resilience.Operation[T]) (T, error) {
+	if p.cfg.budget > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.budget)
+		defer cancel()
+	}
+	b := p.cfg.breaker
+	if b == nil {
+		return p.retry(ctx, nil, op)
+	}
+	var res T
+	err := b.Execute(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = p.retry(ctx, b, op)
+		return err
+	})
+	return res, err
+}
+
+// retry runs the retry stage; b, if set, guards each retry, and a call
+// admitted while b is not closed is a probe that makes one attempt.
+func (p *Pipeline[T]) retry(ctx context.Context, b *breaker.Breaker, op resilience.Operation[T]) (T, error) {
+	if p.cfg.retry == nil || (b != nil && b.Check() != nil) {
+		return p.attempt(ctx, op)
+	}
+	var guard func() error
+	if b != nil {
+		guard = b.Check
+	}
+	if p.cfg.attemptTimeout <= 0 {
+		return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, op)
+	}
+	return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, func(ctx context.Context) (T, error) {
+		return p.attempt(ctx, op)
+	})
+}
+
+// attempt runs op once within the attempt timeout, if any.
+func (p *Pipeline[T]) attempt(ctx context.Context, op resilience.Operation[T]) (T, error) {
+	if p.cfg.attemptTimeout <= 0 {
+		return op(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.attemptTimeout)
+	defer cancel()
+	return op(ctx)
+}
+
+// Option configures a [Pipeline]. Options are not tied to a result type.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	breaker        *breaker.Breaker
+	retry          *retrypolicy.Policy
+	budget         time.Duration
+	attemptTimeout time.Duration
+}
+
+// WithBreaker guards calls with b. Default none.
+func WithBreaker(b *breaker.Breaker) Option {
+	return optionFunc(func(c *config) { c.breaker = b })
+}
+
+// WithRetry retries failed attempts by policy p. Default none: one attempt.
+func WithRetry(p *retrypolicy.Policy) Option {
+	return optionFunc(func(c *config) { c.retry = p })
+}
+
+// WithTimeBudget caps each call, all attempts and delays included, at d;
+// the operation's context carries the deadline. Default none (only the
+// caller's context's deadline); d <= 0 means none.
+func WithTimeBudget(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.budget = max(d, 0) })
+}
+
+// WithAttemptTimeout caps each single attempt at d, within the budget; an
+// attempt that times out is a transient failure and may be retried. Default
+// none; d <= 0 means none.
+func WithAttemptTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.attemptTimeout = max(d, 0) })
+}

@@ -1,0 +1,170 @@
+// Package resilience is the shared vocabulary of resiliencekit: the shape of
+// an operation and the classes of error that the retry and breaker stages
+// agree on.
+//
+// Every error an operation returns falls in one [Class]:
+//
+//   - [ClassTransient]: a blip such as a timeout, a reset connection or an
+//     HTTP 502/503/504. It is retried and counts as a breaker failure. Any
+//     error not marked otherwise is transient.
+//   - [ClassPermanent]: the request itself is at fault (HTTP 400/401/403, a
+//     business-rule error). It is not retried and does not trip a breaker,
+//     since the dependency answered. Mark one with [Permanent].
+//   - [ClassTerminal]: the dependency failed in a way that retrying now will
+//     not fix (HTTP 500/501, a rejection by an open breaker). It is not
+//     retried but counts as a breaker failure. Mark one with [Terminal].
+//   - [ClassCanceled]: the caller gave up ([context.Canceled]). It is neither
+//     retried nor counted.
+//
+// An error can also carry a server's hint of how long to wait before the next
+// attempt ([RetryAfter]). All wrappers keep the cause reachable through
+// [errors.Is] and [errors.As].
+//
+// The package depends only on the standard library.
+package resilience
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Operation is a call to a dependency. It must honour ctx: return soon after
+// ctx is done.
+type Operation[T any] func(ctx context.Context) (T, error)
+
+// Class is how the retry and breaker stages treat an error.
+type Class uint8
+
+// The classes of an operation's outcome.
+const (
+	// ClassSuccess is a nil error.
+	ClassSuccess Class = iota
+	// ClassTransient is retried and counts as a breaker failure.
+	ClassTransient
+	// ClassPermanent is not retried and is not a breaker failure.
+	ClassPermanent
+	// ClassTerminal is not retried and counts as a breaker failure.
+	ClassTerminal
+	// ClassCanceled is neither retried nor counted by a breaker.
+	ClassCanceled
+)
+
+// String returns the lower-case name of c.
+func (c Class) String() string {
+	switch c {
+	case ClassSuccess:
+		return "success"
+	case ClassTransient:
+		return "transient"
+	case ClassPermanent:
+		return "permanent"
+	case ClassTerminal:
+		return "terminal"
+	case ClassCanceled:
+		return "canceled"
+	default:
+		return "unknown"
+	}
+}
+
+// Retryable reports whether an error of class c is worth another attempt.
+func (c Class) Retryable() bool { return c == ClassTransient }
+
+// Failure reports whether an error of class c counts against the health of
+// the dependency.
+func (c Class) Failure() bool { return c == ClassTransient || c == ClassTerminal }
+
+// classer is implemented by errors that know their own class, such as those
+// made by [Permanent] and [Terminal], or a typed error of an integration.
+type classer interface {
+	ResilienceClass() Class
+}
+
+// Classify returns the class of err. The first error in err's chain with a
+// method ResilienceClass() Class decides; otherwise [context.Canceled] in the
+// chain is [ClassCanceled], and anything else non-nil is [ClassTransient].
+// A [context.DeadlineExceeded] is a timeout, hence transient.
+func Classify(err error) Class {
+	if err == nil {
+		return ClassSuccess
+	}
+	var c classer
+	if errors.As(err, &c) {
+		return c.ResilienceClass()
+	}
+	if errors.Is(err, context.Canceled) {
+		return ClassCanceled
+	}
+	return ClassTransient
+}
+
+// classError marks its cause with a class.
+type classError struct {
+	err   error
+	class Class
+}
+
+func (e *classError) Error() string          { return e.err.Error() }
+func (e *classError) Unwrap() error          { return e.err }
+func (e *classError) ResilienceClass() Class { return e.class }
+
+// Permanent marks err as [ClassPermanent]: not retried, not a breaker
+// failure. It returns nil for a nil err. The message is err's own.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classError{err: err, class: ClassPermanent}
+}
+
+// Terminal marks err as [ClassTerminal]: not retried, but a breaker failure.
+// It returns nil for a nil err. The message is err's own.
+func Terminal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classError{err: err, class: ClassTerminal}
+}
+
+// IsPermanent reports whether retrying err is pointless: its class is
+// [ClassPermanent] or [ClassTerminal].
+func IsPermanent(err error) bool {
+	c := Classify(err)
+	return c == ClassPermanent || c == ClassTerminal
+}
+
+// RetryAfterError carries a dependency's hint of how long to wait before
+// the next attempt, such as an HTTP Retry-After header. Its class is its
+// cause's.
+type RetryAfterError struct {
+	// Err is the cause.
+	Err error
+	// Delay is the shortest wait the dependency asked for.
+	Delay time.Duration
+}
+
+// Error returns the cause's message.
+func (e *RetryAfterError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter wraps err with a hint to wait at least d before retrying. It
+// returns nil for a nil err; a negative d counts as zero.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryAfterError{Err: err, Delay: max(d, 0)}
+}
+
+// RetryAfterHint returns the delay of the first [RetryAfterError] in err's
+// chain, and whether there was one.
+func RetryAfterHint(err error) (time.Duration, bool) {
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		return ra.Delay, true
+	}
+	return 0, false
+}

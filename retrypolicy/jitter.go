@@ -1,0 +1,112 @@
+package retrypolicy
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// JitterMode says how a delay is drawn below its exponential cap.
+type JitterMode uint8
+
+// The jitter modes, for [Jitter].
+const (
+	// Full draws each delay uniformly from [0, cap]: the fewest calls in a
+	// storm, at the cost of sometimes retrying almost at once.
+	Full JitterMode = iota
+	// Equal draws from [cap/2, cap]: never less than half the cap.
+	Equal
+	// Decorrelated draws from [BaseDelay, 3*previous delay], capped at
+	// MaxDelay: it grows from the last delay rather than the attempt number.
+	Decorrelated
+	// None waits exactly cap: the synchronized retries that jitter exists to
+	// prevent. For tests and comparisons.
+	None
+)
+
+// String returns the mode's lower-case name.
+func (m JitterMode) String() string {
+	switch m {
+	case Full:
+		return "full"
+	case Equal:
+		return "equal"
+	case Decorrelated:
+		return "decorrelated"
+	case None:
+		return "none"
+	default:
+		return "unknown"
+	}
+}
+
+// delaySource yields one call's delays; it is backoff/v4's BackOff, kept out
+// of the public API.
+type delaySource = backoff.BackOff
+
+// newDelays returns a fresh sequence of delays for one call.
+func (c *config) newDelays() delaySource {
+	if c.jitter == Decorrelated {
+		return &decorrelated{base: c.baseDelay, max: c.maxDelay, prev: c.baseDelay}
+	}
+	caps := &backoff.ExponentialBackOff{
+		InitialInterval: min(c.baseDelay, c.maxDelay),
+		Multiplier:      2,
+		MaxInterval:     c.maxDelay,
+		Stop:            backoff.Stop,
+		Clock:           backoff.SystemClock,
+	}
+	caps.Reset()
+	switch c.jitter {
+	case Equal:
+		return jittered{caps, equal}
+	case None:
+		return caps
+	default:
+		return jittered{caps, full}
+	}
+}
+
+// jittered decorates a sequence of caps with a jitter function.
+type jittered struct {
+	backoff.BackOff
+	draw func(cap time.Duration) time.Duration
+}
+
+func (j jittered) NextBackOff() time.Duration {
+	c := j.BackOff.NextBackOff()
+	if c <= 0 {
+		return c
+	}
+	return j.draw(c)
+}
+
+// uniform returns a duration drawn uniformly from [lo, hi].
+func uniform(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(rand.Int64N(int64(hi-lo)+1))
+}
+
+func full(c time.Duration) time.Duration { return uniform(0, c) }
+
+func equal(c time.Duration) time.Duration { return uniform(c/2, c) }
+
+// decorrelated is the "decorrelated jitter" of the AWS architecture blog:
+// each delay is drawn from [base, 3*previous], capped at max.
+type decorrelated struct {
+	base, max, prev time.Duration
+}
+
+func (d *decorrelated) NextBackOff() time.Duration {
+	hi := d.max
+	if d.prev < d.max/3 {
+		hi = d.prev * 3
+	}
+	d.prev = min(uniform(min(d.base, d.max), max(hi, d.base)), d.max)
+	return d.prev
+}
+
+func (d *decorrelated) Reset() { d.prev = d.base }

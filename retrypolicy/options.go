@@ -1,0 +1,106 @@
+package retrypolicy
+
+import (
+	"context"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// Option configures a [Policy].
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	maxAttempts int
+	baseDelay   time.Duration
+	maxDelay    time.Duration
+	maxElapsed  time.Duration
+	jitter      JitterMode
+	retryIf     func(error) bool
+	onRetry     func(attempt int, err error, delay time.Duration)
+	sleep       func(ctx context.Context, d time.Duration) error
+}
+
+func defaults() config {
+	return config{
+		maxAttempts: 4,
+		baseDelay:   100 * time.Millisecond,
+		maxDelay:    10 * time.Second,
+		jitter:      Full,
+		sleep:       sleep,
+	}
+}
+
+func (c *config) retryable(err error) bool {
+	if c.retryIf != nil {
+		return c.retryIf(err)
+	}
+	return resilience.Classify(err).Retryable()
+}
+
+// MaxAttempts sets how many times an operation runs at most, the first
+// attempt included. Default 4; n <= 0 means no limit but the time budget.
+func MaxAttempts(n int) Option {
+	return optionFunc(func(c *config) { c.maxAttempts = max(n, 0) })
+}
+
+// BaseDelay sets the cap of the first retry's delay; each later retry
+// doubles it. Default 100 ms; d <= 0 means retries run back to back.
+func BaseDelay(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.baseDelay = max(d, 0) })
+}
+
+// MaxDelay sets the largest delay between two attempts, retry-after hints
+// included. Default 10 s; d <= 0 keeps the default.
+func MaxDelay(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.maxDelay = d
+		}
+	})
+}
+
+// MaxElapsedTime caps the whole call, attempts and delays together: each
+// attempt's context carries the deadline, and no delay is slept that would
+// end past it. The context's own deadline applies too, whichever is earlier.
+// Default none (only the context's deadline); d <= 0 means none.
+func MaxElapsedTime(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxElapsed = max(d, 0) })
+}
+
+// Jitter sets how each delay is drawn below its cap. Default [Full].
+func Jitter(m JitterMode) Option {
+	return optionFunc(func(c *config) { c.jitter = m })
+}
+
+// RetryIf replaces the test for whether an error is retried. Default: its
+// [resilience.Class] is transient. A done context stops the loop whatever fn
+// says.
+func RetryIf(fn func(err error) bool) Option {
+	return optionFunc(func(c *config) { c.retryIf = fn })
+}
+
+// OnRetry sets a function called before each retry's delay with the number
+// of the attempt that failed (1 for the first), its error and the delay. It
+// runs on the calling goroutine and must be safe for concurrent calls if the
+// Policy is shared. Default none.
+func OnRetry(fn func(attempt int, err error, delay time.Duration)) Option {
+	return optionFunc(func(c *config) { c.onRetry = fn })
+}
+
+// WithSleep replaces how the loop waits between attempts. fn must return
+// ctx.Err() if ctx ends first; a non-nil error stops the loop. A test can
+// record each delay and return at once. Default: a timer raced against ctx.
+func WithSleep(fn func(ctx context.Context, d time.Duration) error) Option {
+	return optionFunc(func(c *config) {
+		if fn != nil {
+			c.sleep = fn
+		}
+	})
+}

@@ -1,0 +1,218 @@
+// Package retrypolicy retries an operation with capped exponential backoff
+// and jitter, within a time budget.
+//
+// Retry n (n = 0 for the first retry) waits a delay drawn below
+// cap(n) = min(BaseDelay*2^n, MaxDelay). How it is drawn is the [JitterMode]:
+// [Full] (the default) draws from [0, cap]; [Equal] from [cap/2, cap];
+// [Decorrelated] from [BaseDelay, 3*previous delay], capped at MaxDelay; and
+// [None] waits exactly cap. Spreading the delays keeps many clients that
+// failed together from retrying together, which is what turns a short outage
+// into a retry storm.
+//
+// Only transient errors are retried (see [resilience.Classify]); a permanent
+// one returns at once. A dependency's retry-after hint
+// ([resilience.RetryAfter]) is waited for, up to MaxDelay. The budget is the
+// earlier of MaxElapsedTime and the context's deadline: a delay that would
+// end past it is not slept, and the call returns the last error at once.
+//
+// The delays come from github.com/cenkalti/backoff/v4's ExponentialBackOff
+// (without its own randomization) decorated with the jitter; none of its
+// types appear in this API. The loop is this package's own, since it passes
+// the context to each attempt, looks ahead at the budget and can be stopped
+// between attempts by a guard such as a circuit breaker.
+package retrypolicy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// Sentinel reasons for giving up, matched with [errors.Is] on the error that
+// [Do] returns.
+var (
+	// ErrMaxAttempts means every allowed attempt failed.
+	ErrMaxAttempts = errors.New("max attempts reached")
+	// ErrNotRetryable means the last error was not worth retrying.
+	ErrNotRetryable = errors.New("error not retryable")
+	// ErrOutOfTime means the time budget would have run out before the next
+	// attempt. It also matches [context.DeadlineExceeded].
+	ErrOutOfTime error = outOfTime{}
+)
+
+type outOfTime struct{}
+
+func (outOfTime) Error() string { return "time budget exhausted" }
+
+func (outOfTime) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// Error is what [Do] returns when it gives up. It wraps both the reason and
+// the last attempt's error, so [errors.Is] and [errors.As] see both.
+type Error struct {
+	// Attempts is how many times the operation ran.
+	Attempts int
+	// Reason is why the loop stopped: [ErrMaxAttempts], [ErrNotRetryable],
+	// [ErrOutOfTime], the context's error, or a guard's error.
+	Reason error
+	// Last is the last attempt's error; nil when the operation never ran.
+	Last error
+}
+
+// Error returns a message with the attempt count, the reason and the last
+// error.
+func (e *Error) Error() string {
+	noun := "attempts"
+	if e.Attempts == 1 {
+		noun = "attempt"
+	}
+	if e.Last == nil {
+		return fmt.Sprintf("retry: gave up after %d %s (%v)", e.Attempts, noun, e.Reason)
+	}
+	return fmt.Sprintf("retry: gave up after %d %s (%v): %v", e.Attempts, noun, e.Reason, e.Last)
+}
+
+// Unwrap returns the reason and the last error.
+func (e *Error) Unwrap() []error {
+	if e.Last == nil {
+		return []error{e.Reason}
+	}
+	return []error{e.Reason, e.Last}
+}
+
+// ResilienceClass returns [resilience.ClassCanceled] when the caller gave
+// up, else the class of the last error (or of the reason, if none ran).
+func (e *Error) ResilienceClass() resilience.Class {
+	if errors.Is(e.Reason, context.Canceled) || e.Last == nil {
+		return resilience.Classify(e.Reason)
+	}
+	return resilience.Classify(e.Last)
+}
+
+// Policy is an immutable retry configuration. It is safe for concurrent use
+// by any number of calls; each call keeps its own backoff state. A nil
+// *Policy behaves as New().
+type Policy struct {
+	cfg config
+}
+
+var defaultPolicy = New()
+
+// New returns a Policy configured by opts on top of the defaults: 4
+// attempts, 100 ms base delay, 10 s max delay, full jitter, no time budget
+// beyond the context's, transient errors retried.
+func New(opts ...Option) *Policy {
+	cfg := defaults()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	return &Policy{cfg: cfg}
+}
+
+// MaxAttempts returns the configured attempt limit; 0 means unlimited.
+func (p *Policy) MaxAttempts() int { return p.cfg.maxAttempts }
+
+// Do runs op until it succeeds, returns an error that is not retried, runs
+// out of attempts or runs out of time. Each attempt gets ctx (bounded by
+// MaxElapsedTime when set). On failure it returns the last attempt's result
+// and an [*Error]. A done ctx stops the loop at once, also mid-sleep.
+func Do[T any](ctx context.Context, p *Policy, op resilience.Operation[T]) (T, error) {
+	return DoGuarded(ctx, p, nil, op)
+}
+
+// DoGuarded is [Do] with a guard called before each retry is scheduled and
+// again before it runs (never before the first attempt). A non-nil error
+// from guard stops the loop at once; it becomes the [Error.Reason]. A
+// circuit breaker's check is the typical guard: a loop stops retrying as
+// soon as the breaker has opened.
+func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op resilience.Operation[T]) (T, error) {
+	if p == nil {
+		p = defaultPolicy
+	}
+	cfg := &p.cfg
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, &Error{Reason: err}
+	}
+	parent := ctx
+	if cfg.maxElapsed > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.maxElapsed)
+		defer cancel()
+	}
+	var delays delaySource
+	for attempt := 1; ; attempt++ {
+		res, err := op(ctx)
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return res, &Error{Attempts: attempt, Reason: stopReason(parent, ctx), Last: err}
+		}
+		if !cfg.retryable(err) {
+			return res, &Error{Attempts: attempt, Reason: ErrNotRetryable, Last: err}
+		}
+		if cfg.maxAttempts > 0 && attempt >= cfg.maxAttempts {
+			return res, &Error{Attempts: attempt, Reason: ErrMaxAttempts, Last: err}
+		}
+		if delays == nil {
+			delays = cfg.newDelays()
+		}
+		delay := delays.NextBackOff()
+		if hint, ok := resilience.RetryAfterHint(err); ok && hint > delay {
+			delay = min(hint, cfg.maxDelay)
+		}
+		if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(delay).Before(deadline) {
+			return res, &Error{Attempts: attempt, Reason: ErrOutOfTime, Last: err}
+		}
+		if guard != nil {
+			if gerr := guard(); gerr != nil {
+				return res, &Error{Attempts: attempt, Reason: gerr, Last: err}
+			}
+		}
+		if cfg.onRetry != nil {
+			cfg.onRetry(attempt, err, delay)
+		}
+		if serr := cfg.sleep(ctx, delay); serr != nil {
+			reason := serr
+			if ctx.Err() != nil {
+				reason = stopReason(parent, ctx)
+			}
+			return res, &Error{Attempts: attempt, Reason: reason, Last: err}
+		}
+		if guard != nil {
+			if gerr := guard(); gerr != nil {
+				return res, &Error{Attempts: attempt, Reason: gerr, Last: err}
+			}
+		}
+	}
+}
+
+// stopReason tells the caller's own cancellation or deadline from the
+// policy's MaxElapsedTime running out.
+func stopReason(parent, ctx context.Context) error {
+	if err := parent.Err(); err != nil {
+		return err
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return ErrOutOfTime
+	}
+	return ctx.Err()
+}
+
+// sleep waits for d or until ctx is done, whichever is first.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
