@@ -1,0 +1,75 @@
+// Command quickstart calls a fake dependency that is down for its first
+// second and then recovers, through a Pipeline of a time budget, a circuit
+// breaker and a jittered retry. It prints every attempt, every delay and
+// every change of the breaker's state.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+)
+
+// inventory is a fake remote service: it refuses connections until up.
+type inventory struct {
+	up    time.Time
+	calls atomic.Int64
+}
+
+func (s *inventory) stock(ctx context.Context, sku string) (int, error) {
+	n := s.calls.Add(1)
+	if time.Now().Before(s.up) {
+		fmt.Printf("    attempt (call #%d): connection refused\n", n)
+		return 0, errors.New("connection refused")
+	}
+	fmt.Printf("    attempt (call #%d): ok\n", n)
+	return 7, nil
+}
+
+func main() {
+	start := time.Now()
+	dep := &inventory{up: start.Add(time.Second)}
+
+	b := breaker.New("inventory",
+		breaker.ConsecutiveFailures(2),
+		breaker.OpenTimeout(300*time.Millisecond),
+		breaker.OnStateChange(func(name string, from, to breaker.State) {
+			fmt.Printf("    breaker %s: %s -> %s\n", name, from, to)
+		}),
+	)
+	p := pipeline.New[int](
+		pipeline.WithTimeBudget(time.Second),
+		pipeline.WithBreaker(b),
+		pipeline.WithRetry(retrypolicy.New(
+			retrypolicy.MaxAttempts(3),
+			retrypolicy.BaseDelay(40*time.Millisecond),
+			retrypolicy.OnRetry(func(attempt int, err error, delay time.Duration) {
+				fmt.Printf("    retry after attempt %d in %v\n", attempt, delay.Round(time.Millisecond))
+			}),
+		)),
+		pipeline.WithAttemptTimeout(200*time.Millisecond),
+	)
+
+	for i := 1; i <= 8; i++ {
+		fmt.Printf("call %d at %v (breaker %s)\n", i, time.Since(start).Round(10*time.Millisecond), b.State())
+		n, err := p.Execute(context.Background(), func(ctx context.Context) (int, error) {
+			return dep.stock(ctx, "sku-42")
+		})
+		switch {
+		case errors.Is(err, breaker.ErrOpen):
+			fmt.Println("  => rejected at once: the breaker is open")
+		case err != nil:
+			fmt.Printf("  => failed: %v\n", err)
+		default:
+			fmt.Printf("  => %d in stock\n", n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	fmt.Printf("the dependency saw %d calls\n", dep.calls.Load())
+}

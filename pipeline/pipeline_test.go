@@ -1,0 +1,232 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errDown = errors.New("connection refused")
+
+// dependency is a fake that fails while down and counts its calls.
+type dependency struct {
+	calls atomic.Int64
+	down  atomic.Bool
+}
+
+func (d *dependency) call(context.Context) (string, error) {
+	d.calls.Add(1)
+	if d.down.Load() {
+		return "", errDown
+	}
+	return "ok", nil
+}
+
+func TestNoStagesRunsOnce(t *testing.T) {
+	dep := &dependency{}
+	dep.down.Store(true)
+	_, err := pipeline.New[string]().Execute(context.Background(), dep.call)
+	require.Equal(t, errDown, err)
+	assert.EqualValues(t, 1, dep.calls.Load())
+}
+
+func TestBreakerRecordsOneOutcomePerCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(2))
+		p := pipeline.New[string](pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(5))))
+		var calls atomic.Int64
+		blip := func(context.Context) (string, error) {
+			if calls.Add(1)%3 != 0 {
+				return "", errDown
+			}
+			return "ok", nil
+		}
+		for range 4 {
+			got, err := p.Execute(t.Context(), blip)
+			require.NoError(t, err)
+			assert.Equal(t, "ok", got)
+		}
+		assert.EqualValues(t, 12, calls.Load())
+		assert.Equal(t, breaker.Closed, b.State(), "8 failed attempts, but every call succeeded")
+		assert.EqualValues(t, 4, b.Counts().TotalSuccesses)
+
+		dep := &dependency{}
+		dep.down.Store(true)
+		_, err := p.Execute(t.Context(), dep.call)
+		require.ErrorIs(t, err, retrypolicy.ErrMaxAttempts)
+		assert.EqualValues(t, 5, dep.calls.Load())
+		assert.EqualValues(t, 1, b.Counts().TotalFailures, "5 failed attempts are one failed call")
+	})
+}
+
+func TestOpenBreakerNeverCallsAndProbeMakesOneAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(10*time.Second))
+		p := pipeline.New[string](pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New()))
+		dep := &dependency{}
+		dep.down.Store(true)
+		_, err := p.Execute(t.Context(), dep.call)
+		require.ErrorIs(t, err, retrypolicy.ErrMaxAttempts)
+		require.EqualValues(t, 4, dep.calls.Load())
+		require.Equal(t, breaker.Open, b.State())
+
+		for range 20 {
+			_, err = p.Execute(t.Context(), dep.call)
+			require.ErrorIs(t, err, breaker.ErrOpen)
+		}
+		assert.EqualValues(t, 4, dep.calls.Load())
+
+		time.Sleep(10*time.Second + time.Nanosecond)
+		_, err = p.Execute(t.Context(), dep.call)
+		require.ErrorIs(t, err, errDown)
+		assert.EqualValues(t, 5, dep.calls.Load(), "a probe is a single attempt")
+		assert.Equal(t, breaker.Open, b.State())
+
+		time.Sleep(10*time.Second + time.Nanosecond)
+		dep.down.Store(false)
+		got, err := p.Execute(t.Context(), dep.call)
+		require.NoError(t, err)
+		assert.Equal(t, "ok", got)
+		assert.Equal(t, breaker.Closed, b.State())
+	})
+}
+
+func TestInFlightRetriesStopWhenTheBreakerOpens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const clients = 50
+		var callsAtOpen atomic.Int64
+		dep := &dependency{}
+		b := breaker.New("dep", breaker.ConsecutiveFailures(10), breaker.OpenTimeout(time.Minute),
+			breaker.OnStateChange(func(_ string, _, to breaker.State) {
+				if to == breaker.Open {
+					callsAtOpen.Store(dep.calls.Load())
+				}
+			}))
+		p := pipeline.New[string](pipeline.WithBreaker(b),
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(6), retrypolicy.BaseDelay(100*time.Millisecond))))
+
+		var wg sync.WaitGroup
+		var rejected atomic.Int64
+		for range clients {
+			wg.Go(func() {
+				for start := time.Now(); time.Since(start) < 30*time.Second; {
+					_, err := p.Execute(t.Context(), dep.call)
+					if errors.Is(err, breaker.ErrOpen) {
+						rejected.Add(1)
+					}
+					time.Sleep(100 * time.Millisecond) // the next request of this client
+				}
+			})
+		}
+		time.Sleep(time.Second)
+		dep.down.Store(true) // the dependency dies under load
+		wg.Wait()
+
+		require.NotZero(t, callsAtOpen.Load(), "the breaker opened")
+		further := dep.calls.Load() - callsAtOpen.Load()
+		assert.LessOrEqual(t, further, int64(clients), "each in-flight loop may finish at most one attempt")
+		assert.Greater(t, rejected.Load(), int64(1000), "calls: %d at open, %d total", callsAtOpen.Load(), dep.calls.Load())
+	})
+}
+
+func TestTimeBudgetCapsTheWholeCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const budget = 5 * time.Second
+		p := pipeline.New[string](
+			pipeline.WithTimeBudget(budget),
+			pipeline.WithBreaker(breaker.New("dep", breaker.ConsecutiveFailures(1000))),
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(0), retrypolicy.BaseDelay(100*time.Millisecond))),
+		)
+		start := time.Now()
+		var calls atomic.Int64
+		_, err := p.Execute(t.Context(), func(ctx context.Context) (string, error) {
+			calls.Add(1)
+			deadline, ok := ctx.Deadline()
+			assert.True(t, ok)
+			assert.Equal(t, start.Add(budget), deadline, "the op sees the budget's deadline")
+			return "", errDown
+		})
+		assert.LessOrEqual(t, time.Since(start), budget)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, errDown)
+		assert.Greater(t, calls.Load(), int64(5))
+	})
+}
+
+func TestAttemptTimeoutRetriesHungAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := pipeline.New[string](
+			pipeline.WithTimeBudget(3200*time.Millisecond),
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(10), retrypolicy.Jitter(retrypolicy.None))),
+			pipeline.WithAttemptTimeout(time.Second),
+		)
+		start := time.Now()
+		var calls atomic.Int64
+		var last time.Time
+		_, err := p.Execute(t.Context(), func(ctx context.Context) (string, error) {
+			calls.Add(1)
+			last, _ = ctx.Deadline()
+			<-ctx.Done()
+			return "", ctx.Err()
+		})
+		// Attempts at 0 s, 1.1 s and 2.3 s, the last cut short by the budget at 3.2 s.
+		assert.EqualValues(t, 3, calls.Load())
+		assert.Equal(t, start.Add(3200*time.Millisecond), last, "the last attempt is bounded by the budget")
+		assert.Equal(t, 3200*time.Millisecond, time.Since(start))
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+}
+
+func TestCallerCancellationIsNeitherRetriedNorCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1))
+		p := pipeline.New[string](pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New()))
+		ctx, cancel := context.WithCancel(t.Context())
+		var calls atomic.Int64
+		_, err := p.Execute(ctx, func(ctx context.Context) (string, error) {
+			calls.Add(1)
+			cancel()
+			return "", ctx.Err()
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		assert.EqualValues(t, 1, calls.Load())
+		assert.Equal(t, breaker.Closed, b.State())
+		assert.Equal(t, resilience.ClassCanceled, resilience.Classify(err))
+	})
+}
+
+func TestPermanentErrorIsTriedOnceAndDoesNotTrip(t *testing.T) {
+	b := breaker.New("dep", breaker.ConsecutiveFailures(1))
+	p := pipeline.New[int](pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New()))
+	var calls atomic.Int64
+	errBad := resilience.Permanent(errors.New("invalid account"))
+	_, err := p.Execute(context.Background(), func(context.Context) (int, error) { calls.Add(1); return 0, errBad })
+	require.ErrorIs(t, err, errBad)
+	assert.EqualValues(t, 1, calls.Load())
+	assert.Equal(t, breaker.Closed, b.State())
+}
+
+func TestPipelinesOfDifferentTypesShareABreaker(t *testing.T) {
+	b := breaker.New("dep", breaker.ConsecutiveFailures(2))
+	ints := pipeline.New[int](pipeline.WithBreaker(b))
+	strs := pipeline.New[string](pipeline.WithBreaker(b))
+	_, _ = ints.Execute(context.Background(), func(context.Context) (int, error) { return 0, errDown })
+	_, _ = strs.Execute(context.Background(), func(context.Context) (string, error) { return "", errDown })
+	_, err := ints.Execute(context.Background(), func(context.Context) (int, error) { return 1, nil })
+	require.ErrorIs(t, err, breaker.ErrOpen)
+}

@@ -1,0 +1,107 @@
+package resilience_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+var errBase = errors.New("boom")
+
+type selfClassed struct{}
+
+func (selfClassed) Error() string                     { return "self" }
+func (selfClassed) ResilienceClass() resilience.Class { return resilience.ClassPermanent }
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		name      string
+		err       error
+		want      resilience.Class
+		permanent bool
+	}{
+		{"nil", nil, resilience.ClassSuccess, false},
+		{"plain", errBase, resilience.ClassTransient, false},
+		{"timeout", context.DeadlineExceeded, resilience.ClassTransient, false},
+		{"canceled", context.Canceled, resilience.ClassCanceled, false},
+		{"wrapped canceled", fmt.Errorf("get: %w", context.Canceled), resilience.ClassCanceled, false},
+		{"permanent", resilience.Permanent(errBase), resilience.ClassPermanent, true},
+		{"wrapped permanent", fmt.Errorf("charge: %w", resilience.Permanent(errBase)), resilience.ClassPermanent, true},
+		{"terminal", resilience.Terminal(errBase), resilience.ClassTerminal, true},
+		{"self-classed", selfClassed{}, resilience.ClassPermanent, true},
+		{"retry-after keeps the class", resilience.RetryAfter(resilience.Permanent(errBase), time.Second), resilience.ClassPermanent, true},
+		{"outermost mark wins", resilience.Terminal(resilience.Permanent(errBase)), resilience.ClassTerminal, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, resilience.Classify(tt.err))
+			assert.Equal(t, tt.permanent, resilience.IsPermanent(tt.err))
+		})
+	}
+}
+
+func TestMarksKeepTheCause(t *testing.T) {
+	for _, err := range []error{resilience.Permanent(errBase), resilience.Terminal(errBase), resilience.RetryAfter(errBase, time.Second)} {
+		assert.ErrorIs(t, err, errBase)
+		assert.Equal(t, "boom", err.Error())
+	}
+	assert.NoError(t, resilience.Permanent(nil))
+	assert.NoError(t, resilience.Terminal(nil))
+	assert.NoError(t, resilience.RetryAfter(nil, time.Second))
+}
+
+func TestRetryAfterHint(t *testing.T) {
+	d, ok := resilience.RetryAfterHint(fmt.Errorf("call: %w", resilience.RetryAfter(errBase, 3*time.Second)))
+	assert.True(t, ok)
+	assert.Equal(t, 3*time.Second, d)
+
+	d, ok = resilience.RetryAfterHint(resilience.RetryAfter(errBase, -time.Second))
+	assert.True(t, ok)
+	assert.Zero(t, d)
+
+	_, ok = resilience.RetryAfterHint(errBase)
+	assert.False(t, ok)
+}
+
+func TestClassMethods(t *testing.T) {
+	tests := []struct {
+		class     resilience.Class
+		name      string
+		retryable bool
+		failure   bool
+	}{
+		{resilience.ClassSuccess, "success", false, false},
+		{resilience.ClassTransient, "transient", true, true},
+		{resilience.ClassPermanent, "permanent", false, false},
+		{resilience.ClassTerminal, "terminal", false, true},
+		{resilience.ClassCanceled, "canceled", false, false},
+		{resilience.Class(99), "unknown", false, false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.name, tt.class.String())
+		assert.Equal(t, tt.retryable, tt.class.Retryable(), tt.name)
+		assert.Equal(t, tt.failure, tt.class.Failure(), tt.name)
+	}
+}
+
+func ExampleClassify() {
+	errInvalid := resilience.Permanent(errors.New("card declined"))
+	for _, err := range []error{
+		errors.New("connection reset"),
+		fmt.Errorf("charge: %w", errInvalid),
+		context.Canceled,
+	} {
+		c := resilience.Classify(err)
+		fmt.Printf("%v: %s, retry %v, breaker failure %v\n", err, c, c.Retryable(), c.Failure())
+	}
+	// Output:
+	// connection reset: transient, retry true, breaker failure true
+	// charge: card declined: permanent, retry false, breaker failure false
+	// context canceled: canceled, retry false, breaker failure false
+}
