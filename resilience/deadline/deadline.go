@@ -1,0 +1,79 @@
+// Package deadline carries a call's remaining time budget across HTTP hops.
+//
+// The client sends what is left of its context's deadline as a relative
+// duration in whole milliseconds, in the [Header] header, the way gRPC sends
+// grpc-timeout: a duration, unlike a wall-clock time, means the same on both
+// ends whatever their clocks say. The server's [Middleware] turns it back
+// into a context deadline, so its handler, and any call it makes in turn,
+// stops working on a request that nobody is waiting for any more.
+package deadline
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header is the request header that carries the remaining budget, in whole
+// milliseconds.
+const Header = "Request-Timeout-Ms"
+
+// maxDigits bounds the header's value to 9 digits (about 11.5 days).
+const maxDigits = 9
+
+// Inject sets h's [Header] to the time left before ctx's deadline, rounded
+// down to whole milliseconds, and reports whether ctx has a deadline. It
+// removes any [Header] from h when ctx has none, so a stale value is never
+// forwarded. A deadline already past is sent as 0.
+func Inject(ctx context.Context, h http.Header) bool {
+	d, ok := ctx.Deadline()
+	if !ok {
+		h.Del(Header)
+		return false
+	}
+	left := max(time.Until(d), 0)
+	h.Set(Header, strconv.FormatInt(int64(left/time.Millisecond), 10))
+	return true
+}
+
+// Parse reads a [Header] value: 1 to 9 ASCII digits, surrounding spaces or
+// tabs allowed. It reports false for anything else.
+func Parse(v string) (time.Duration, bool) {
+	v = strings.Trim(v, " \t")
+	if len(v) == 0 || len(v) > maxDigits {
+		return 0, false
+	}
+	var ms int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		ms = ms*10 + int64(c-'0')
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+// Middleware bounds each request's context by the budget in its [Header]:
+// the deadline becomes the earlier of now plus that budget and any deadline
+// the context already has. A missing, repeated or malformed header is
+// ignored. It is safe for concurrent use.
+func Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		vs := r.Header.Values(Header)
+		if len(vs) != 1 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		d, ok := Parse(vs[0])
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
