@@ -151,6 +151,10 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 			if cfg.onStateChange != nil {
 				cfg.onStateChange(name, fromGobreaker(from), fromGobreaker(to))
 			}
+			if cfg.listener != nil {
+				cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventStateChange, Name: name,
+					From: fromGobreaker(from).String(), To: fromGobreaker(to).String()})
+			}
 		},
 		IsSuccessful: func(err error) bool { return err == nil },
 		IsExcluded:   func(err error) bool { return err == errIgnored },
@@ -203,12 +207,20 @@ func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) erro
 	case nil, errFailure, errIgnored:
 		return opErr
 	case gobreaker.ErrOpenState:
-		return b.errOpen
+		return b.reject(b.errOpen)
 	case gobreaker.ErrTooManyRequests:
-		return b.errBusy
+		return b.reject(b.errBusy)
 	default:
 		return err
 	}
+}
+
+// reject reports a rejection and returns err.
+func (b *Breaker) reject(err error) error {
+	if b.cfg.listener != nil {
+		b.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventRejected, Name: b.Name(), Err: err})
+	}
+	return err
 }
 
 // outcome maps a call's error to how gobreaker counts it.

@@ -3,6 +3,7 @@ package breaker
 import (
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -26,6 +27,7 @@ type config struct {
 	onStateChange    func(name string, from, to State)
 	failIf           func(error) bool
 	ignoreIf         func(error) bool
+	listener         resilience.Listener
 }
 
 func defaults() config {
@@ -114,4 +116,11 @@ func FailIf(fn func(err error) bool) Option {
 // [context.Canceled]).
 func IgnoreIf(fn func(err error) bool) Option {
 	return optionFunc(func(c *config) { c.ignoreIf = fn })
+}
+
+// WithListener reports the breaker's state changes and rejections to l,
+// after any listener set before. State changes are reported under the
+// breaker's lock: l must not call the breaker. Default none, at no cost.
+func WithListener(l resilience.Listener) Option {
+	return optionFunc(func(c *config) { c.listener = resilience.Listeners(c.listener, l) })
 }

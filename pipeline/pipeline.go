@@ -39,6 +39,20 @@ func New[T any](opts ...Option) *Pipeline[T] {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	if cfg.name == "" && cfg.breaker != nil {
+		cfg.name = cfg.breaker.Name()
+	}
+	cfg.listener = resilience.Named(cfg.listener, cfg.name)
+	if cfg.retry != nil && (cfg.retryBudget != nil || cfg.listener != nil) {
+		var extra []retrypolicy.Option
+		if cfg.retryBudget != nil {
+			extra = append(extra, retrypolicy.WithBudget(cfg.retryBudget))
+		}
+		if cfg.listener != nil {
+			extra = append(extra, retrypolicy.WithListener(cfg.listener))
+		}
+		cfg.retry = cfg.retry.With(extra...)
+	}
 	return &Pipeline[T]{cfg: cfg}
 }
 
@@ -48,6 +62,16 @@ func New[T any](opts ...Option) *Pipeline[T] {
 // a [*retrypolicy.Error], and a spent budget matches
 // [context.DeadlineExceeded].
 func (p *Pipeline[T]) Execute(ctx context.Context, op resilience.Operation[T]) (T, error) {
+	if l := p.cfg.listener; l != nil {
+		start := time.Now()
+		res, err := p.execute(ctx, op)
+		l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Duration: time.Since(start), Err: err})
+		return res, err
+	}
+	return p.execute(ctx, op)
+}
+
+func (p *Pipeline[T]) execute(ctx context.Context, op resilience.Operation[T]) (T, error) {
 	if p.cfg.budget > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.budget)
@@ -70,7 +94,7 @@ func (p *Pipeline[T]) Execute(ctx context.Context, op resilience.Operation[T]) (
 // admitted while b is not closed is a probe that makes one attempt.
 func (p *Pipeline[T]) retry(ctx context.Context, b *breaker.Breaker, op resilience.Operation[T]) (T, error) {
 	if p.cfg.retry == nil || (b != nil && b.Check() != nil) {
-		return p.attempt(ctx, op)
+		return p.single(ctx, op)
 	}
 	var guard func() error
 	if b != nil {
@@ -82,6 +106,15 @@ func (p *Pipeline[T]) retry(ctx context.Context, b *breaker.Breaker, op resilien
 	return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, func(ctx context.Context) (T, error) {
 		return p.attempt(ctx, op)
 	})
+}
+
+// single runs the only attempt of a call without a retry stage.
+func (p *Pipeline[T]) single(ctx context.Context, op resilience.Operation[T]) (T, error) {
+	res, err := p.attempt(ctx, op)
+	if p.cfg.listener != nil {
+		p.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
+	}
+	return res, err
 }
 
 // attempt runs op once within the attempt timeout, if any.
@@ -108,6 +141,9 @@ type config struct {
 	retry          *retrypolicy.Policy
 	budget         time.Duration
 	attemptTimeout time.Duration
+	retryBudget    *retrypolicy.Budget
+	name           string
+	listener       resilience.Listener
 }
 
 // WithBreaker guards calls with b. Default none.
@@ -132,4 +168,24 @@ func WithTimeBudget(d time.Duration) Option {
 // none; d <= 0 means none.
 func WithAttemptTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.attemptTimeout = max(d, 0) })
+}
+
+// WithRetryBudget caps the retries of the retry stage by b, shared with
+// every other pipeline or policy calling the same dependency; see
+// [retrypolicy.Budget]. Default none.
+func WithRetryBudget(b *retrypolicy.Budget) Option {
+	return optionFunc(func(c *config) { c.retryBudget = b })
+}
+
+// WithName names the dependency in events. Default the breaker's name.
+func WithName(name string) Option {
+	return optionFunc(func(c *config) { c.name = name })
+}
+
+// WithListener reports the end of every call, each attempt, each
+// scheduled retry and why a call gave up to l, named by [WithName]. Give
+// the same listener to the breaker ([breaker.WithListener]) for its state
+// changes and rejections. Default none, at no cost.
+func WithListener(l resilience.Listener) Option {
+	return optionFunc(func(c *config) { c.listener = resilience.Listeners(c.listener, l) })
 }

@@ -25,6 +25,8 @@ type config struct {
 	retryIf     func(error) bool
 	onRetry     func(attempt int, err error, delay time.Duration)
 	sleep       func(ctx context.Context, d time.Duration) error
+	budget      *Budget
+	listener    resilience.Listener
 }
 
 func defaults() config {
@@ -103,4 +105,17 @@ func WithSleep(fn func(ctx context.Context, d time.Duration) error) Option {
 			c.sleep = fn
 		}
 	})
+}
+
+// WithBudget makes each call deposit into b and each retry withdraw from
+// it; a call finding b spent stops retrying with [ErrBudgetExhausted].
+// Default none.
+func WithBudget(b *Budget) Option {
+	return optionFunc(func(c *config) { c.budget = b })
+}
+
+// WithListener reports each attempt, scheduled retry and reason for giving
+// up to l, after any listener set before. Default none, at no cost.
+func WithListener(l resilience.Listener) Option {
+	return optionFunc(func(c *config) { c.listener = resilience.Listeners(c.listener, l) })
 }

@@ -55,7 +55,8 @@ type Error struct {
 	// Attempts is how many times the operation ran.
 	Attempts int
 	// Reason is why the loop stopped: [ErrMaxAttempts], [ErrNotRetryable],
-	// [ErrOutOfTime], the context's error, or a guard's error.
+	// [ErrOutOfTime], [ErrBudgetExhausted], the context's error, or a
+	// guard's error.
 	Reason error
 	// Last is the last attempt's error; nil when the operation never ran.
 	Last error
@@ -111,6 +112,18 @@ func New(opts ...Option) *Policy {
 	return &Policy{cfg: cfg}
 }
 
+// With returns a copy of p with opts applied on top of its configuration.
+func (p *Policy) With(opts ...Option) *Policy {
+	if p == nil {
+		p = defaultPolicy
+	}
+	cfg := p.cfg
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	return &Policy{cfg: cfg}
+}
+
 // MaxAttempts returns the configured attempt limit; 0 means unlimited.
 func (p *Policy) MaxAttempts() int { return p.cfg.maxAttempts }
 
@@ -142,20 +155,26 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 		ctx, cancel = context.WithTimeout(ctx, cfg.maxElapsed)
 		defer cancel()
 	}
+	if cfg.budget != nil {
+		cfg.budget.deposit()
+	}
 	var delays delaySource
 	for attempt := 1; ; attempt++ {
 		res, err := op(ctx)
+		if cfg.listener != nil {
+			cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventAttempt, Attempt: attempt, Err: err})
+		}
 		if err == nil {
 			return res, nil
 		}
 		if ctx.Err() != nil {
-			return res, &Error{Attempts: attempt, Reason: stopReason(parent, ctx), Last: err}
+			return res, cfg.giveUp(attempt, stopReason(parent, ctx), err)
 		}
 		if !cfg.retryable(err) {
-			return res, &Error{Attempts: attempt, Reason: ErrNotRetryable, Last: err}
+			return res, cfg.giveUp(attempt, ErrNotRetryable, err)
 		}
 		if cfg.maxAttempts > 0 && attempt >= cfg.maxAttempts {
-			return res, &Error{Attempts: attempt, Reason: ErrMaxAttempts, Last: err}
+			return res, cfg.giveUp(attempt, ErrMaxAttempts, err)
 		}
 		if delays == nil {
 			delays = cfg.newDelays()
@@ -165,12 +184,18 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 			delay = min(hint, cfg.maxDelay)
 		}
 		if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(delay).Before(deadline) {
-			return res, &Error{Attempts: attempt, Reason: ErrOutOfTime, Last: err}
+			return res, cfg.giveUp(attempt, ErrOutOfTime, err)
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {
-				return res, &Error{Attempts: attempt, Reason: gerr, Last: err}
+				return res, cfg.giveUp(attempt, gerr, err)
 			}
+		}
+		if cfg.budget != nil && !cfg.budget.withdraw() {
+			return res, cfg.giveUp(attempt, ErrBudgetExhausted, err)
+		}
+		if cfg.listener != nil {
+			cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventRetry, Attempt: attempt, Delay: delay, Err: err})
 		}
 		if cfg.onRetry != nil {
 			cfg.onRetry(attempt, err, delay)
@@ -180,14 +205,34 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 			if ctx.Err() != nil {
 				reason = stopReason(parent, ctx)
 			}
-			return res, &Error{Attempts: attempt, Reason: reason, Last: err}
+			return res, cfg.giveUp(attempt, reason, err)
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {
-				return res, &Error{Attempts: attempt, Reason: gerr, Last: err}
+				return res, cfg.giveUp(attempt, gerr, err)
 			}
 		}
 	}
+}
+
+// giveUp returns the error for a loop that stops after attempt, and
+// reports why.
+func (c *config) giveUp(attempt int, reason, last error) error {
+	if c.listener != nil {
+		kind := resilience.EventKind(0)
+		switch {
+		case reason == ErrMaxAttempts:
+			kind = resilience.EventRetriesExhausted
+		case reason == ErrBudgetExhausted:
+			kind = resilience.EventBudgetExhausted
+		case errors.Is(reason, context.DeadlineExceeded):
+			kind = resilience.EventTimeBudgetExceeded
+		}
+		if kind != 0 {
+			c.listener.OnEvent(resilience.Event{Kind: kind, Attempt: attempt, Err: last})
+		}
+	}
+	return &Error{Attempts: attempt, Reason: reason, Last: last}
 }
 
 // stopReason tells the caller's own cancellation or deadline from the

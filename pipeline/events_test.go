@@ -1,0 +1,111 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+)
+
+// recorder keeps a line per event.
+type recorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *recorder) OnEvent(e resilience.Event) {
+	line := e.Name + " " + e.Kind.String()
+	switch e.Kind {
+	case resilience.EventAttempt:
+		line += fmt.Sprintf(" %d ok=%v", e.Attempt, e.Err == nil)
+	case resilience.EventRetry:
+		line += fmt.Sprintf(" after %d in %v", e.Attempt, e.Delay)
+	case resilience.EventStateChange:
+		line += " " + e.From + "->" + e.To
+	case resilience.EventCallDone:
+		line += fmt.Sprintf(" %v ok=%v", e.Duration, e.Err == nil)
+	}
+	r.mu.Lock()
+	r.lines = append(r.lines, line)
+	r.mu.Unlock()
+}
+
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.lines
+	r.lines = nil
+	return out
+}
+
+func TestEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Minute), breaker.WithListener(rec))
+		p := pipeline.New[int](pipeline.WithBreaker(b), pipeline.WithListener(rec),
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.Jitter(retrypolicy.None), retrypolicy.MaxAttempts(3))))
+		dep := &dependency{}
+
+		calls := 0
+		_, _ = p.Execute(t.Context(), func(context.Context) (int, error) {
+			if calls++; calls < 3 {
+				return 0, errDown
+			}
+			return 1, nil
+		})
+		assert.Equal(t, []string{
+			"stock attempt 1 ok=false",
+			"stock retry after 1 in 100ms",
+			"stock attempt 2 ok=false",
+			"stock retry after 2 in 200ms",
+			"stock attempt 3 ok=true",
+			"stock call_done 300ms ok=true",
+		}, rec.take())
+
+		dep.down.Store(true)
+		_, _ = p.Execute(t.Context(), func(ctx context.Context) (int, error) { _, err := dep.call(ctx); return 0, err })
+		_, _ = p.Execute(t.Context(), func(ctx context.Context) (int, error) { return 0, nil })
+		assert.Equal(t, []string{
+			"stock attempt 1 ok=false",
+			"stock retry after 1 in 100ms",
+			"stock attempt 2 ok=false",
+			"stock retry after 2 in 200ms",
+			"stock attempt 3 ok=false",
+			"stock retries_exhausted",
+			"stock state_change closed->open",
+			"stock call_done 300ms ok=false",
+			"stock rejected",
+			"stock call_done 0s ok=false",
+		}, rec.take())
+	})
+}
+
+func TestGiveUpEvents(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []pipeline.Option
+		want string
+	}{
+		{"time budget", []pipeline.Option{pipeline.WithTimeBudget(time.Second), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(0)))}, "dep time_budget_exceeded"},
+		{"retry budget", []pipeline.Option{pipeline.WithRetry(retrypolicy.New()), pipeline.WithRetryBudget(retrypolicy.NewBudget(0, 0, 0))}, "dep budget_exhausted"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := &recorder{}
+				p := pipeline.New[int](append(tt.opts, pipeline.WithName("dep"), pipeline.WithListener(rec))...)
+				_, _ = p.Execute(t.Context(), func(context.Context) (int, error) { return 0, errDown })
+				assert.Contains(t, rec.take(), tt.want)
+			})
+		})
+	}
+}

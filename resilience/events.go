@@ -1,0 +1,128 @@
+package resilience
+
+import "time"
+
+// EventKind says what an [Event] reports.
+type EventKind uint8
+
+// The kinds of events the stages report.
+const (
+	// EventAttempt: an attempt ended; Attempt is its number (1 for the
+	// first), Err its error, nil on success.
+	EventAttempt EventKind = iota + 1
+	// EventRetry: a retry is scheduled after attempt Attempt failed with
+	// Err, in Delay.
+	EventRetry
+	// EventRetriesExhausted: every allowed attempt failed; Err is the last
+	// error.
+	EventRetriesExhausted
+	// EventBudgetExhausted: the retry budget had no retry left.
+	EventBudgetExhausted
+	// EventTimeBudgetExceeded: the call ran out of time.
+	EventTimeBudgetExceeded
+	// EventStateChange: a breaker went From one state To another.
+	EventStateChange
+	// EventRejected: a breaker rejected a call; Err says why.
+	EventRejected
+	// EventCallDone: a pipeline call ended after Duration; Err is its
+	// error, nil on success.
+	EventCallDone
+	// EventSharedStateUnavailable: a breaker lost its shared state store
+	// (Err says why) and goes on with its local state.
+	EventSharedStateUnavailable
+	// EventSharedStateRestored: a breaker reached its shared state store
+	// again.
+	EventSharedStateRestored
+)
+
+// String returns the kind's name in snake case, such as "retry".
+func (k EventKind) String() string {
+	switch k {
+	case EventAttempt:
+		return "attempt"
+	case EventRetry:
+		return "retry"
+	case EventRetriesExhausted:
+		return "retries_exhausted"
+	case EventBudgetExhausted:
+		return "budget_exhausted"
+	case EventTimeBudgetExceeded:
+		return "time_budget_exceeded"
+	case EventStateChange:
+		return "state_change"
+	case EventRejected:
+		return "rejected"
+	case EventCallDone:
+		return "call_done"
+	case EventSharedStateUnavailable:
+		return "shared_state_unavailable"
+	case EventSharedStateRestored:
+		return "shared_state_restored"
+	default:
+		return "unknown"
+	}
+}
+
+// Event is one thing that happened in a stage. Fields that do not apply to
+// its Kind are zero.
+type Event struct {
+	Kind EventKind
+	// Name is the dependency's name: the breaker's, or the pipeline's.
+	Name     string
+	Attempt  int
+	Delay    time.Duration
+	Duration time.Duration
+	Err      error
+	// From and To are breaker states: "closed", "half-open" or "open".
+	From, To string
+}
+
+// Listener receives events. OnEvent is called synchronously on the
+// goroutine of the call, so it must be quick and safe for concurrent use;
+// breaker state changes are reported while the breaker holds its lock, so
+// it must not call the breaker. A stage with no listener builds no events.
+type Listener interface {
+	OnEvent(Event)
+}
+
+// ListenerFunc adapts a function to a [Listener].
+type ListenerFunc func(Event)
+
+// OnEvent calls f(e).
+func (f ListenerFunc) OnEvent(e Event) { f(e) }
+
+// Named returns a Listener that fills in the Name of events that lack one
+// before passing them to l. It returns nil for a nil l.
+func Named(l Listener, name string) Listener {
+	if l == nil {
+		return nil
+	}
+	return ListenerFunc(func(e Event) {
+		if e.Name == "" {
+			e.Name = name
+		}
+		l.OnEvent(e)
+	})
+}
+
+// Listeners returns a Listener that passes each event to every non-nil l
+// in order, or nil if there is none.
+func Listeners(ls ...Listener) Listener {
+	var out []Listener
+	for _, l := range ls {
+		if l != nil {
+			out = append(out, l)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
+		return out[0]
+	}
+	return ListenerFunc(func(e Event) {
+		for _, l := range out {
+			l.OnEvent(e)
+		}
+	})
+}
