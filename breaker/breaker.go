@@ -119,6 +119,7 @@ type Breaker struct {
 	state   atomic.Uint32 // last State seen by a transition, for Check
 	errOpen error
 	errBusy error
+	shared  *shared // nil unless the state is shared
 }
 
 // New returns a closed Breaker named name (the name appears in its errors
@@ -135,7 +136,11 @@ func New(name string, opts ...Option) *Breaker {
 		errOpen: &rejection{name: name, sentinel: ErrOpen},
 		errBusy: &rejection{name: name, sentinel: ErrTooManyRequests},
 	}
-	b.cb = gobreaker.NewCircuitBreaker[struct{}](b.settings(name))
+	st := b.settings(name)
+	b.cb = gobreaker.NewCircuitBreaker[struct{}](st)
+	if cfg.shared != nil {
+		b.shared = &shared{store: cfg.shared, settings: st, retry: cfg.sharedRetry}
+	}
 	return b
 }
 
@@ -172,11 +177,20 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 func (b *Breaker) Name() string { return b.cb.Name() }
 
 // State returns the current state, moving from open to half-open if the
-// open timeout has passed.
-func (b *Breaker) State() State { return fromGobreaker(b.cb.State()) }
+// open timeout has passed. A shared breaker syncs with its store first.
+func (b *Breaker) State() State {
+	if b.shared != nil {
+		if dcb, st := b.sharedState(); dcb != nil {
+			return st
+		}
+		return fromGobreaker(b.local().State())
+	}
+	return fromGobreaker(b.cb.State())
+}
 
-// Counts returns the outcomes counted in the current state.
-func (b *Breaker) Counts() Counts { return Counts(b.cb.Counts()) }
+// Counts returns the outcomes counted in the current state (for a shared
+// breaker, as last synced).
+func (b *Breaker) Counts() Counts { return Counts(b.local().Counts()) }
 
 // Check returns nil if the breaker was closed when it last changed state,
 // and otherwise an error matching [ErrOpen]. It takes no lock, so a retry
@@ -198,8 +212,16 @@ func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if b.shared != nil {
+		return b.executeShared(ctx, op)
+	}
+	return b.executeOn(b.cb, ctx, op)
+}
+
+// executeOn runs op through cb.
+func (b *Breaker) executeOn(cb *gobreaker.CircuitBreaker[struct{}], ctx context.Context, op func(ctx context.Context) error) error {
 	var opErr error
-	_, err := b.cb.Execute(func() (struct{}, error) {
+	_, err := cb.Execute(func() (struct{}, error) {
 		opErr = op(ctx)
 		return struct{}{}, b.outcome(ctx, opErr)
 	})

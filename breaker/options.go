@@ -28,6 +28,8 @@ type config struct {
 	failIf           func(error) bool
 	ignoreIf         func(error) bool
 	listener         resilience.Listener
+	shared           SharedStore
+	sharedRetry      time.Duration
 }
 
 func defaults() config {
@@ -37,6 +39,7 @@ func defaults() config {
 		buckets:          6,
 		openTimeout:      30 * time.Second,
 		halfOpenRequests: 1,
+		sharedRetry:      time.Second,
 	}
 }
 

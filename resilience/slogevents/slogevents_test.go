@@ -16,7 +16,7 @@ import (
 func TestLevelsAndAttributes(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
-		Level:       slog.LevelInfo,
+		Level: slog.LevelInfo,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
 				return slog.Attr{} // drop the time for a stable output
