@@ -1,0 +1,175 @@
+package benchmarks
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	retrygo "github.com/avast/retry-go/v4"
+	"github.com/cenkalti/backoff/v4"
+	"github.com/failsafe-go/failsafe-go"
+	fscb "github.com/failsafe-go/failsafe-go/circuitbreaker"
+	fsretry "github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+)
+
+// retries is how many retries the failing path makes per call: five
+// attempts, the per-retry cost is ns/op divided by this.
+const retries = 4
+
+var errFail = errors.New("fail")
+
+//go:noinline
+func ok() (int, error) { return 1, nil }
+
+//go:noinline
+func fail() (int, error) { return 0, errFail }
+
+// A subject is one library's way to make a call: set up once, then called
+// per operation; parallel benchmarks set up one per goroutine where the
+// library's object is not safe for concurrent use.
+type subject struct {
+	name     string
+	happy    func() func() error
+	failing  func() func() error // nil: no retries to measure
+	perGorou bool
+}
+
+// noTimer makes backoff/v4 and retry-go wait no time, like WithSleep below.
+type noTimer struct{ c chan time.Time }
+
+func newNoTimer() *noTimer { c := make(chan time.Time); close(c); return &noTimer{c: c} }
+
+func (t *noTimer) Start(time.Duration)                  {}
+func (t *noTimer) Stop()                                {}
+func (t *noTimer) C() <-chan time.Time                  { return t.c }
+func (t *noTimer) After(time.Duration) <-chan time.Time { return t.c }
+
+func noSleep(context.Context, time.Duration) error { return nil }
+
+var subjects = []subject{
+	{
+		name:  "BareCall",
+		happy: func() func() error { return func() error { _, err := ok(); return err } },
+	},
+	{
+		name: "Gobreaker",
+		happy: func() func() error {
+			cb := gobreaker.NewCircuitBreaker[int](gobreaker.Settings{Name: "bench"})
+			return func() error { _, err := cb.Execute(ok); return err }
+		},
+	},
+	{
+		name: "Backoff",
+		happy: func() func() error {
+			b := backoff.WithMaxRetries(backoff.NewExponentialBackOff(), retries)
+			return func() error { _, err := backoff.RetryWithData(ok, b); return err }
+		},
+		failing: func() func() error {
+			b := backoff.WithMaxRetries(backoff.NewExponentialBackOff(), retries)
+			t := newNoTimer()
+			return func() error { _, err := backoff.RetryNotifyWithTimerAndData(fail, b, nil, t); return err }
+		},
+		perGorou: true,
+	},
+	{
+		name: "RetryGo",
+		happy: func() func() error {
+			return func() error { _, err := retrygo.DoWithData(ok, retrygo.Attempts(retries+1)); return err }
+		},
+		failing: func() func() error {
+			t := newNoTimer()
+			return func() error {
+				_, err := retrygo.DoWithData(fail, retrygo.Attempts(retries+1), retrygo.WithTimer(t), retrygo.LastErrorOnly(true))
+				return err
+			}
+		},
+	},
+	{
+		name: "FailsafeRetryBreaker",
+		happy: func() func() error {
+			ex := failsafe.With[int](fsretry.NewBuilder[int]().WithMaxAttempts(retries+1).Build(), fscb.NewWithDefaults[int]())
+			return func() error { _, err := ex.Get(ok); return err }
+		},
+		failing: func() func() error {
+			cb := fscb.NewBuilder[int]().WithFailureThreshold(1 << 30).Build()
+			ex := failsafe.With[int](fsretry.NewBuilder[int]().WithMaxAttempts(retries+1).ReturnLastFailure().Build(), cb)
+			return func() error { _, err := ex.Get(fail); return err }
+		},
+	},
+	{
+		name: "Pipeline",
+		happy: func() func() error {
+			p := pipeline.New[int](pipeline.WithBreaker(breaker.New("bench")), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(retries+1))))
+			ctx := context.Background()
+			op := func(context.Context) (int, error) { return ok() }
+			return func() error { _, err := p.Execute(ctx, op); return err }
+		},
+		failing: func() func() error {
+			p := pipeline.New[int](
+				pipeline.WithBreaker(breaker.New("bench", breaker.ConsecutiveFailures(0))),
+				pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(retries+1), retrypolicy.WithSleep(noSleep))))
+			ctx := context.Background()
+			op := func(context.Context) (int, error) { return fail() }
+			return func() error { _, err := p.Execute(ctx, op); return err }
+		},
+	},
+}
+
+func BenchmarkHappy(b *testing.B) {
+	for _, s := range subjects {
+		b.Run(s.name, func(b *testing.B) {
+			call := s.happy()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := call(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkHappyParallel(b *testing.B) {
+	for _, s := range subjects {
+		b.Run(s.name, func(b *testing.B) {
+			shared := s.happy()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				call := shared
+				if s.perGorou {
+					call = s.happy()
+				}
+				for pb.Next() {
+					if err := call(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+func BenchmarkFailing(b *testing.B) {
+	for _, s := range subjects {
+		if s.failing == nil {
+			continue
+		}
+		b.Run(s.name, func(b *testing.B) {
+			call := s.failing()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := call(); !errors.Is(err, errFail) {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/retries, "ns/retry")
+		})
+	}
+}
