@@ -102,3 +102,13 @@ func TestJitterModeString(t *testing.T) {
 		assert.Equal(t, want, m.String())
 	}
 }
+
+func TestDelaysIsTheSameSequence(t *testing.T) {
+	var got []time.Duration
+	for d := range New(Jitter(None)).Delays() {
+		if got = append(got, d); len(got) == len(caps) {
+			break
+		}
+	}
+	assert.Equal(t, caps, got)
+}

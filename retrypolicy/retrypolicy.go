@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -122,6 +123,20 @@ func (p *Policy) With(opts ...Option) *Policy {
 		o.apply(&cfg)
 	}
 	return &Policy{cfg: cfg}
+}
+
+// Delays returns the delays one call would wait before its retries, in
+// order, freshly drawn: an endless sequence, without MaxAttempts or the
+// budget. It is for simulations, plots and tests.
+func (p *Policy) Delays() iter.Seq[time.Duration] {
+	if p == nil {
+		p = defaultPolicy
+	}
+	return func(yield func(time.Duration) bool) {
+		d := p.cfg.newDelays()
+		for yield(d.NextBackOff()) {
+		}
+	}
 }
 
 // MaxAttempts returns the configured attempt limit; 0 means unlimited.
