@@ -50,6 +50,14 @@ func run(clients int, period, end time.Duration, call func() error, log *callLog
 	wg.Wait()
 }
 
+// outage takes backend down from downAt to upAt, from now.
+func outage(backend *chaos.Backend, downAt, upAt time.Duration) {
+	time.Sleep(downAt)
+	backend.SetDown(true)
+	time.Sleep(upAt - downAt)
+	backend.SetDown(false)
+}
+
 func TestBreakerLimitsAnOutageToProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const openTimeout = 5 * time.Second
@@ -66,12 +74,7 @@ func TestBreakerLimitsAnOutageToProbes(t *testing.T) {
 			httpclient.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(50*time.Millisecond))))
 
 		const downAt, upAt = 10 * time.Second, 40 * time.Second
-		go func() {
-			time.Sleep(downAt)
-			backend.SetDown(true)
-			time.Sleep(upAt - downAt)
-			backend.SetDown(false)
-		}()
+		go outage(backend, downAt, upAt)
 		log := &callLog{}
 		run(50, 100*time.Millisecond, 60*time.Second, func() error { return client.GetJSON(t.Context(), "http://backend/", nil) }, log, new(atomic.Int64))
 
@@ -109,19 +112,14 @@ func outageLoad(t *testing.T, options func(backend *chaos.Backend) []httpclient.
 		backend := chaos.New(100*time.Millisecond, nil)
 		client := httpclient.New(options(backend)...)
 		const downAt, upAt = 10 * time.Second, 20 * time.Second
-		go func() {
-			time.Sleep(downAt)
-			backend.SetDown(true)
-			time.Sleep(upAt - downAt)
-			backend.SetDown(false)
-		}()
-		var before, during atomic.Int64
+		go outage(backend, downAt, upAt)
+		var all, during atomic.Int64
 		run(200, time.Second, 30*time.Second, func() error {
 			if d := time.Since(start); d >= downAt && d < upAt {
 				during.Add(1)
 			}
 			return client.GetJSON(t.Context(), "http://backend/", nil)
-		}, nil, &before)
+		}, nil, &all)
 		received = backend.ReceivedBetween(start.Add(downAt), start.Add(upAt))
 		offered = int(during.Load())
 	})
