@@ -82,10 +82,16 @@ func fromGobreaker(s gobreaker.State) State {
 // closed state, within its rolling window). They are cleared on every change
 // of state.
 type Counts struct {
-	Requests             uint32
-	TotalSuccesses       uint32
-	TotalFailures        uint32
-	TotalExclusions      uint32
+	// Requests counts the calls admitted, finished or not.
+	Requests uint32
+	// TotalSuccesses, TotalFailures and TotalExclusions count finished
+	// calls by how they were counted; an exclusion is neither (a caller's
+	// cancellation, by default).
+	TotalSuccesses  uint32
+	TotalFailures   uint32
+	TotalExclusions uint32
+	// ConsecutiveSuccesses and ConsecutiveFailures count the current run
+	// of each.
 	ConsecutiveSuccesses uint32
 	ConsecutiveFailures  uint32
 }
