@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -377,4 +378,22 @@ func FuzzParseRetryAfter(f *testing.F) {
 		}
 		assert.GreaterOrEqual(t, d, time.Duration(0))
 	})
+}
+
+func TestFailedBodiesAreDrainedSoTheConnectionIsReused(t *testing.T) {
+	f := &flaky{failures: 2}
+	srv := httptest.NewUnstartedServer(f)
+	var conns atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	require.NoError(t, httpclient.New(httpclient.Base(base), fastRetry()).GetJSON(t.Context(), srv.URL, nil))
+	assert.Equal(t, 3, f.calls)
+	assert.EqualValues(t, 1, conns.Load(), "three attempts over one connection")
 }

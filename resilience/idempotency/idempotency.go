@@ -15,6 +15,11 @@
 // A [Store] holds the records: [MemoryStore] for one process, or the Redis
 // store in package redisstore for replicas that share keys. The claim of a
 // key is atomic in both, so concurrent repeats run the handler once.
+//
+// Every response is stored, errors included, except those that ask the
+// client to retry because the request was not processed (429, 502, 503,
+// 504; see [ReleaseStatus]): for those the key is freed, so the retry runs
+// the handler. If the handler panics, the key is freed too.
 package idempotency
 
 import (
@@ -143,6 +148,7 @@ type config struct {
 	maxResponse int
 	scope       func(*http.Request) string
 	storeTime   time.Duration
+	release     map[int]bool
 }
 
 // Required makes a key mandatory on the covered methods: a request without
@@ -196,6 +202,19 @@ func MaxResponse(n int) Option {
 	})
 }
 
+// ReleaseStatus sets the statuses that are not stored: the key is freed,
+// so that the client's retry runs the handler again. They are the statuses
+// that tell a client to retry because the request was not processed.
+// Default 429, 502, 503, 504.
+func ReleaseStatus(codes ...int) Option {
+	return optionFunc(func(c *config) {
+		c.release = make(map[int]bool, len(codes))
+		for _, code := range codes {
+			c.release[code] = true
+		}
+	})
+}
+
 // Scope sets a function whose result namespaces keys, such as the
 // authenticated account, so that two clients cannot collide or read each
 // other's responses. Default: one namespace.
@@ -216,6 +235,7 @@ func Middleware(store Store, opts ...Option) func(http.Handler) http.Handler {
 		maxResponse: 1 << 20,
 		storeTime:   5 * time.Second,
 	}
+	ReleaseStatus(http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout).apply(&cfg)
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -311,6 +331,9 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, key string, claim 
 	h.next.ServeHTTP(rec, r)
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK)
+	}
+	if h.cfg.release[rec.status] {
+		return // the deferred release frees the key
 	}
 	done := Record{
 		Fingerprint: claim.Fingerprint,

@@ -267,3 +267,25 @@ func TestMemoryStoreIsBounded(t *testing.T) {
 		assert.Equal(t, 1, store.Len(), "expired claims are dropped")
 	})
 }
+
+func TestRetryableStatusesFreeTheKey(t *testing.T) {
+	var runs atomic.Int64
+	h := idempotency.Middleware(idempotency.NewMemoryStore(0))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	post := func() int {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+		r.Header.Set(idempotency.Header, "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	assert.Equal(t, http.StatusServiceUnavailable, post())
+	assert.Equal(t, http.StatusCreated, post(), "a 503 is not stored: the retry runs")
+	assert.Equal(t, http.StatusCreated, post(), "the 201 is")
+	assert.EqualValues(t, 2, runs.Load())
+}
