@@ -18,6 +18,7 @@ package pipeline
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
@@ -62,29 +63,69 @@ func New[T any](opts ...Option) *Pipeline[T] {
 // a [*retrypolicy.Error], and a spent budget matches
 // [context.DeadlineExceeded].
 func (p *Pipeline[T]) Execute(ctx context.Context, op resilience.Operation[T]) (T, error) {
+	return p.run(ctx, op, nil)
+}
+
+// ExecuteStream is [Pipeline.Execute] for a result that is still being
+// read after op returns, such as an HTTP response's body: on success the
+// contexts of the time budget and of the successful attempt stay alive
+// until release is called, which the caller must do once it is done with
+// the result. On error release is a no-op. release may be called more than
+// once.
+func (p *Pipeline[T]) ExecuteStream(ctx context.Context, op resilience.Operation[T]) (res T, release func(), err error) {
+	var kept keeper
+	res, err = p.run(ctx, op, &kept)
+	if err != nil {
+		kept.release()
+		return res, func() {}, err
+	}
+	return res, sync.OnceFunc(kept.release), nil
+}
+
+// keeper holds the cancel functions of contexts that a streamed result
+// still needs. A nil keeper keeps nothing.
+type keeper struct {
+	cancels []context.CancelFunc
+}
+
+// done cancels c at once, unless the call succeeded and k keeps it.
+func (k *keeper) done(c context.CancelFunc, err error) {
+	if k == nil || err != nil {
+		c()
+		return
+	}
+	k.cancels = append(k.cancels, c)
+}
+
+func (k *keeper) release() {
+	for _, c := range k.cancels {
+		c()
+	}
+}
+
+func (p *Pipeline[T]) run(ctx context.Context, op resilience.Operation[T], k *keeper) (T, error) {
 	if l := p.cfg.listener; l != nil {
 		start := time.Now()
-		res, err := p.execute(ctx, op)
+		res, err := p.execute(ctx, op, k)
 		l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Duration: time.Since(start), Err: err})
 		return res, err
 	}
-	return p.execute(ctx, op)
+	return p.execute(ctx, op, k)
 }
 
-func (p *Pipeline[T]) execute(ctx context.Context, op resilience.Operation[T]) (T, error) {
+func (p *Pipeline[T]) execute(ctx context.Context, op resilience.Operation[T], k *keeper) (res T, err error) {
 	if p.cfg.budget > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.budget)
-		defer cancel()
+		defer func() { k.done(cancel, err) }()
 	}
 	b := p.cfg.breaker
 	if b == nil {
-		return p.retry(ctx, nil, op)
+		return p.retry(ctx, nil, op, k)
 	}
-	var res T
-	err := b.Execute(ctx, func(ctx context.Context) error {
+	err = b.Execute(ctx, func(ctx context.Context) error {
 		var err error
-		res, err = p.retry(ctx, b, op)
+		res, err = p.retry(ctx, b, op, k)
 		return err
 	})
 	return res, err
@@ -92,9 +133,9 @@ func (p *Pipeline[T]) execute(ctx context.Context, op resilience.Operation[T]) (
 
 // retry runs the retry stage; b, if set, guards each retry, and a call
 // admitted while b is not closed is a probe that makes one attempt.
-func (p *Pipeline[T]) retry(ctx context.Context, b *breaker.Breaker, op resilience.Operation[T]) (T, error) {
+func (p *Pipeline[T]) retry(ctx context.Context, b *breaker.Breaker, op resilience.Operation[T], k *keeper) (T, error) {
 	if p.cfg.retry == nil || (b != nil && b.Check() != nil) {
-		return p.single(ctx, op)
+		return p.single(ctx, op, k)
 	}
 	var guard func() error
 	if b != nil {
@@ -104,13 +145,13 @@ func (p *Pipeline[T]) retry(ctx context.Context, b *breaker.Breaker, op resilien
 		return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, op)
 	}
 	return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, func(ctx context.Context) (T, error) {
-		return p.attempt(ctx, op)
+		return p.attempt(ctx, op, k)
 	})
 }
 
 // single runs the only attempt of a call without a retry stage.
-func (p *Pipeline[T]) single(ctx context.Context, op resilience.Operation[T]) (T, error) {
-	res, err := p.attempt(ctx, op)
+func (p *Pipeline[T]) single(ctx context.Context, op resilience.Operation[T], k *keeper) (T, error) {
+	res, err := p.attempt(ctx, op, k)
 	if p.cfg.listener != nil {
 		p.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
 	}
@@ -118,13 +159,14 @@ func (p *Pipeline[T]) single(ctx context.Context, op resilience.Operation[T]) (T
 }
 
 // attempt runs op once within the attempt timeout, if any.
-func (p *Pipeline[T]) attempt(ctx context.Context, op resilience.Operation[T]) (T, error) {
+func (p *Pipeline[T]) attempt(ctx context.Context, op resilience.Operation[T], k *keeper) (T, error) {
 	if p.cfg.attemptTimeout <= 0 {
 		return op(ctx)
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.attemptTimeout)
-	defer cancel()
-	return op(ctx)
+	res, err := op(ctx)
+	k.done(cancel, err)
+	return res, err
 }
 
 // Option configures a [Pipeline]. Options are not tied to a result type.

@@ -230,3 +230,38 @@ func TestPipelinesOfDifferentTypesShareABreaker(t *testing.T) {
 	_, err := ints.Execute(context.Background(), func(context.Context) (int, error) { return 1, nil })
 	require.ErrorIs(t, err, breaker.ErrOpen)
 }
+
+func TestExecuteStreamKeepsTheContextsUntilRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := pipeline.New[context.Context](
+			pipeline.WithTimeBudget(time.Minute),
+			pipeline.WithRetry(retrypolicy.New()),
+			pipeline.WithAttemptTimeout(10*time.Second),
+		)
+		var attempts []context.Context
+		op := func(ctx context.Context) (context.Context, error) {
+			attempts = append(attempts, ctx)
+			if len(attempts) == 1 {
+				return nil, errDown
+			}
+			return ctx, nil // a result still tied to its context, like an HTTP body
+		}
+		got, release, err := p.ExecuteStream(t.Context(), op)
+		require.NoError(t, err)
+		require.Len(t, attempts, 2)
+		assert.ErrorIs(t, attempts[0].Err(), context.Canceled, "a failed attempt's context is released at once")
+		assert.NoError(t, got.Err(), "the result's context outlives the call")
+		release()
+		assert.ErrorIs(t, got.Err(), context.Canceled)
+		release() // harmless
+
+		attempts = nil
+		got, err = p.Execute(t.Context(), op)
+		require.NoError(t, err)
+		assert.ErrorIs(t, got.Err(), context.Canceled, "Execute releases everything when it returns")
+
+		_, release, err = p.ExecuteStream(t.Context(), func(context.Context) (context.Context, error) { return nil, resilience.Permanent(errDown) })
+		require.Error(t, err)
+		release()
+	})
+}

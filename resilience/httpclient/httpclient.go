@@ -85,15 +85,12 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	base           http.RoundTripper
-	breaker        *breaker.Breaker
-	retry          *retrypolicy.Policy
-	budget         time.Duration
-	attemptTimeout time.Duration
-	retryMethods   map[string]bool
-	transient      map[int]bool
-	autoKey        bool
-	maxErrorBody   int
+	base         http.RoundTripper
+	stages       []pipeline.Option
+	retryMethods map[string]bool
+	transient    map[int]bool
+	autoKey      bool
+	maxErrorBody int
 }
 
 // Base sets the RoundTripper that makes each attempt. Default
@@ -106,30 +103,31 @@ func Base(rt http.RoundTripper) Option {
 	})
 }
 
+// Stages configures the pipeline each request runs through, with any
+// [pipeline.Option]: a retry budget, a listener, a name. [WithBreaker],
+// [WithRetry], [WithTimeBudget] and [WithAttemptTimeout] are shorthands.
+// The budget and the attempt timeout last until the response body is
+// closed.
+func Stages(opts ...pipeline.Option) Option {
+	return optionFunc(func(c *config) { c.stages = append(c.stages, opts...) })
+}
+
 // WithBreaker guards requests with b, one breaker per dependency. Default
 // none.
-func WithBreaker(b *breaker.Breaker) Option {
-	return optionFunc(func(c *config) { c.breaker = b })
-}
+func WithBreaker(b *breaker.Breaker) Option { return Stages(pipeline.WithBreaker(b)) }
 
 // WithRetry sets the retry policy. Default retrypolicy.New(): 4 attempts,
 // 100 ms base, 10 s cap, full jitter. nil turns retries off.
-func WithRetry(p *retrypolicy.Policy) Option {
-	return optionFunc(func(c *config) { c.retry = p })
-}
+func WithRetry(p *retrypolicy.Policy) Option { return Stages(pipeline.WithRetry(p)) }
 
 // WithTimeBudget caps each request, all attempts and delays included, at d,
 // until its response body is closed. Default none (only the request
 // context's deadline).
-func WithTimeBudget(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.budget = max(d, 0) })
-}
+func WithTimeBudget(d time.Duration) Option { return Stages(pipeline.WithTimeBudget(d)) }
 
 // WithAttemptTimeout caps each attempt, from sending the request until its
 // response body is closed, at d. Default none.
-func WithAttemptTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.attemptTimeout = max(d, 0) })
-}
+func WithAttemptTimeout(d time.Duration) Option { return Stages(pipeline.WithAttemptTimeout(d)) }
 
 // RetryMethods sets the methods retried without an idempotency key.
 // Default GET, HEAD, OPTIONS, PUT, DELETE.
@@ -174,7 +172,7 @@ func MaxErrorBody(n int) Option {
 func newConfig(opts []Option) config {
 	c := config{
 		base:         http.DefaultTransport,
-		retry:        retrypolicy.New(),
+		stages:       []pipeline.Option{pipeline.WithRetry(retrypolicy.New())},
 		maxErrorBody: 64 << 10,
 	}
 	RetryMethods(http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete).apply(&c)
@@ -198,8 +196,8 @@ func NewTransport(opts ...Option) *Transport {
 	cfg := newConfig(opts)
 	return &Transport{
 		cfg:      cfg,
-		retrying: pipeline.New[*http.Response](pipeline.WithBreaker(cfg.breaker), pipeline.WithRetry(cfg.retry)),
-		once:     pipeline.New[*http.Response](pipeline.WithBreaker(cfg.breaker)),
+		retrying: pipeline.New[*http.Response](cfg.stages...),
+		once:     pipeline.New[*http.Response](append(cfg.stages[:len(cfg.stages):len(cfg.stages)], pipeline.WithRetry(nil))...),
 	}
 }
 
@@ -218,11 +216,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // do is RoundTrip that returns failed statuses as errors.
 func (t *Transport) do(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	cancel := context.CancelFunc(func() {})
-	if t.cfg.budget > 0 {
-		ctx, cancel = context.WithTimeout(ctx, t.cfg.budget)
-	}
 	key := req.Header.Get(idempotency.Header)
 	if key == "" && t.cfg.autoKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		key = uuid.NewString()
@@ -232,32 +225,27 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	if (t.cfg.retryMethods[req.Method] || key != "") && (!hasBody || req.GetBody != nil) {
 		p = t.retrying
 	}
-	a := attempt{t: t, req: req, key: key, budgetCancel: cancel}
-	resp, err := p.Execute(ctx, a.run)
+	a := attempt{t: t, req: req, key: key}
+	resp, release, err := p.ExecuteStream(req.Context(), a.run)
 	if err != nil {
-		cancel()
 		if a.n == 0 && hasBody {
 			req.Body.Close() // a RoundTripper always closes the body
 		}
 		return nil, err
 	}
+	resp.Body = &releaseBody{ReadCloser: resp.Body, release: release}
 	return resp, nil
 }
 
 // attempt makes the attempts of one request.
 type attempt struct {
-	t            *Transport
-	req          *http.Request
-	key          string
-	n            int
-	budgetCancel context.CancelFunc
+	t   *Transport
+	req *http.Request
+	key string
+	n   int
 }
 
 func (a *attempt) run(ctx context.Context) (*http.Response, error) {
-	cancel := context.CancelFunc(func() {})
-	if a.t.cfg.attemptTimeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, a.t.cfg.attemptTimeout)
-	}
 	r := a.req.Clone(ctx)
 	if a.key != "" {
 		r.Header.Set(idempotency.Header, a.key)
@@ -265,7 +253,6 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if a.n > 0 && a.req.Body != nil && a.req.Body != http.NoBody {
 		body, err := a.req.GetBody()
 		if err != nil {
-			cancel()
 			return nil, resilience.Permanent(fmt.Errorf("httpclient: rewind request body: %w", err))
 		}
 		r.Body = body
@@ -274,14 +261,11 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	deadline.Inject(ctx, r.Header)
 	resp, err := a.t.cfg.base.RoundTrip(r)
 	if err != nil {
-		cancel()
 		return nil, classify(err)
 	}
 	if resp.StatusCode >= 400 || a.t.cfg.transient[resp.StatusCode] {
-		defer cancel()
 		return nil, a.t.statusError(r, resp)
 	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: func() { cancel(); a.budgetCancel() }}
 	return resp, nil
 }
 
@@ -335,15 +319,15 @@ func (t *Transport) statusError(req *http.Request, resp *http.Response) error {
 	return se
 }
 
-// cancelBody releases a response's contexts when its body is closed.
-type cancelBody struct {
+// releaseBody releases a response's contexts when its body is closed.
+type releaseBody struct {
 	io.ReadCloser
-	cancel context.CancelFunc
+	release func()
 }
 
-func (b *cancelBody) Close() error {
+func (b *releaseBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.cancel()
+	b.release()
 	return err
 }
 
