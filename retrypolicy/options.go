@@ -2,8 +2,10 @@ package retrypolicy
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -39,11 +41,14 @@ func defaults() config {
 	}
 }
 
+// backoffPermanent matches any *backoff.PermanentError with errors.Is.
+var backoffPermanent = &backoff.PermanentError{}
+
 func (c *config) retryable(err error) bool {
 	if c.retryIf != nil {
 		return c.retryIf(err)
 	}
-	return resilience.Classify(err).Retryable()
+	return resilience.Classify(err).Retryable() && !errors.Is(err, backoffPermanent)
 }
 
 // MaxAttempts sets how many times an operation runs at most, the first
@@ -82,7 +87,8 @@ func Jitter(m JitterMode) Option {
 }
 
 // RetryIf replaces the test for whether an error is retried. Default: its
-// [resilience.Class] is transient. A done context stops the loop whatever fn
+// [resilience.Class] is transient, and it is not marked with
+// backoff/v4's Permanent. A done context stops the loop whatever fn
 // says.
 func RetryIf(fn func(err error) bool) Option {
 	return optionFunc(func(c *config) { c.retryIf = fn })

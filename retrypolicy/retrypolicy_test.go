@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -40,6 +41,7 @@ func TestAttemptsByClass(t *testing.T) {
 		{"permanent tried once", nil, resilience.Permanent(errBlip), 1, retrypolicy.ErrNotRetryable},
 		{"terminal tried once", nil, resilience.Terminal(errBlip), 1, retrypolicy.ErrNotRetryable},
 		{"canceled error tried once", nil, context.Canceled, 1, retrypolicy.ErrNotRetryable},
+		{"backoff.Permanent tried once", nil, backoff.Permanent(errBlip), 1, retrypolicy.ErrNotRetryable},
 		{"timeout is transient", nil, context.DeadlineExceeded, 4, retrypolicy.ErrMaxAttempts},
 		{"RetryIf overrides", []retrypolicy.Option{retrypolicy.RetryIf(func(error) bool { return false })}, errBlip, 1, retrypolicy.ErrNotRetryable},
 	}
