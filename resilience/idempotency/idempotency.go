@@ -224,9 +224,13 @@ func Scope(fn func(r *http.Request) string) Option {
 
 // Middleware returns middleware that makes covered requests with an
 // Idempotency-Key run at most once per key, replaying the stored response
-// to repeats. When the store fails, the request gets 503 and the handler
-// does not run. The middleware is safe for concurrent use.
+// to repeats. A nil store means a [MemoryStore] of default size. When the
+// store fails, the request gets 503 and the handler does not run. The
+// middleware is safe for concurrent use.
 func Middleware(store Store, opts ...Option) func(http.Handler) http.Handler {
+	if store == nil {
+		store = NewMemoryStore(0)
+	}
 	cfg := config{
 		ttl:         24 * time.Hour,
 		lockTTL:     5 * time.Minute,

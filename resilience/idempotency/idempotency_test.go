@@ -154,6 +154,13 @@ func TestReplayAndConflicts(t *testing.T) {
 	}
 }
 
+func TestNilStoreIsInMemory(t *testing.T) {
+	s := newServer(nil)
+	s.do(http.MethodPost, "/orders", "k", "{}")
+	assert.Equal(t, "true", s.do(http.MethodPost, "/orders", "k", "{}").Header().Get(idempotency.ReplayedHeader))
+	assert.EqualValues(t, 1, s.runs.Load())
+}
+
 func TestRequiredKey(t *testing.T) {
 	s := newServer(idempotency.NewMemoryStore(0), idempotency.Required())
 	w := s.do(http.MethodPost, "/orders", "", `{}`)
