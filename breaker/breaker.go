@@ -231,15 +231,23 @@ func (b *Breaker) executeOn(cb *gobreaker.CircuitBreaker[struct{}], ctx context.
 		opErr = op(ctx)
 		return struct{}{}, b.outcome(ctx, opErr)
 	})
+	res, _ := b.result(err, opErr)
+	return res
+}
+
+// result maps what gobreaker returned to the caller's error: op's own
+// error, or a rejection. ok is false for an error of gobreaker's own, such
+// as a shared store's failure, which it returns as it is.
+func (b *Breaker) result(err, opErr error) (res error, ok bool) {
 	switch err {
 	case nil, errFailure, errIgnored:
-		return opErr
+		return opErr, true
 	case gobreaker.ErrOpenState:
-		return b.reject(b.errOpen)
+		return b.reject(b.errOpen), true
 	case gobreaker.ErrTooManyRequests:
-		return b.reject(b.errBusy)
+		return b.reject(b.errBusy), true
 	default:
-		return err
+		return err, false
 	}
 }
 

@@ -2,7 +2,6 @@ package breaker
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -192,7 +191,7 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 	opErr := op(ctx)
 	outcome := b.outcome(ctx, opErr)
 	_, err := dcb.Execute(func() (struct{}, error) { return struct{}{}, outcome })
-	if err != nil && !isOutcome(err) && !isRejection(err) {
+	if isStoreError(err) {
 		b.storeFailed(err)
 		_, _ = b.local().Execute(func() (struct{}, error) { return struct{}{}, outcome })
 	}
@@ -202,13 +201,8 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 // sharedResult maps the result of a probe run through the distributed
 // breaker.
 func (b *Breaker) sharedResult(ran bool, opErr, err error, ctx context.Context, op func(context.Context) error) error {
-	switch {
-	case isOutcome(err) || err == nil:
-		return opErr
-	case errors.Is(err, gobreaker.ErrOpenState):
-		return b.reject(b.errOpen)
-	case errors.Is(err, gobreaker.ErrTooManyRequests):
-		return b.reject(b.errBusy)
+	if res, ok := b.result(err, opErr); ok {
+		return res
 	}
 	b.storeFailed(err)
 	if ran {
@@ -217,8 +211,12 @@ func (b *Breaker) sharedResult(ran bool, opErr, err error, ctx context.Context, 
 	return b.executeOn(b.local(), ctx, op)
 }
 
-func isOutcome(err error) bool { return err == errFailure || err == errIgnored }
-
-func isRejection(err error) bool {
-	return err == gobreaker.ErrOpenState || err == gobreaker.ErrTooManyRequests
+// isStoreError reports whether err, returned by the distributed breaker,
+// is the shared store's failure rather than an outcome or a rejection.
+func isStoreError(err error) bool {
+	switch err {
+	case nil, errFailure, errIgnored, gobreaker.ErrOpenState, gobreaker.ErrTooManyRequests:
+		return false
+	}
+	return true
 }
