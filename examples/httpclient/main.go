@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/resilience/chaos"
 	"github.com/resiliencekit/resiliencekit/resilience/deadline"
 	"github.com/resiliencekit/resiliencekit/resilience/httpclient"
 	"github.com/resiliencekit/resiliencekit/resilience/idempotency"
@@ -60,25 +61,24 @@ func main() {
 	}
 
 	fmt.Println("2. The order service creates the order, then loses the response, twice")
-	var created, received atomic.Int64
-	orders := idempotency.Middleware(idempotency.NewMemoryStore(0))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var created, handled atomic.Int64
+	orders := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := created.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = fmt.Fprintf(w, `{"id":%d}`, id)
 	}))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if received.Add(1) > 2 {
-			orders.ServeHTTP(w, r)
-			return
-		}
-		orders.ServeHTTP(httptest.NewRecorder(), r)
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			conn.Close()
+	var lossy *chaos.Backend
+	lossy = chaos.New(0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		orders.ServeHTTP(w, r)
+		if handled.Add(1) == 2 {
+			lossy.SetDropResponse(false)
 		}
 	}))
+	lossy.SetDropResponse(true) // process each request, then reset the connection
+	srv := httptest.NewServer(lossy)
 	var order struct{ ID int }
 	err := client.PostJSON(ctx, srv.URL, map[string]string{"sku": "a"}, &order, httpclient.IdempotencyKey("order-7f3a"))
-	fmt.Printf("  got order %d after %d requests; orders created: %d; error: %v\n", order.ID, received.Load(), created.Load(), err)
+	fmt.Printf("  got order %d after %d requests; orders created: %d; error: %v\n", order.ID, lossy.Received(), created.Load(), err)
 	srv.Close()
 
 	fmt.Println("3. A bad request is not retried")

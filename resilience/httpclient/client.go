@@ -89,13 +89,11 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return c.t.statusError(req, resp)
 	}
-	if out == nil || resp.StatusCode == http.StatusNoContent {
-		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
-		return nil
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("httpclient: decode %s %s response: %w", method, req.URL.Redacted(), err)
+		}
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("httpclient: decode %s %s response: %w", method, req.URL.Redacted(), err)
-	}
-	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit) // lets the connection be reused
 	return nil
 }
