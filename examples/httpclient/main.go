@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
-	"github.com/resiliencekit/resiliencekit/resilience/chaos"
-	"github.com/resiliencekit/resiliencekit/resilience/deadline"
-	"github.com/resiliencekit/resiliencekit/resilience/httpclient"
-	"github.com/resiliencekit/resiliencekit/resilience/idempotency"
+	"github.com/resiliencekit/resiliencekit/chaos"
+	"github.com/resiliencekit/resiliencekit/deadline"
+	"github.com/resiliencekit/resiliencekit/httpclient"
+	"github.com/resiliencekit/resiliencekit/idempotency"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
-	"github.com/resiliencekit/resiliencekit/resilience/chaos"
-	"github.com/resiliencekit/resiliencekit/resilience/httpclient"
+	"github.com/resiliencekit/resiliencekit/chaos"
+	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 

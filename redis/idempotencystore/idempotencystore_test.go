@@ -1,0 +1,57 @@
+package idempotencystore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/idempotency/storetest"
+	"github.com/resiliencekit/resiliencekit/redis/idempotencystore"
+	"github.com/resiliencekit/resiliencekit/redis/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestContractOnMiniredis(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) idempotency.Store {
+		c, _ := redistest.Mini(t)
+		return idempotencystore.New(c, "")
+	})
+}
+
+func TestContractOnRealRedis(t *testing.T) {
+	c := redistest.Real(t)
+	storetest.Run(t, func(t *testing.T) idempotency.Store { return idempotencystore.New(c, "test:") })
+}
+
+func TestClaimsAndRecordsExpire(t *testing.T) {
+	c, m := redistest.Mini(t)
+	s := idempotencystore.New(c, "")
+	ctx := context.Background()
+	claim := idempotency.Record{Fingerprint: "fp", Token: "t"}
+	found, err := s.Begin(ctx, "k", claim, time.Minute)
+	require.NoError(t, err)
+	require.Nil(t, found)
+	assert.Equal(t, time.Minute, m.TTL("idempotency:k"))
+
+	m.FastForward(time.Minute)
+	require.ErrorIs(t, s.Complete(ctx, "k", claim, idempotency.Record{Done: true}, time.Hour), idempotency.ErrNotOwner, "an expired claim is not held")
+	found, err = s.Begin(ctx, "k", claim, time.Minute)
+	require.NoError(t, err)
+	require.Nil(t, found, "an expired claim frees the key")
+
+	require.NoError(t, s.Complete(ctx, "k", claim, idempotency.Record{Fingerprint: "fp", Done: true, Status: 200}, 24*time.Hour))
+	assert.Equal(t, 24*time.Hour, m.TTL("idempotency:k"))
+}
+
+func TestUnreachableRedisIsAnError(t *testing.T) {
+	c, m := redistest.Mini(t)
+	m.Close()
+	_, err := idempotencystore.New(c, "").Begin(context.Background(), "k", idempotency.Record{}, time.Minute)
+	assert.Error(t, err)
+}

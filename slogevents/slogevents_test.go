@@ -1,0 +1,33 @@
+package slogevents_test
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/slogevents"
+)
+
+func TestLevelsAndAttributes(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+		Level: slog.LevelInfo,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{} // drop the time for a stable output
+			}
+			return a
+		},
+	}))
+	l := slogevents.New(logger)
+	l.OnEvent(resilience.Event{Kind: resilience.EventRetry, Name: "db", Attempt: 1, Delay: time.Second})
+	l.OnEvent(resilience.Event{Kind: resilience.EventStateChange, Name: "db", From: "closed", To: "open"})
+	l.OnEvent(resilience.Event{Kind: resilience.EventRetriesExhausted, Name: "db", Attempt: 4, Err: errors.New("reset")})
+	assert.Equal(t, "level=WARN msg=\"resilience state_change\" dependency=db from=closed to=open\n"+
+		"level=WARN msg=\"resilience retries_exhausted\" dependency=db attempt=4 error=reset\n", buf.String())
+}
