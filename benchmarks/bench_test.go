@@ -105,18 +105,18 @@ var subjects = []subject{
 	{
 		name: "Pipeline",
 		happy: func() func() error {
-			p := pipeline.New[int](pipeline.WithBreaker(breaker.New("bench")), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(retries+1))))
+			p := pipeline.New(pipeline.WithBreaker(breaker.New("bench")), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(retries+1))))
 			ctx := context.Background()
 			op := func(context.Context) (int, error) { return ok() }
-			return func() error { _, err := p.Execute(ctx, op); return err }
+			return func() error { _, err := pipeline.Do(ctx, p, op); return err }
 		},
 		failing: func() func() error {
-			p := pipeline.New[int](
+			p := pipeline.New(
 				pipeline.WithBreaker(breaker.New("bench", breaker.ConsecutiveFailures(0))),
 				pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(retries+1), retrypolicy.WithSleep(noSleep))))
 			ctx := context.Background()
 			op := func(context.Context) (int, error) { return fail() }
-			return func() error { _, err := p.Execute(ctx, op); return err }
+			return func() error { _, err := pipeline.Do(ctx, p, op); return err }
 		},
 	},
 }

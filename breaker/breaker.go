@@ -16,18 +16,21 @@
 // change that.
 //
 // One Breaker serves every call to its dependency, whatever the result
-// type, and is safe for concurrent use.
+// type, and is safe for concurrent use. The zero Breaker is always closed:
+// it runs every call and counts nothing; make one with [New].
 package breaker
 
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/resiliencekit/resiliencekit/internal/hook"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -43,29 +46,18 @@ var (
 	ErrTooManyRequests = errors.New("circuit breaker is half-open and busy")
 )
 
-// State is a breaker's state.
-type State uint8
+// State is a breaker's state, the type that events report.
+type State = resilience.State
 
 // The states of a breaker.
 const (
-	Closed State = iota
-	HalfOpen
-	Open
+	// Closed lets every call through.
+	Closed = resilience.StateClosed
+	// HalfOpen lets [HalfOpenRequests] probe calls through.
+	HalfOpen = resilience.StateHalfOpen
+	// Open rejects every call.
+	Open = resilience.StateOpen
 )
-
-// String returns "closed", "half-open" or "open".
-func (s State) String() string {
-	switch s {
-	case Closed:
-		return "closed"
-	case HalfOpen:
-		return "half-open"
-	case Open:
-		return "open"
-	default:
-		return "unknown"
-	}
-}
 
 func fromGobreaker(s gobreaker.State) State {
 	switch s {
@@ -118,14 +110,15 @@ var (
 )
 
 // Breaker is a circuit breaker for one dependency. It is safe for
-// concurrent use.
+// concurrent use. The zero Breaker is always closed and counts nothing.
 type Breaker struct {
-	cb      *gobreaker.CircuitBreaker[struct{}]
-	cfg     config
-	state   atomic.Uint32 // last State seen by a transition, for Check
-	errOpen error
-	errBusy error
-	shared  *shared // nil unless the state is shared
+	cb        *gobreaker.CircuitBreaker[struct{}]
+	cfg       config
+	listeners atomic.Pointer[[]resilience.Listener]
+	state     atomic.Uint32 // last State seen by a transition, for Check
+	errOpen   error
+	errBusy   error
+	shared    *shared // nil unless the state is shared
 }
 
 // New returns a closed Breaker named name (the name appears in its errors
@@ -141,6 +134,9 @@ func New(name string, opts ...Option) *Breaker {
 		cfg:     cfg,
 		errOpen: &rejection{name: name, sentinel: ErrOpen},
 		errBusy: &rejection{name: name, sentinel: ErrTooManyRequests},
+	}
+	for _, l := range cfg.listeners {
+		b.addListener(l)
 	}
 	st := b.settings(name)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](st)
@@ -162,10 +158,7 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 			if cfg.onStateChange != nil {
 				cfg.onStateChange(name, fromGobreaker(from), fromGobreaker(to))
 			}
-			if cfg.listener != nil {
-				cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventStateChange, Name: name,
-					From: fromGobreaker(from).String(), To: fromGobreaker(to).String()})
-			}
+			b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: name, From: fromGobreaker(from), To: fromGobreaker(to)})
 		},
 		IsSuccessful: func(err error) bool { return err == nil },
 		IsExcluded:   func(err error) bool { return err == errIgnored },
@@ -179,12 +172,68 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 	return st
 }
 
+func init() {
+	hook.AddBreakerListener = func(b any, l resilience.Listener) { b.(*Breaker).addListener(l) }
+}
+
+// addListener adds l to the listeners, unless it is there already (as
+// far as listeners of its type can be compared).
+func (b *Breaker) addListener(l resilience.Listener) {
+	if l == nil {
+		return
+	}
+	for {
+		old := b.listeners.Load()
+		var ls []resilience.Listener
+		if old != nil {
+			for _, have := range *old {
+				if same(have, l) {
+					return
+				}
+			}
+			ls = append(ls, *old...)
+		}
+		ls = append(ls, l)
+		if b.listeners.CompareAndSwap(old, &ls) {
+			return
+		}
+	}
+}
+
+// same reports whether a and b are the same listener, as far as their
+// type can tell: false for listeners of a type that == cannot compare.
+func same(a, b resilience.Listener) (eq bool) {
+	t := reflect.TypeOf(a)
+	if t != reflect.TypeOf(b) || !t.Comparable() {
+		return false
+	}
+	defer func() { _ = recover() }() // a struct holding a func
+	return a == b
+}
+
+// emit passes e to every listener.
+func (b *Breaker) emit(e resilience.Event) {
+	if ls := b.listeners.Load(); ls != nil {
+		for _, l := range *ls {
+			l.OnEvent(e)
+		}
+	}
+}
+
 // Name returns the breaker's name.
-func (b *Breaker) Name() string { return b.cb.Name() }
+func (b *Breaker) Name() string {
+	if b.cb == nil {
+		return ""
+	}
+	return b.cb.Name()
+}
 
 // State returns the current state, moving from open to half-open if the
 // open timeout has passed. A shared breaker syncs with its store first.
 func (b *Breaker) State() State {
+	if b.cb == nil {
+		return Closed
+	}
 	if b.shared != nil {
 		if dcb, st := b.sharedState(); dcb != nil {
 			return st
@@ -196,7 +245,12 @@ func (b *Breaker) State() State {
 
 // Counts returns the outcomes counted in the current state (for a shared
 // breaker, as last synced).
-func (b *Breaker) Counts() Counts { return Counts(b.local().Counts()) }
+func (b *Breaker) Counts() Counts {
+	if b.cb == nil {
+		return Counts{}
+	}
+	return Counts(b.local().Counts())
+}
 
 // Check returns nil if the breaker was closed when it last changed state,
 // and otherwise an error matching [ErrOpen]. It takes no lock, so a retry
@@ -217,6 +271,9 @@ func (b *Breaker) Check() error {
 func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if b.cb == nil {
+		return op(ctx)
 	}
 	if b.shared != nil {
 		return b.executeShared(ctx, op)
@@ -253,9 +310,7 @@ func (b *Breaker) result(err, opErr error) (res error, ok bool) {
 
 // reject reports a rejection and returns err.
 func (b *Breaker) reject(err error) error {
-	if b.cfg.listener != nil {
-		b.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventRejected, Name: b.Name(), Err: err})
-	}
+	b.emit(resilience.Event{Kind: resilience.EventRejected, Name: b.Name(), Err: err})
 	return err
 }
 

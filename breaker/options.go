@@ -27,7 +27,7 @@ type config struct {
 	onStateChange    func(name string, from, to State)
 	failIf           func(error) bool
 	ignoreIf         func(error) bool
-	listener         resilience.Listener
+	listeners        []resilience.Listener
 	shared           SharedStore
 	sharedRetry      time.Duration
 }
@@ -123,7 +123,13 @@ func IgnoreIf(fn func(err error) bool) Option {
 
 // WithListener reports the breaker's state changes and rejections to l,
 // after any listener set before. State changes are reported under the
-// breaker's lock: l must not call the breaker. Default none, at no cost.
+// breaker's lock: l must not call the breaker. A pipeline's listener
+// ([pipeline.WithListener]) hears its breaker too, so this option is for a
+// breaker used on its own or heard by another listener; a listener given
+// both ways hears each event once if its type is comparable (a pointer).
+// Default none, at no cost.
+//
+// [pipeline.WithListener]: https://pkg.go.dev/github.com/resiliencekit/resiliencekit/pipeline#WithListener
 func WithListener(l resilience.Listener) Option {
-	return optionFunc(func(c *config) { c.listener = resilience.Listeners(c.listener, l) })
+	return optionFunc(func(c *config) { c.listeners = append(c.listeners, l) })
 }

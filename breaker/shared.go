@@ -14,7 +14,8 @@ import (
 // SharedStore keeps a breaker's state where the replicas of a service can
 // share it, so that failures seen by one open the breaker for all. Lock and
 // Unlock guard a read-modify-write of the data under a name. The
-// redisstate package has one on Redis. Implementations are safe for
+// breakerstore package of the nested module
+// github.com/resiliencekit/resiliencekit/redis has one on Redis. Implementations are safe for
 // concurrent use.
 type SharedStore interface {
 	Lock(name string) error
@@ -139,14 +140,14 @@ func (b *Breaker) local() *gobreaker.CircuitBreaker[struct{}] {
 func (b *Breaker) storeFailed(err error) {
 	s := b.shared
 	s.downUntil.Store(time.Now().Add(s.retry).UnixNano())
-	if !s.down.Swap(true) && b.cfg.listener != nil {
-		b.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: b.Name(), Err: err})
+	if !s.down.Swap(true) {
+		b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: b.Name(), Err: err})
 	}
 }
 
 func (b *Breaker) storeWorked() {
-	if b.shared.down.Swap(false) && b.cfg.listener != nil {
-		b.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: b.Name()})
+	if b.shared.down.Swap(false) {
+		b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: b.Name()})
 	}
 }
 

@@ -7,13 +7,15 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/chaos"
 	"github.com/resiliencekit/resiliencekit/httpclient"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
 func ExampleBackend() {
 	backend := chaos.New(time.Second, nil)
 	client := httpclient.New(httpclient.Base(backend.Transport()),
-		httpclient.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(time.Millisecond))))
+		httpclient.WithPipeline(pipeline.New(
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(time.Millisecond))))))
 
 	fmt.Println(client.GetJSON(context.Background(), "http://backend/", nil))
 	backend.SetDown(true) // switch a fault while traffic runs

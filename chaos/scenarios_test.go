@@ -13,6 +13,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/chaos"
 	"github.com/resiliencekit/resiliencekit/httpclient"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -70,8 +71,9 @@ func TestBreakerLimitsAnOutageToProbes(t *testing.T) {
 					openAt.Store(int64(time.Since(start)))
 				}
 			}))
-		client := httpclient.New(httpclient.Base(backend.Transport()), httpclient.WithBreaker(b), httpclient.WithTimeBudget(2*time.Second),
-			httpclient.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(50*time.Millisecond))))
+		client := httpclient.New(httpclient.Base(backend.Transport()), httpclient.WithPipeline(pipeline.New(
+			pipeline.WithBreaker(b), pipeline.WithTimeBudget(2*time.Second),
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(50*time.Millisecond))))))
 
 		const downAt, upAt = 10 * time.Second, 40 * time.Second
 		go outage(backend, downAt, upAt)
@@ -130,15 +132,17 @@ func TestOutageLoadPipelineVersusNaiveRetry(t *testing.T) {
 	pipelineReceived, offered := outageLoad(t, func(backend *chaos.Backend) []httpclient.Option {
 		return []httpclient.Option{
 			httpclient.Base(backend.Transport()),
-			httpclient.WithBreaker(breaker.New("backend", breaker.ConsecutiveFailures(5), breaker.OpenTimeout(5*time.Second))),
-			httpclient.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(4))),
-			httpclient.WithTimeBudget(2 * time.Second),
+			httpclient.WithPipeline(pipeline.New(
+				pipeline.WithBreaker(breaker.New("backend", breaker.ConsecutiveFailures(5), breaker.OpenTimeout(5*time.Second))),
+				pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(4))),
+				pipeline.WithTimeBudget(2*time.Second),
+			)),
 		}
 	})
 	naiveReceived, naiveOffered := outageLoad(t, func(backend *chaos.Backend) []httpclient.Option {
 		return []httpclient.Option{
 			httpclient.Base(backend.Transport()),
-			httpclient.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(5), retrypolicy.BaseDelay(0))),
+			httpclient.WithPipeline(pipeline.New(pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(5), retrypolicy.BaseDelay(0))))),
 		}
 	})
 	t.Logf("during a 10 s outage: pipeline %d requests for %d calls offered; naive immediate retry %d for %d",

@@ -11,6 +11,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -32,10 +33,11 @@ func ExampleClient_PostJSON() {
 		})))
 	defer srv.Close()
 
-	client := httpclient.New(
-		httpclient.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Millisecond))),
-		httpclient.WithTimeBudget(2*time.Second),
+	orders := pipeline.New( // one pipeline per dependency
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Millisecond))),
+		pipeline.WithTimeBudget(2*time.Second),
 	)
+	client := httpclient.New(httpclient.WithPipeline(orders))
 	var order struct{ ID int }
 	// The key makes the POST safe to retry: the server runs it once.
 	err := client.PostJSON(context.Background(), srv.URL+"/orders", map[string]string{"sku": "a"}, &order,

@@ -32,7 +32,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/deadline"
 	"github.com/resiliencekit/resiliencekit/idempotency"
 	"github.com/resiliencekit/resiliencekit/pipeline"
@@ -86,7 +85,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	base         http.RoundTripper
-	stages       []pipeline.Option
+	pipeline     *pipeline.Pipeline
 	retryMethods map[string]bool
 	transient    map[int]bool
 	autoKey      bool
@@ -103,31 +102,19 @@ func Base(rt http.RoundTripper) Option {
 	})
 }
 
-// Stages configures the pipeline each request runs through, with any
-// [pipeline.Option]: a retry budget, a listener, a name. [WithBreaker],
-// [WithRetry], [WithTimeBudget] and [WithAttemptTimeout] are shorthands.
-// The budget and the attempt timeout last until the response body is
-// closed.
-func Stages(opts ...pipeline.Option) Option {
-	return optionFunc(func(c *config) { c.stages = append(c.stages, opts...) })
+// WithPipeline runs every request through p: its time budget, breaker,
+// retry and attempt timeout, the budget and the attempt timeout lasting
+// until the response body is closed. Use one Pipeline per dependency,
+// shared with its other callers. Default: a pipeline that retries by
+// retrypolicy.New() (4 attempts, 100 ms base, 10 s cap, full jitter),
+// without a breaker or time budget; nil keeps the default.
+func WithPipeline(p *pipeline.Pipeline) Option {
+	return optionFunc(func(c *config) {
+		if p != nil {
+			c.pipeline = p
+		}
+	})
 }
-
-// WithBreaker guards requests with b, one breaker per dependency. Default
-// none.
-func WithBreaker(b *breaker.Breaker) Option { return Stages(pipeline.WithBreaker(b)) }
-
-// WithRetry sets the retry policy. Default retrypolicy.New(): 4 attempts,
-// 100 ms base, 10 s cap, full jitter. nil turns retries off.
-func WithRetry(p *retrypolicy.Policy) Option { return Stages(pipeline.WithRetry(p)) }
-
-// WithTimeBudget caps each request, all attempts and delays included, at d,
-// until its response body is closed. Default none (only the request
-// context's deadline).
-func WithTimeBudget(d time.Duration) Option { return Stages(pipeline.WithTimeBudget(d)) }
-
-// WithAttemptTimeout caps each attempt, from sending the request until its
-// response body is closed, at d. Default none.
-func WithAttemptTimeout(d time.Duration) Option { return Stages(pipeline.WithAttemptTimeout(d)) }
 
 // RetryMethods sets the methods retried without an idempotency key.
 // Default GET, HEAD, OPTIONS, PUT, DELETE.
@@ -172,7 +159,7 @@ func MaxErrorBody(n int) Option {
 func newConfig(opts []Option) config {
 	c := config{
 		base:         http.DefaultTransport,
-		stages:       []pipeline.Option{pipeline.WithRetry(retrypolicy.New())},
+		pipeline:     defaultPipeline,
 		maxErrorBody: 64 << 10,
 	}
 	RetryMethods(http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete).apply(&c)
@@ -183,22 +170,18 @@ func newConfig(opts []Option) config {
 	return c
 }
 
+var defaultPipeline = pipeline.New(pipeline.WithRetry(retrypolicy.New()))
+
 // Transport is an [http.RoundTripper] that runs each request through a
-// time budget, a breaker and a retry. It is safe for concurrent use.
+// pipeline: a time budget, a breaker and a retry. It is safe for concurrent
+// use.
 type Transport struct {
-	cfg      config
-	retrying *pipeline.Pipeline[*http.Response]
-	once     *pipeline.Pipeline[*http.Response]
+	cfg config
 }
 
 // NewTransport returns a Transport configured by opts.
 func NewTransport(opts ...Option) *Transport {
-	cfg := newConfig(opts)
-	return &Transport{
-		cfg:      cfg,
-		retrying: pipeline.New[*http.Response](cfg.stages...),
-		once:     pipeline.New[*http.Response](append(cfg.stages[:len(cfg.stages):len(cfg.stages)], pipeline.WithRetry(nil))...),
-	}
+	return &Transport{cfg: newConfig(opts)}
 }
 
 // RoundTrip sends req through the stages. When the last attempt got an
@@ -221,12 +204,12 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 		key = uuid.NewString()
 	}
 	hasBody := req.Body != nil && req.Body != http.NoBody
-	p := t.once
-	if (t.cfg.retryMethods[req.Method] || key != "") && (!hasBody || req.GetBody != nil) {
-		p = t.retrying
+	var once []pipeline.CallOption
+	if (!t.cfg.retryMethods[req.Method] && key == "") || (hasBody && req.GetBody == nil) {
+		once = []pipeline.CallOption{pipeline.SingleAttempt}
 	}
 	a := attempt{t: t, req: req, key: key}
-	resp, release, err := p.ExecuteStream(req.Context(), a.run)
+	resp, release, err := pipeline.DoStream(req.Context(), t.cfg.pipeline, a.run, once...)
 	if err != nil {
 		if a.n == 0 && hasBody {
 			req.Body.Close() // a RoundTripper always closes the body

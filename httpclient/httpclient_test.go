@@ -22,6 +22,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/deadline"
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -29,8 +30,10 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fastRetry retries at once, so real-network tests stay short.
-func fastRetry(opts ...retrypolicy.Option) httpclient.Option {
-	return httpclient.WithRetry(retrypolicy.New(append([]retrypolicy.Option{retrypolicy.BaseDelay(time.Millisecond)}, opts...)...))
+// fastRetry is a pipeline retrying with 1 ms base delays, with stages.
+func fastRetry(stages ...pipeline.Option) httpclient.Option {
+	return httpclient.WithPipeline(pipeline.New(append([]pipeline.Option{
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Millisecond)))}, stages...)...))
 }
 
 // flaky answers 503 to its first failures requests, then 200 with the
@@ -144,7 +147,7 @@ func TestPermanentStatusIsOneAttemptWithTypedError(t *testing.T) {
 		_, _ = io.WriteString(w, `{"error":"qty must be positive"}`)
 	}))
 	b := breaker.New("orders", breaker.ConsecutiveFailures(1))
-	c := httpclient.New(fastRetry(), httpclient.WithBreaker(b))
+	c := httpclient.New(fastRetry(pipeline.WithBreaker(b)))
 	err := c.PutJSON(t.Context(), srv.URL+"/orders/1?token=secret", map[string]int{"qty": -1}, nil)
 	var se *httpclient.StatusError
 	require.ErrorAs(t, err, &se)
@@ -163,7 +166,7 @@ func TestServerErrorsAreNotRetriedButTripTheBreaker(t *testing.T) {
 		http.Error(w, "bug", http.StatusInternalServerError)
 	}))
 	b := breaker.New("orders", breaker.ConsecutiveFailures(2))
-	c := httpclient.New(fastRetry(), httpclient.WithBreaker(b))
+	c := httpclient.New(fastRetry(pipeline.WithBreaker(b)))
 	for range 3 {
 		_ = c.GetJSON(t.Context(), srv.URL, nil)
 	}
@@ -195,10 +198,10 @@ func TestRetryAfterIsHonouredAndCapped(t *testing.T) {
 				_, _ = io.WriteString(w, `{}`)
 			}))
 			var slept time.Duration
-			c := httpclient.New(httpclient.WithRetry(retrypolicy.New(
+			c := httpclient.New(httpclient.WithPipeline(pipeline.New(pipeline.WithRetry(retrypolicy.New(
 				retrypolicy.MaxDelay(tt.max),
 				retrypolicy.WithSleep(func(_ context.Context, d time.Duration) error { slept = d; return nil }),
-			)))
+			)))))
 			require.NoError(t, c.GetJSON(t.Context(), srv.URL, nil))
 			assert.GreaterOrEqual(t, slept, tt.want)
 			assert.LessOrEqual(t, slept, tt.want+time.Second)
@@ -209,7 +212,7 @@ func TestRetryAfterIsHonouredAndCapped(t *testing.T) {
 func TestRoundTripperReturnsTheLastAnswer(t *testing.T) {
 	f := &flaky{failures: 10}
 	srv := newServer(t, f)
-	hc := &http.Client{Transport: httpclient.NewTransport(fastRetry(retrypolicy.MaxAttempts(3)))}
+	hc := &http.Client{Transport: httpclient.NewTransport(fastRetry(pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Millisecond), retrypolicy.MaxAttempts(3)))))}
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
 	req.Header.Set("X-Trace", "1")
 	before := req.Header.Clone()
@@ -228,7 +231,7 @@ func TestOpenBreakerFailsFastAndClosesTheBody(t *testing.T) {
 	_ = b.Execute(t.Context(), func(context.Context) error { return errors.New("down") })
 	body := &trackedBody{Reader: strings.NewReader("{}")}
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/", body)
-	_, err := httpclient.NewTransport(httpclient.WithBreaker(b)).RoundTrip(req)
+	_, err := httpclient.NewTransport(httpclient.WithPipeline(pipeline.New(pipeline.WithBreaker(b)))).RoundTrip(req)
 	require.ErrorIs(t, err, breaker.ErrOpen)
 	assert.True(t, body.closed.Load(), "a RoundTripper closes the request body")
 }
@@ -262,7 +265,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func TestNoResponseBodyLeaks(t *testing.T) {
 	base := &countingTransport{}
-	c := httpclient.New(httpclient.Base(base), fastRetry(), httpclient.WithTimeBudget(time.Second), httpclient.WithAttemptTimeout(time.Second))
+	c := httpclient.New(httpclient.Base(base), fastRetry(pipeline.WithTimeBudget(time.Second), pipeline.WithAttemptTimeout(time.Second)))
 	require.NoError(t, c.GetJSON(t.Context(), "http://dep/", nil))
 	require.Len(t, base.bodies, 3)
 	for i, b := range base.bodies {
@@ -276,7 +279,7 @@ func TestSuccessfulBodyOutlivesTheBudgetContext(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		_, _ = io.WriteString(w, "late body")
 	}))
-	hc := &http.Client{Transport: httpclient.NewTransport(httpclient.WithTimeBudget(5*time.Second), httpclient.WithAttemptTimeout(5*time.Second))}
+	hc := &http.Client{Transport: httpclient.NewTransport(httpclient.WithPipeline(pipeline.New(pipeline.WithTimeBudget(5*time.Second), pipeline.WithAttemptTimeout(5*time.Second))))}
 	resp, err := hc.Get(srv.URL)
 	require.NoError(t, err)
 	body, err := io.ReadAll(resp.Body)
@@ -307,7 +310,7 @@ func TestDeadlinePropagatesThroughServices(t *testing.T) {
 	})))
 
 	start := time.Now()
-	c := httpclient.New(fastRetry(), httpclient.WithTimeBudget(2*time.Second))
+	c := httpclient.New(fastRetry(pipeline.WithTimeBudget(2 * time.Second)))
 	var out map[string]int
 	require.NoError(t, c.GetJSON(t.Context(), a.URL, &out))
 	assert.Equal(t, 3, out["stock"])
@@ -325,9 +328,11 @@ func TestNoAttemptAfterTheBudget(t *testing.T) {
 		<-r.Context().Done() // hangs until the client gives up
 	}))
 	c := httpclient.New(
-		httpclient.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(0), retrypolicy.BaseDelay(10*time.Millisecond))),
-		httpclient.WithTimeBudget(300*time.Millisecond),
-		httpclient.WithAttemptTimeout(100*time.Millisecond),
+		httpclient.WithPipeline(pipeline.New(
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(0), retrypolicy.BaseDelay(10*time.Millisecond))),
+			pipeline.WithTimeBudget(300*time.Millisecond),
+			pipeline.WithAttemptTimeout(100*time.Millisecond),
+		)),
 	)
 	start := time.Now()
 	err := c.GetJSON(t.Context(), srv.URL, nil)

@@ -17,6 +17,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/chaos"
 	"github.com/resiliencekit/resiliencekit/httpclient"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -45,10 +46,12 @@ func TestNetworkFaultsThroughToxiproxy(t *testing.T) {
 	t.Cleanup(base.CloseIdleConnections)
 	client := httpclient.New(
 		httpclient.Base(base),
-		httpclient.WithBreaker(breaker.New("backend", breaker.ConsecutiveFailures(1000))),
-		httpclient.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(0), retrypolicy.BaseDelay(20*time.Millisecond))),
-		httpclient.WithTimeBudget(budget),
-		httpclient.WithAttemptTimeout(200*time.Millisecond),
+		httpclient.WithPipeline(pipeline.New(
+			pipeline.WithBreaker(breaker.New("backend", breaker.ConsecutiveFailures(1000))),
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(0), retrypolicy.BaseDelay(20*time.Millisecond))),
+			pipeline.WithTimeBudget(budget),
+			pipeline.WithAttemptTimeout(200*time.Millisecond),
+		)),
 	)
 	url := "http://" + proxy.Listen + "/"
 	require.NoError(t, client.GetJSON(t.Context(), url, nil), "healthy through the proxy")

@@ -7,7 +7,7 @@
 //   - resilience.attempts: attempts, by outcome
 //   - resilience.retries: scheduled retries
 //   - resilience.giveups: calls that stopped retrying, by "reason"
-//     (retries_exhausted, budget_exhausted, time_budget_exceeded)
+//     (retries_exhausted, quota_exhausted, time_budget_exceeded)
 //   - resilience.rejections: calls a breaker rejected
 //   - resilience.breaker.state: a breaker's state: 0 closed, 1 half-open,
 //     2 open
@@ -61,7 +61,17 @@ func New(mp metric.MeterProvider) (*Listener, error) {
 	return &l, nil
 }
 
-var states = map[string]int64{"closed": 0, "half-open": 1, "open": 2}
+// stateValue is a state's value on the resilience.breaker.state gauge.
+func stateValue(s resilience.State) int64 {
+	switch s {
+	case resilience.StateOpen:
+		return 2
+	case resilience.StateHalfOpen:
+		return 1
+	default:
+		return 0
+	}
+}
 
 // OnEvent records e.
 func (l *Listener) OnEvent(e resilience.Event) {
@@ -79,11 +89,11 @@ func (l *Listener) OnEvent(e resilience.Event) {
 		l.attempts.Add(ctx, 1, outcome())
 	case resilience.EventRetry:
 		l.retries.Add(ctx, 1, metric.WithAttributes(dep))
-	case resilience.EventRetriesExhausted, resilience.EventBudgetExhausted, resilience.EventTimeBudgetExceeded:
+	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted, resilience.EventTimeBudgetExceeded:
 		l.giveups.Add(ctx, 1, metric.WithAttributes(dep, attribute.String("reason", e.Kind.String())))
 	case resilience.EventRejected:
 		l.rejections.Add(ctx, 1, metric.WithAttributes(dep))
 	case resilience.EventStateChange:
-		l.state.Record(ctx, states[e.To], metric.WithAttributes(dep))
+		l.state.Record(ctx, stateValue(e.To), metric.WithAttributes(dep))
 	}
 }

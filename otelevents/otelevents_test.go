@@ -64,13 +64,13 @@ func TestMetrics(t *testing.T) {
 		require.NoError(t, err)
 
 		b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.WithListener(l))
-		p := pipeline.New[int](pipeline.WithBreaker(b), pipeline.WithListener(l),
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(l),
 			pipeline.WithRetry(retrypolicy.New(retrypolicy.Jitter(retrypolicy.None), retrypolicy.MaxAttempts(2))))
 		errDown := errors.New("down")
-		_, _ = p.Execute(t.Context(), func(context.Context) (int, error) { return 0, errDown })
-		_, _ = p.Execute(t.Context(), func(context.Context) (int, error) { return 0, errDown })
+		_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, errDown })
+		_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, errDown })
 		time.Sleep(time.Minute)
-		_, _ = p.Execute(t.Context(), func(context.Context) (int, error) { return 1, nil })
+		_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
 
 		got := collect(t, reader)
 		assert.Equal(t, map[string]float64{"outcome=transient": 1, "outcome=terminal": 1, "outcome=success": 1}, got["resilience.calls"])
@@ -86,9 +86,9 @@ func TestMetrics(t *testing.T) {
 func TestNoListenerNoEvents(t *testing.T) {
 	var n int
 	l := resilience.ListenerFunc(func(resilience.Event) { n++ })
-	p := pipeline.New[int](pipeline.WithRetry(retrypolicy.New()))
-	_, _ = p.Execute(context.Background(), func(context.Context) (int, error) { return 1, nil })
+	p := pipeline.New(pipeline.WithRetry(retrypolicy.New()))
+	_, _ = pipeline.Do(context.Background(), p, func(context.Context) (int, error) { return 1, nil })
 	assert.Zero(t, n)
-	_, _ = pipeline.New[int](pipeline.WithListener(l)).Execute(context.Background(), func(context.Context) (int, error) { return 1, nil })
+	_, _ = pipeline.Do(context.Background(), pipeline.New(pipeline.WithListener(l)), func(context.Context) (int, error) { return 1, nil })
 	assert.Equal(t, 2, n, "an attempt and the call's end")
 }

@@ -24,7 +24,7 @@ func BenchmarkGobreakerExecute(b *testing.B) {
 }
 
 func BenchmarkPipelineSuccess(b *testing.B) {
-	p := pipeline.New[int](
+	p := pipeline.New(
 		pipeline.WithBreaker(breaker.New("bench")),
 		pipeline.WithRetry(retrypolicy.New()),
 	)
@@ -32,7 +32,7 @@ func BenchmarkPipelineSuccess(b *testing.B) {
 	op := func(context.Context) (int, error) { return 1, nil }
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := p.Execute(ctx, op); err != nil {
+		if _, err := pipeline.Do(ctx, p, op); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -30,7 +31,7 @@ func (r *recorder) OnEvent(e resilience.Event) {
 	case resilience.EventRetry:
 		line += fmt.Sprintf(" after %d in %v", e.Attempt, e.Delay)
 	case resilience.EventStateChange:
-		line += " " + e.From + "->" + e.To
+		line += " " + e.From.String() + "->" + e.To.String()
 	case resilience.EventCallDone:
 		line += fmt.Sprintf(" %v ok=%v", e.Duration, e.Err == nil)
 	}
@@ -50,13 +51,13 @@ func (r *recorder) take() []string {
 func TestEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Minute), breaker.WithListener(rec))
-		p := pipeline.New[int](pipeline.WithBreaker(b), pipeline.WithListener(rec),
+		b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Minute))
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(rec), // hears the breaker too
 			pipeline.WithRetry(retrypolicy.New(retrypolicy.Jitter(retrypolicy.None), retrypolicy.MaxAttempts(3))))
 		dep := &dependency{}
 
 		calls := 0
-		_, _ = p.Execute(t.Context(), func(context.Context) (int, error) {
+		_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) {
 			if calls++; calls < 3 {
 				return 0, errDown
 			}
@@ -72,8 +73,8 @@ func TestEvents(t *testing.T) {
 		}, rec.take())
 
 		dep.down.Store(true)
-		_, _ = p.Execute(t.Context(), func(ctx context.Context) (int, error) { _, err := dep.call(ctx); return 0, err })
-		_, _ = p.Execute(t.Context(), func(ctx context.Context) (int, error) { return 0, nil })
+		_, _ = pipeline.Do(t.Context(), p, func(ctx context.Context) (int, error) { _, err := dep.call(ctx); return 0, err })
+		_, _ = pipeline.Do(t.Context(), p, func(ctx context.Context) (int, error) { return 0, nil })
 		assert.Equal(t, []string{
 			"stock attempt 1 ok=false",
 			"stock retry after 1 in 100ms",
@@ -96,16 +97,49 @@ func TestGiveUpEvents(t *testing.T) {
 		want string
 	}{
 		{"time budget", []pipeline.Option{pipeline.WithTimeBudget(time.Second), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(0)))}, "dep time_budget_exceeded"},
-		{"retry budget", []pipeline.Option{pipeline.WithRetry(retrypolicy.New()), pipeline.WithRetryBudget(retrypolicy.NewBudget(0, 0, 0))}, "dep budget_exhausted"},
+		{"retry quota", []pipeline.Option{pipeline.WithRetry(retrypolicy.New(retrypolicy.WithQuota(retrypolicy.NewQuota(0, 0, 0))))}, "dep quota_exhausted"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				rec := &recorder{}
-				p := pipeline.New[int](append(tt.opts, pipeline.WithName("dep"), pipeline.WithListener(rec))...)
-				_, _ = p.Execute(t.Context(), func(context.Context) (int, error) { return 0, errDown })
+				p := pipeline.New(append(tt.opts, pipeline.WithName("dep"), pipeline.WithListener(rec))...)
+				_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, errDown })
 				assert.Contains(t, rec.take(), tt.want)
 			})
 		})
 	}
+}
+
+func TestListenerGivenTwiceHearsEachEventOnce(t *testing.T) {
+	rec := &recorder{}
+	b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.WithListener(rec))
+	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(rec))
+	pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(rec)) // a second pipeline on the same breaker
+	_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, errDown })
+	assert.Equal(t, []string{
+		"stock attempt 1 ok=false",
+		"stock state_change closed->open",
+		"stock call_done ok=false",
+	}, withoutDurations(rec.take()))
+}
+
+func TestPipelinesSharingABreakerBothHearIt(t *testing.T) {
+	r1, r2 := &recorder{}, &recorder{}
+	b := breaker.New("stock", breaker.ConsecutiveFailures(1))
+	p1 := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r1))
+	pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r2))
+	_, _ = pipeline.Do(t.Context(), p1, func(context.Context) (int, error) { return 0, errDown })
+	assert.Contains(t, r1.take(), "stock state_change closed->open")
+	assert.Equal(t, []string{"stock state_change closed->open"}, r2.take())
+}
+
+// withoutDurations drops the measured durations of call_done lines.
+func withoutDurations(lines []string) []string {
+	for i, l := range lines {
+		if f := strings.Fields(l); len(f) == 4 && f[1] == "call_done" {
+			lines[i] = f[0] + " " + f[1] + " " + f[3]
+		}
+	}
+	return lines
 }

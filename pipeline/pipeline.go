@@ -18,24 +18,27 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/internal/hook"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
-// Pipeline runs operations returning T through its stages. It is immutable
-// and safe for concurrent use; several pipelines, of any result types, may
-// share one breaker.
-type Pipeline[T any] struct {
+// Pipeline runs calls to one dependency through its stages. It holds no
+// result type: calls of any type run through one Pipeline with [Do] and
+// [DoStream]. It is immutable and safe for concurrent use. A nil or zero
+// Pipeline runs each operation once, as it is.
+type Pipeline struct {
 	cfg config
 }
 
 // New returns a Pipeline with the stages that opts configure. Without
 // options it runs the operation once, as it is.
-func New[T any](opts ...Option) *Pipeline[T] {
+func New(opts ...Option) *Pipeline {
 	var cfg config
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -43,42 +46,72 @@ func New[T any](opts ...Option) *Pipeline[T] {
 	if cfg.name == "" && cfg.breaker != nil {
 		cfg.name = cfg.breaker.Name()
 	}
-	cfg.listener = resilience.Named(cfg.listener, cfg.name)
-	if cfg.retry != nil && (cfg.retryBudget != nil || cfg.listener != nil) {
-		var extra []retrypolicy.Option
-		if cfg.retryBudget != nil {
-			extra = append(extra, retrypolicy.WithBudget(cfg.retryBudget))
+	if cfg.breaker != nil {
+		for _, l := range cfg.listeners {
+			hook.AddBreakerListener(cfg.breaker, l)
 		}
-		if cfg.listener != nil {
-			extra = append(extra, retrypolicy.WithListener(cfg.listener))
-		}
-		cfg.retry = cfg.retry.With(extra...)
 	}
-	return &Pipeline[T]{cfg: cfg}
+	cfg.listener = resilience.Named(resilience.Listeners(cfg.listeners...), cfg.name)
+	cfg.listeners = nil
+	if cfg.retry != nil && cfg.listener != nil {
+		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
+	}
+	return &Pipeline{cfg: cfg}
 }
 
-// Execute runs op through the stages and returns its result. Errors keep
-// their causes for [errors.Is] and [errors.As]: a rejection matches
-// [breaker.ErrOpen] or [breaker.ErrTooManyRequests], a retry that gave up is
-// a [*retrypolicy.Error], and a spent budget matches
-// [context.DeadlineExceeded].
-func (p *Pipeline[T]) Execute(ctx context.Context, op resilience.Operation[T]) (T, error) {
-	return p.run(ctx, op, nil)
+var zero Pipeline
+
+// CallOption changes how one call runs through a [Pipeline].
+type CallOption interface {
+	applyCall(call) call
 }
 
-// ExecuteStream is [Pipeline.Execute] for a result that is still being
-// read after op returns, such as an HTTP response's body: on success the
-// contexts of the time budget and of the successful attempt stay alive
-// until release is called, which the caller must do once it is done with
-// the result. On error release is a no-op. release may be called more than
-// once.
-func (p *Pipeline[T]) ExecuteStream(ctx context.Context, op resilience.Operation[T]) (res T, release func(), err error) {
+type call struct {
+	single bool
+}
+
+type singleAttempt struct{}
+
+func (singleAttempt) applyCall(c call) call {
+	c.single = true
+	return c
+}
+
+// SingleAttempt makes a call skip the retry stage: it makes one attempt,
+// still under the time budget, the breaker and the attempt timeout. For a
+// call that is not safe to repeat, such as a write without an idempotency
+// key.
+var SingleAttempt CallOption = singleAttempt{}
+
+// Do runs op through p's stages and returns its result. Errors keep their
+// causes for [errors.Is] and [errors.As]: a rejection matches
+// [breaker.ErrOpen] or [breaker.ErrTooManyRequests], a retry that gave up
+// is a [*retrypolicy.Error], and a spent time budget matches
+// [context.DeadlineExceeded]. If op panics or calls [runtime.Goexit], the
+// breaker counts a failure, every context the call made is canceled, and
+// the panic goes on.
+func Do[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], opts ...CallOption) (T, error) {
+	return run(ctx, p, op, nil, opts)
+}
+
+// DoStream is [Do] for a result that is still being read after op
+// returns, such as an HTTP response's body: on success the contexts of the
+// time budget and of the successful attempt stay alive until release is
+// called, which the caller must do once it is done with the result. On
+// error release is a no-op. release may be called more than once.
+func DoStream[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], opts ...CallOption) (res T, release func(), err error) {
 	var kept keeper
-	res, err = p.run(ctx, op, &kept)
+	ok := false
+	defer func() {
+		if !ok { // an error, a panic or runtime.Goexit
+			kept.release()
+		}
+	}()
+	res, err = run(ctx, p, op, &kept, opts)
 	if err != nil {
-		kept.release()
 		return res, func() {}, err
 	}
+	ok = true
 	return res, sync.OnceFunc(kept.release), nil
 }
 
@@ -101,57 +134,76 @@ func (k *keeper) release() {
 	for _, c := range k.cancels {
 		c()
 	}
+	k.cancels = nil
 }
 
-func (p *Pipeline[T]) run(ctx context.Context, op resilience.Operation[T], k *keeper) (T, error) {
+func run[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, opts []CallOption) (T, error) {
+	if p == nil {
+		p = &zero
+	}
+	var c call
+	for _, o := range opts {
+		c = o.applyCall(c) // by value: a pointer would escape
+	}
 	if l := p.cfg.listener; l != nil {
 		start := time.Now()
-		res, err := p.execute(ctx, op, k)
+		res, err := execute(ctx, p, op, k, c)
 		l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Duration: time.Since(start), Err: err})
 		return res, err
 	}
-	return p.execute(ctx, op, k)
+	return execute(ctx, p, op, k, c)
 }
 
-func (p *Pipeline[T]) execute(ctx context.Context, op resilience.Operation[T], k *keeper) (res T, err error) {
+func execute[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call) (res T, err error) {
 	if p.cfg.budget > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.budget)
-		defer func() { k.done(cancel, err) }()
+		completed := false
+		defer func() {
+			if !completed { // a panic or runtime.Goexit
+				err = errAborted
+			}
+			k.done(cancel, err)
+		}()
+		defer func() { completed = true }()
 	}
 	b := p.cfg.breaker
 	if b == nil {
-		return p.retry(ctx, nil, op, k)
+		return retry(ctx, p, nil, op, k, c)
 	}
 	err = b.Execute(ctx, func(ctx context.Context) error {
 		var err error
-		res, err = p.retry(ctx, b, op, k)
+		res, err = retry(ctx, p, b, op, k, c)
 		return err
 	})
 	return res, err
 }
 
+// errAborted stands for the outcome of an operation that panicked or
+// called runtime.Goexit, so that its contexts are canceled.
+var errAborted = errors.New("pipeline: operation aborted")
+
 // retry runs the retry stage; b, if set, guards each retry, and a call
 // admitted while b is not closed is a probe that makes one attempt.
-func (p *Pipeline[T]) retry(ctx context.Context, b *breaker.Breaker, op resilience.Operation[T], k *keeper) (T, error) {
-	if p.cfg.retry == nil || (b != nil && b.Check() != nil) {
-		return p.single(ctx, op, k)
+func retry[T any](ctx context.Context, p *Pipeline, b *breaker.Breaker, op resilience.Operation[T], k *keeper, c call) (T, error) {
+	if p.cfg.retry == nil || c.single || (b != nil && b.Check() != nil) {
+		return single(ctx, p, op, k)
 	}
 	var guard func() error
 	if b != nil {
 		guard = b.Check
 	}
-	if p.cfg.attemptTimeout <= 0 {
+	if p.cfg.attemptTimeout <= 0 && k == nil {
 		return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, op)
 	}
 	return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, func(ctx context.Context) (T, error) {
-		return p.attempt(ctx, op, k)
+		return attempt(ctx, p, op, k)
 	})
 }
 
 // single runs the only attempt of a call without a retry stage.
-func (p *Pipeline[T]) single(ctx context.Context, op resilience.Operation[T], k *keeper) (T, error) {
-	res, err := p.attempt(ctx, op, k)
+func single[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper) (T, error) {
+	res, err := attempt(ctx, p, op, k)
 	if p.cfg.listener != nil {
 		p.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
 	}
@@ -159,13 +211,20 @@ func (p *Pipeline[T]) single(ctx context.Context, op resilience.Operation[T], k 
 }
 
 // attempt runs op once within the attempt timeout, if any.
-func (p *Pipeline[T]) attempt(ctx context.Context, op resilience.Operation[T], k *keeper) (T, error) {
+func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper) (res T, err error) {
 	if p.cfg.attemptTimeout <= 0 {
 		return op(ctx)
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.attemptTimeout)
-	res, err := op(ctx)
-	k.done(cancel, err)
+	completed := false
+	defer func() {
+		if !completed {
+			err = errAborted
+		}
+		k.done(cancel, err)
+	}()
+	res, err = op(ctx)
+	completed = true
 	return res, err
 }
 
@@ -183,17 +242,19 @@ type config struct {
 	retry          *retrypolicy.Policy
 	budget         time.Duration
 	attemptTimeout time.Duration
-	retryBudget    *retrypolicy.Budget
 	name           string
+	listeners      []resilience.Listener // until New combines them
 	listener       resilience.Listener
 }
 
-// WithBreaker guards calls with b. Default none.
+// WithBreaker guards calls with b, shared by every pipeline calling the
+// same dependency. Default none; nil means none.
 func WithBreaker(b *breaker.Breaker) Option {
 	return optionFunc(func(c *config) { c.breaker = b })
 }
 
-// WithRetry retries failed attempts by policy p. Default none: one attempt.
+// WithRetry retries failed attempts by policy p; its [retrypolicy.Quota],
+// if any, caps the retries. Default none: one attempt; nil means none.
 func WithRetry(p *retrypolicy.Policy) Option {
 	return optionFunc(func(c *config) { c.retry = p })
 }
@@ -212,22 +273,20 @@ func WithAttemptTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.attemptTimeout = max(d, 0) })
 }
 
-// WithRetryBudget caps the retries of the retry stage by b, shared with
-// every other pipeline or policy calling the same dependency; see
-// [retrypolicy.Budget]. Default none.
-func WithRetryBudget(b *retrypolicy.Budget) Option {
-	return optionFunc(func(c *config) { c.retryBudget = b })
-}
-
 // WithName names the dependency in events. Default the breaker's name.
 func WithName(name string) Option {
 	return optionFunc(func(c *config) { c.name = name })
 }
 
-// WithListener reports the end of every call, each attempt, each
-// scheduled retry and why a call gave up to l, named by [WithName]. Give
-// the same listener to the breaker ([breaker.WithListener]) for its state
-// changes and rejections. Default none, at no cost.
+// WithListener reports to l the end of every call, each attempt, each
+// scheduled retry and why a call gave up, named by [WithName], and the
+// state changes and rejections of the pipeline's breaker (which every
+// pipeline sharing that breaker hears). See [resilience.Listener] for what
+// l must do. Default none, at no cost.
 func WithListener(l resilience.Listener) Option {
-	return optionFunc(func(c *config) { c.listener = resilience.Listeners(c.listener, l) })
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.listeners = append(c.listeners, l)
+		}
+	})
 }

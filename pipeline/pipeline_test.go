@@ -40,7 +40,7 @@ func (d *dependency) call(context.Context) (string, error) {
 func TestNoStagesRunsOnce(t *testing.T) {
 	dep := &dependency{}
 	dep.down.Store(true)
-	_, err := pipeline.New[string]().Execute(context.Background(), dep.call)
+	_, err := pipeline.Do(context.Background(), pipeline.New(), dep.call)
 	require.Equal(t, errDown, err)
 	assert.EqualValues(t, 1, dep.calls.Load())
 }
@@ -48,7 +48,7 @@ func TestNoStagesRunsOnce(t *testing.T) {
 func TestBreakerRecordsOneOutcomePerCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := breaker.New("dep", breaker.ConsecutiveFailures(2))
-		p := pipeline.New[string](pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(5))))
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(5))))
 		var calls atomic.Int64
 		blip := func(context.Context) (string, error) {
 			if calls.Add(1)%3 != 0 {
@@ -57,7 +57,7 @@ func TestBreakerRecordsOneOutcomePerCall(t *testing.T) {
 			return "ok", nil
 		}
 		for range 4 {
-			got, err := p.Execute(t.Context(), blip)
+			got, err := pipeline.Do(t.Context(), p, blip)
 			require.NoError(t, err)
 			assert.Equal(t, "ok", got)
 		}
@@ -67,7 +67,7 @@ func TestBreakerRecordsOneOutcomePerCall(t *testing.T) {
 
 		dep := &dependency{}
 		dep.down.Store(true)
-		_, err := p.Execute(t.Context(), dep.call)
+		_, err := pipeline.Do(t.Context(), p, dep.call)
 		require.ErrorIs(t, err, retrypolicy.ErrMaxAttempts)
 		assert.EqualValues(t, 5, dep.calls.Load())
 		assert.EqualValues(t, 1, b.Counts().TotalFailures, "5 failed attempts are one failed call")
@@ -77,29 +77,29 @@ func TestBreakerRecordsOneOutcomePerCall(t *testing.T) {
 func TestOpenBreakerNeverCallsAndProbeMakesOneAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(10*time.Second))
-		p := pipeline.New[string](pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New()))
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New()))
 		dep := &dependency{}
 		dep.down.Store(true)
-		_, err := p.Execute(t.Context(), dep.call)
+		_, err := pipeline.Do(t.Context(), p, dep.call)
 		require.ErrorIs(t, err, retrypolicy.ErrMaxAttempts)
 		require.EqualValues(t, 4, dep.calls.Load())
 		require.Equal(t, breaker.Open, b.State())
 
 		for range 20 {
-			_, err = p.Execute(t.Context(), dep.call)
+			_, err = pipeline.Do(t.Context(), p, dep.call)
 			require.ErrorIs(t, err, breaker.ErrOpen)
 		}
 		assert.EqualValues(t, 4, dep.calls.Load())
 
 		time.Sleep(10*time.Second + time.Nanosecond)
-		_, err = p.Execute(t.Context(), dep.call)
+		_, err = pipeline.Do(t.Context(), p, dep.call)
 		require.ErrorIs(t, err, errDown)
 		assert.EqualValues(t, 5, dep.calls.Load(), "a probe is a single attempt")
 		assert.Equal(t, breaker.Open, b.State())
 
 		time.Sleep(10*time.Second + time.Nanosecond)
 		dep.down.Store(false)
-		got, err := p.Execute(t.Context(), dep.call)
+		got, err := pipeline.Do(t.Context(), p, dep.call)
 		require.NoError(t, err)
 		assert.Equal(t, "ok", got)
 		assert.Equal(t, breaker.Closed, b.State())
@@ -117,7 +117,7 @@ func TestInFlightRetriesStopWhenTheBreakerOpens(t *testing.T) {
 					callsAtOpen.Store(dep.calls.Load())
 				}
 			}))
-		p := pipeline.New[string](pipeline.WithBreaker(b),
+		p := pipeline.New(pipeline.WithBreaker(b),
 			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(6), retrypolicy.BaseDelay(100*time.Millisecond))))
 
 		var wg sync.WaitGroup
@@ -125,7 +125,7 @@ func TestInFlightRetriesStopWhenTheBreakerOpens(t *testing.T) {
 		for range clients {
 			wg.Go(func() {
 				for start := time.Now(); time.Since(start) < 30*time.Second; {
-					_, err := p.Execute(t.Context(), dep.call)
+					_, err := pipeline.Do(t.Context(), p, dep.call)
 					if errors.Is(err, breaker.ErrOpen) {
 						rejected.Add(1)
 					}
@@ -147,14 +147,14 @@ func TestInFlightRetriesStopWhenTheBreakerOpens(t *testing.T) {
 func TestTimeBudgetCapsTheWholeCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const budget = 5 * time.Second
-		p := pipeline.New[string](
+		p := pipeline.New(
 			pipeline.WithTimeBudget(budget),
 			pipeline.WithBreaker(breaker.New("dep", breaker.ConsecutiveFailures(1000))),
 			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(0), retrypolicy.BaseDelay(100*time.Millisecond))),
 		)
 		start := time.Now()
 		var calls atomic.Int64
-		_, err := p.Execute(t.Context(), func(ctx context.Context) (string, error) {
+		_, err := pipeline.Do(t.Context(), p, func(ctx context.Context) (string, error) {
 			calls.Add(1)
 			deadline, ok := ctx.Deadline()
 			assert.True(t, ok)
@@ -170,7 +170,7 @@ func TestTimeBudgetCapsTheWholeCall(t *testing.T) {
 
 func TestAttemptTimeoutRetriesHungAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := pipeline.New[string](
+		p := pipeline.New(
 			pipeline.WithTimeBudget(3200*time.Millisecond),
 			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(10), retrypolicy.Jitter(retrypolicy.None))),
 			pipeline.WithAttemptTimeout(time.Second),
@@ -178,7 +178,7 @@ func TestAttemptTimeoutRetriesHungAttempts(t *testing.T) {
 		start := time.Now()
 		var calls atomic.Int64
 		var last time.Time
-		_, err := p.Execute(t.Context(), func(ctx context.Context) (string, error) {
+		_, err := pipeline.Do(t.Context(), p, func(ctx context.Context) (string, error) {
 			calls.Add(1)
 			last, _ = ctx.Deadline()
 			<-ctx.Done()
@@ -195,10 +195,10 @@ func TestAttemptTimeoutRetriesHungAttempts(t *testing.T) {
 func TestCallerCancellationIsNeitherRetriedNorCounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := breaker.New("dep", breaker.ConsecutiveFailures(1))
-		p := pipeline.New[string](pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New()))
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New()))
 		ctx, cancel := context.WithCancel(t.Context())
 		var calls atomic.Int64
-		_, err := p.Execute(ctx, func(ctx context.Context) (string, error) {
+		_, err := pipeline.Do(ctx, p, func(ctx context.Context) (string, error) {
 			calls.Add(1)
 			cancel()
 			return "", ctx.Err()
@@ -212,10 +212,10 @@ func TestCallerCancellationIsNeitherRetriedNorCounted(t *testing.T) {
 
 func TestPermanentErrorIsTriedOnceAndDoesNotTrip(t *testing.T) {
 	b := breaker.New("dep", breaker.ConsecutiveFailures(1))
-	p := pipeline.New[int](pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New()))
+	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New()))
 	var calls atomic.Int64
 	errBad := resilience.Permanent(errors.New("invalid account"))
-	_, err := p.Execute(context.Background(), func(context.Context) (int, error) { calls.Add(1); return 0, errBad })
+	_, err := pipeline.Do(context.Background(), p, func(context.Context) (int, error) { calls.Add(1); return 0, errBad })
 	require.ErrorIs(t, err, errBad)
 	assert.EqualValues(t, 1, calls.Load())
 	assert.Equal(t, breaker.Closed, b.State())
@@ -223,17 +223,17 @@ func TestPermanentErrorIsTriedOnceAndDoesNotTrip(t *testing.T) {
 
 func TestPipelinesOfDifferentTypesShareABreaker(t *testing.T) {
 	b := breaker.New("dep", breaker.ConsecutiveFailures(2))
-	ints := pipeline.New[int](pipeline.WithBreaker(b))
-	strs := pipeline.New[string](pipeline.WithBreaker(b))
-	_, _ = ints.Execute(context.Background(), func(context.Context) (int, error) { return 0, errDown })
-	_, _ = strs.Execute(context.Background(), func(context.Context) (string, error) { return "", errDown })
-	_, err := ints.Execute(context.Background(), func(context.Context) (int, error) { return 1, nil })
+	ints := pipeline.New(pipeline.WithBreaker(b))
+	strs := pipeline.New(pipeline.WithBreaker(b))
+	_, _ = pipeline.Do(context.Background(), ints, func(context.Context) (int, error) { return 0, errDown })
+	_, _ = pipeline.Do(context.Background(), strs, func(context.Context) (string, error) { return "", errDown })
+	_, err := pipeline.Do(context.Background(), ints, func(context.Context) (int, error) { return 1, nil })
 	require.ErrorIs(t, err, breaker.ErrOpen)
 }
 
-func TestExecuteStreamKeepsTheContextsUntilRelease(t *testing.T) {
+func TestDoStreamKeepsTheContextsUntilRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := pipeline.New[context.Context](
+		p := pipeline.New(
 			pipeline.WithTimeBudget(time.Minute),
 			pipeline.WithRetry(retrypolicy.New()),
 			pipeline.WithAttemptTimeout(10*time.Second),
@@ -246,7 +246,7 @@ func TestExecuteStreamKeepsTheContextsUntilRelease(t *testing.T) {
 			}
 			return ctx, nil // a result still tied to its context, like an HTTP body
 		}
-		got, release, err := p.ExecuteStream(t.Context(), op)
+		got, release, err := pipeline.DoStream(t.Context(), p, op)
 		require.NoError(t, err)
 		require.Len(t, attempts, 2)
 		assert.ErrorIs(t, attempts[0].Err(), context.Canceled, "a failed attempt's context is released at once")
@@ -256,12 +256,117 @@ func TestExecuteStreamKeepsTheContextsUntilRelease(t *testing.T) {
 		release() // harmless
 
 		attempts = nil
-		got, err = p.Execute(t.Context(), op)
+		got, err = pipeline.Do(t.Context(), p, op)
 		require.NoError(t, err)
-		assert.ErrorIs(t, got.Err(), context.Canceled, "Execute releases everything when it returns")
+		assert.ErrorIs(t, got.Err(), context.Canceled, "Do releases everything when it returns")
 
-		_, release, err = p.ExecuteStream(t.Context(), func(context.Context) (context.Context, error) { return nil, resilience.Permanent(errDown) })
+		_, release, err = pipeline.DoStream(t.Context(), p, func(context.Context) (context.Context, error) { return nil, resilience.Permanent(errDown) })
 		require.Error(t, err)
 		release()
 	})
+}
+
+func TestStreamKeepsTheContextWithOnlyARetryDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // the caller's deadline, no stage of time
+		defer cancel()
+		p := pipeline.New(pipeline.WithRetry(retrypolicy.New()))
+		got, release, err := pipeline.DoStream(ctx, p, func(ctx context.Context) (context.Context, error) { return ctx, nil })
+		require.NoError(t, err)
+		assert.NoError(t, got.Err(), "the successful attempt's context is alive until release")
+		release()
+	})
+}
+
+func TestStoppedMidLoopAndRejectedUpFrontCarryOneClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Minute))
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(5))))
+		started := make(chan struct{})
+		var midLoop error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, midLoop = pipeline.Do(t.Context(), p, func(context.Context) (int, error) {
+				select {
+				case <-started:
+				default:
+					close(started)
+				}
+				return 0, errDown
+			})
+		}()
+		<-started
+		_ = b.Execute(t.Context(), func(context.Context) error { return errDown }) // another call opens it
+		<-done
+		_, upFront := pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, nil })
+
+		require.ErrorIs(t, midLoop, breaker.ErrOpen)
+		require.ErrorIs(t, upFront, breaker.ErrOpen)
+		assert.Equal(t, resilience.ClassTerminal, resilience.Classify(upFront))
+		assert.Equal(t, resilience.Classify(upFront), resilience.Classify(midLoop))
+		assert.False(t, resilience.IsPermanent(midLoop), "an open breaker is not the caller's fault")
+	})
+}
+
+func TestSingleAttemptSkipsTheRetryOnly(t *testing.T) {
+	b := breaker.New("dep", breaker.ConsecutiveFailures(1))
+	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(0))))
+	dep := &dependency{}
+	dep.down.Store(true)
+	_, err := pipeline.Do(t.Context(), p, dep.call, pipeline.SingleAttempt)
+	require.ErrorIs(t, err, errDown)
+	assert.EqualValues(t, 1, dep.calls.Load())
+	assert.Equal(t, breaker.Open, b.State(), "the breaker still counts it")
+}
+
+func TestZeroValuesWork(t *testing.T) {
+	op := func(context.Context) (int, error) { return 7, nil }
+	for name, p := range map[string]*pipeline.Pipeline{
+		"nil pipeline":          nil,
+		"zero pipeline":         {},
+		"zero breaker":          pipeline.New(pipeline.WithBreaker(&breaker.Breaker{})),
+		"nil breaker and retry": pipeline.New(pipeline.WithBreaker(nil), pipeline.WithRetry(nil)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := pipeline.Do(t.Context(), p, op)
+			require.NoError(t, err)
+			assert.Equal(t, 7, got)
+		})
+	}
+	var b breaker.Breaker
+	assert.Equal(t, breaker.Closed, b.State())
+	assert.NoError(t, b.Check())
+	assert.Zero(t, b.Counts())
+	assert.Empty(t, b.Name())
+	var nilPolicy *retrypolicy.Policy
+	assert.Equal(t, 4, nilPolicy.MaxAttempts())
+}
+
+// customCtx hides its cancelable parent from package context, which then
+// needs a goroutine to pass a cancellation on to each child until the
+// child is canceled: a child context never canceled leaks it.
+type customCtx struct{ context.Context }
+
+func (customCtx) Value(any) any { return nil }
+
+func TestPanickingOperationReleasesItsContexts(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx := customCtx{parent}
+	boom := func(context.Context) (int, error) { panic("boom") }
+	for name, p := range map[string]*pipeline.Pipeline{
+		"time budget":     pipeline.New(pipeline.WithTimeBudget(time.Minute)),
+		"attempt timeout": pipeline.New(pipeline.WithAttemptTimeout(time.Minute)),
+		"retry and attempt timeout": pipeline.New(pipeline.WithRetry(retrypolicy.New()), pipeline.WithAttemptTimeout(time.Minute),
+			pipeline.WithBreaker(breaker.New("dep", breaker.ConsecutiveFailures(0)))),
+	} {
+		t.Run(name, func(t *testing.T) {
+			for range 100 {
+				assert.PanicsWithValue(t, "boom", func() { _, _ = pipeline.Do(ctx, p, boom) })
+				assert.PanicsWithValue(t, "boom", func() { _, _, _ = pipeline.DoStream(ctx, p, boom) })
+			}
+			goleak.VerifyNone(t)
+		})
+	}
 }

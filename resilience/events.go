@@ -16,8 +16,8 @@ const (
 	// EventRetriesExhausted: every allowed attempt failed; Err is the last
 	// error.
 	EventRetriesExhausted
-	// EventBudgetExhausted: the retry budget had no retry left.
-	EventBudgetExhausted
+	// EventQuotaExhausted: the retry quota had no retry left.
+	EventQuotaExhausted
 	// EventTimeBudgetExceeded: the call ran out of time.
 	EventTimeBudgetExceeded
 	// EventStateChange: a breaker went From one state To another.
@@ -44,8 +44,8 @@ func (k EventKind) String() string {
 		return "retry"
 	case EventRetriesExhausted:
 		return "retries_exhausted"
-	case EventBudgetExhausted:
-		return "budget_exhausted"
+	case EventQuotaExhausted:
+		return "quota_exhausted"
 	case EventTimeBudgetExceeded:
 		return "time_budget_exceeded"
 	case EventStateChange:
@@ -66,15 +66,48 @@ func (k EventKind) String() string {
 // Event is one thing that happened in a stage. Fields that do not apply to
 // its Kind are zero.
 type Event struct {
+	// Kind says what happened.
 	Kind EventKind
 	// Name is the dependency's name: the breaker's, or the pipeline's.
-	Name     string
-	Attempt  int
-	Delay    time.Duration
+	Name string
+	// Attempt is the attempt's number, 1 for the first.
+	Attempt int
+	// Delay is the wait before a retry.
+	Delay time.Duration
+	// Duration is how long a call took.
 	Duration time.Duration
-	Err      error
-	// From and To are breaker states: "closed", "half-open" or "open".
-	From, To string
+	// Err is the error of the attempt or call, or why a call was rejected.
+	Err error
+	// From and To are the breaker's states before and after an
+	// EventStateChange.
+	From, To State
+}
+
+// State is a circuit breaker's state. The zero State is [StateClosed].
+type State uint8
+
+// The states of a circuit breaker.
+const (
+	// StateClosed lets every call through.
+	StateClosed State = iota
+	// StateHalfOpen lets a few probe calls through.
+	StateHalfOpen
+	// StateOpen rejects every call.
+	StateOpen
+)
+
+// String returns "closed", "half-open" or "open".
+func (s State) String() string {
+	switch s {
+	case StateClosed:
+		return "closed"
+	case StateHalfOpen:
+		return "half-open"
+	case StateOpen:
+		return "open"
+	default:
+		return "unknown"
+	}
 }
 
 // Listener receives events. OnEvent is called synchronously on the

@@ -16,6 +16,9 @@
 //   - [ClassCanceled]: the caller gave up ([context.Canceled]). It is neither
 //     retried nor counted.
 //
+// The package also names the states of a circuit breaker ([State]), which
+// events report.
+//
 // An error can also carry a server's hint of how long to wait before the next
 // attempt ([RetryAfter]). All wrappers keep the cause reachable through
 // [errors.Is] and [errors.As].
@@ -152,11 +155,12 @@ func Terminal(err error) error {
 	return &classError{err: err, class: ClassTerminal}
 }
 
-// IsPermanent reports whether retrying err is pointless: its class is
-// [ClassPermanent] or [ClassTerminal].
+// IsPermanent reports whether err is the caller's fault: its class is
+// [ClassPermanent], such as a bad request. A dependency's failure
+// ([ClassTerminal], [ClassTransient]) is not, even when it is not retried;
+// use [Classify] to tell those apart.
 func IsPermanent(err error) bool {
-	c := Classify(err)
-	return c == ClassPermanent || c == ClassTerminal
+	return Classify(err) == ClassPermanent
 }
 
 // RetryAfterError carries a dependency's hint of how long to wait before

@@ -33,10 +33,10 @@ func TestClassify(t *testing.T) {
 		{"wrapped canceled", fmt.Errorf("get: %w", context.Canceled), resilience.ClassCanceled, false},
 		{"permanent", resilience.Permanent(errBase), resilience.ClassPermanent, true},
 		{"wrapped permanent", fmt.Errorf("charge: %w", resilience.Permanent(errBase)), resilience.ClassPermanent, true},
-		{"terminal", resilience.Terminal(errBase), resilience.ClassTerminal, true},
+		{"terminal is not the caller's fault", resilience.Terminal(errBase), resilience.ClassTerminal, false},
 		{"self-classed", selfClassed{}, resilience.ClassPermanent, true},
 		{"retry-after keeps the class", resilience.RetryAfter(resilience.Permanent(errBase), time.Second), resilience.ClassPermanent, true},
-		{"outermost mark wins", resilience.Terminal(resilience.Permanent(errBase)), resilience.ClassTerminal, true},
+		{"outermost mark wins", resilience.Terminal(resilience.Permanent(errBase)), resilience.ClassTerminal, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

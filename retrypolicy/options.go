@@ -22,12 +22,11 @@ type config struct {
 	maxAttempts int
 	baseDelay   time.Duration
 	maxDelay    time.Duration
-	maxElapsed  time.Duration
 	jitter      JitterMode
 	retryIf     func(error) bool
 	onRetry     func(attempt int, err error, delay time.Duration)
 	sleep       func(ctx context.Context, d time.Duration) error
-	budget      *Budget
+	quota       *Quota
 	listener    resilience.Listener
 }
 
@@ -73,14 +72,6 @@ func MaxDelay(d time.Duration) Option {
 	})
 }
 
-// MaxElapsedTime caps the whole call, attempts and delays together: each
-// attempt's context carries the deadline, and no delay is slept that would
-// end past it. The context's own deadline applies too, whichever is earlier.
-// Default none (only the context's deadline); d <= 0 means none.
-func MaxElapsedTime(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.maxElapsed = max(d, 0) })
-}
-
 // Jitter sets how each delay is drawn below its cap. Default [Full].
 func Jitter(m JitterMode) Option {
 	return optionFunc(func(c *config) { c.jitter = m })
@@ -113,11 +104,12 @@ func WithSleep(fn func(ctx context.Context, d time.Duration) error) Option {
 	})
 }
 
-// WithBudget makes each call deposit into b and each retry withdraw from
-// it; a call finding b spent stops retrying with [ErrBudgetExhausted].
-// Default none.
-func WithBudget(b *Budget) Option {
-	return optionFunc(func(c *config) { c.budget = b })
+// WithQuota makes each call count against q and each retry take one from
+// it; a call finding q spent stops retrying with [ErrQuotaExhausted]. Give
+// every policy calling one dependency the same Quota. Default none: retries
+// are limited only by [MaxAttempts] and the time budget; nil means none.
+func WithQuota(q *Quota) Option {
+	return optionFunc(func(c *config) { c.quota = q })
 }
 
 // WithListener reports each attempt, scheduled retry and reason for giving

@@ -11,9 +11,13 @@
 //
 // Only transient errors are retried (see [resilience.Classify]); a permanent
 // one returns at once. A dependency's retry-after hint
-// ([resilience.RetryAfter]) is waited for, up to MaxDelay. The budget is the
-// earlier of MaxElapsedTime and the context's deadline: a delay that would
-// end past it is not slept, and the call returns the last error at once.
+// ([resilience.RetryAfter]) is waited for, up to MaxDelay. The time budget
+// is the context's deadline: a delay that would end past it is not slept,
+// and the call returns the last error at once. There is no option for it:
+// set a deadline on the context, or let a pipeline's time budget set it.
+//
+// A [Quota] shared by every call to one dependency caps how many retries
+// they may add (the "retry budget" of Google's SRE book).
 //
 // The delays come from github.com/cenkalti/backoff/v4's ExponentialBackOff
 // (without its own randomization) decorated with the jitter; none of its
@@ -39,8 +43,9 @@ var (
 	ErrMaxAttempts = errors.New("max attempts reached")
 	// ErrNotRetryable means the last error was not worth retrying.
 	ErrNotRetryable = errors.New("error not retryable")
-	// ErrOutOfTime means the time budget would have run out before the next
-	// attempt. It also matches [context.DeadlineExceeded].
+	// ErrOutOfTime means the time budget (the context's deadline) ran out,
+	// or would have before the next attempt. It also matches
+	// [context.DeadlineExceeded].
 	ErrOutOfTime error = outOfTime{}
 )
 
@@ -56,7 +61,7 @@ type Error struct {
 	// Attempts is how many times the operation ran.
 	Attempts int
 	// Reason is why the loop stopped: [ErrMaxAttempts], [ErrNotRetryable],
-	// [ErrOutOfTime], [ErrBudgetExhausted], the context's error, or a
+	// [ErrOutOfTime], [ErrQuotaExhausted], [context.Canceled], or a
 	// guard's error.
 	Reason error
 	// Last is the last attempt's error; nil when the operation never ran.
@@ -84,10 +89,13 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Reason, e.Last}
 }
 
-// ResilienceClass returns [resilience.ClassCanceled] when the caller gave
-// up, else the class of the last error (or of the reason, if none ran).
+// ResilienceClass returns the class of the reason when it has one of its
+// own (the caller's cancellation, or a guard's error such as an open
+// breaker's), so that a loop stopped by a guard carries the same class as a
+// call the guard rejected up front; otherwise the class of the last error.
 func (e *Error) ResilienceClass() resilience.Class {
-	if errors.Is(e.Reason, context.Canceled) || e.Last == nil {
+	var own interface{ ResilienceClass() resilience.Class }
+	if errors.Is(e.Reason, context.Canceled) || errors.As(e.Reason, &own) || e.Last == nil {
 		return resilience.Classify(e.Reason)
 	}
 	return resilience.Classify(e.Last)
@@ -140,12 +148,17 @@ func (p *Policy) Delays() iter.Seq[time.Duration] {
 }
 
 // MaxAttempts returns the configured attempt limit; 0 means unlimited.
-func (p *Policy) MaxAttempts() int { return p.cfg.maxAttempts }
+func (p *Policy) MaxAttempts() int {
+	if p == nil {
+		p = defaultPolicy
+	}
+	return p.cfg.maxAttempts
+}
 
 // Do runs op until it succeeds, returns an error that is not retried, runs
-// out of attempts or runs out of time. Each attempt gets ctx (bounded by
-// MaxElapsedTime when set). On failure it returns the last attempt's result
-// and an [*Error]. A done ctx stops the loop at once, also mid-sleep.
+// out of attempts or runs out of time (ctx's deadline). Each attempt gets
+// ctx. On failure it returns the last attempt's result and an [*Error]. A
+// done ctx stops the loop at once, also mid-sleep.
 func Do[T any](ctx context.Context, p *Policy, op resilience.Operation[T]) (T, error) {
 	return DoGuarded(ctx, p, nil, op)
 }
@@ -164,14 +177,8 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 		var zero T
 		return zero, &Error{Reason: err}
 	}
-	parent := ctx
-	if cfg.maxElapsed > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.maxElapsed)
-		defer cancel()
-	}
-	if cfg.budget != nil {
-		cfg.budget.deposit()
+	if cfg.quota != nil {
+		cfg.quota.deposit()
 	}
 	var delays delaySource
 	for attempt := 1; ; attempt++ {
@@ -183,7 +190,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 			return res, nil
 		}
 		if ctx.Err() != nil {
-			return res, cfg.giveUp(attempt, stopReason(parent, ctx), err)
+			return res, cfg.giveUp(attempt, stopReason(ctx), err)
 		}
 		if !cfg.retryable(err) {
 			return res, cfg.giveUp(attempt, ErrNotRetryable, err)
@@ -206,8 +213,8 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 				return res, cfg.giveUp(attempt, gerr, err)
 			}
 		}
-		if cfg.budget != nil && !cfg.budget.withdraw() {
-			return res, cfg.giveUp(attempt, ErrBudgetExhausted, err)
+		if cfg.quota != nil && !cfg.quota.withdraw() {
+			return res, cfg.giveUp(attempt, ErrQuotaExhausted, err)
 		}
 		if cfg.listener != nil {
 			cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventRetry, Attempt: attempt, Delay: delay, Err: err})
@@ -218,7 +225,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 		if serr := cfg.sleep(ctx, delay); serr != nil {
 			reason := serr
 			if ctx.Err() != nil {
-				reason = stopReason(parent, ctx)
+				reason = stopReason(ctx)
 			}
 			return res, cfg.giveUp(attempt, reason, err)
 		}
@@ -238,8 +245,8 @@ func (c *config) giveUp(attempt int, reason, last error) error {
 		switch {
 		case reason == ErrMaxAttempts:
 			kind = resilience.EventRetriesExhausted
-		case reason == ErrBudgetExhausted:
-			kind = resilience.EventBudgetExhausted
+		case reason == ErrQuotaExhausted:
+			kind = resilience.EventQuotaExhausted
 		case errors.Is(reason, context.DeadlineExceeded):
 			kind = resilience.EventTimeBudgetExceeded
 		}
@@ -250,12 +257,9 @@ func (c *config) giveUp(attempt int, reason, last error) error {
 	return &Error{Attempts: attempt, Reason: reason, Last: last}
 }
 
-// stopReason tells the caller's own cancellation or deadline from the
-// policy's MaxElapsedTime running out.
-func stopReason(parent, ctx context.Context) error {
-	if err := parent.Err(); err != nil {
-		return err
-	}
+// stopReason says why a done ctx stopped the loop: out of time, or the
+// caller's cancellation.
+func stopReason(ctx context.Context) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return ErrOutOfTime
 	}

@@ -158,26 +158,19 @@ func TestBudgetIsNeverOverrun(t *testing.T) {
 	tests := []struct {
 		name   string
 		jitter retrypolicy.JitterMode
-		viaCtx bool
 	}{
-		{"MaxElapsedTime full jitter", retrypolicy.Full, false},
-		{"MaxElapsedTime no jitter", retrypolicy.None, false},
-		{"context deadline no jitter", retrypolicy.None, true},
-		{"context deadline decorrelated", retrypolicy.Decorrelated, true},
+		{"full jitter", retrypolicy.Full},
+		{"equal jitter", retrypolicy.Equal},
+		{"no jitter", retrypolicy.None},
+		{"decorrelated", retrypolicy.Decorrelated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				start := time.Now()
 				opts := []retrypolicy.Option{retrypolicy.MaxAttempts(0), retrypolicy.Jitter(tt.jitter), retrypolicy.BaseDelay(100 * time.Millisecond)}
-				ctx := t.Context()
-				if tt.viaCtx {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithTimeout(ctx, budget)
-					defer cancel()
-				} else {
-					opts = append(opts, retrypolicy.MaxElapsedTime(budget))
-				}
+				ctx, cancel := context.WithTimeout(t.Context(), budget)
+				defer cancel()
 				opts = append(opts, retrypolicy.OnRetry(func(_ int, _ error, d time.Duration) {
 					assert.Less(t, time.Since(start)+d, budget, "a delay that ends past the budget was slept")
 				}))
@@ -202,7 +195,9 @@ func TestBudgetIsNeverOverrun(t *testing.T) {
 func TestAttemptThatOutlivesTheBudgetEndsTheCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		_, err := retrypolicy.Do(t.Context(), retrypolicy.New(retrypolicy.MaxElapsedTime(time.Second)), func(ctx context.Context) (int, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := retrypolicy.Do(ctx, retrypolicy.New(), func(ctx context.Context) (int, error) {
 			<-ctx.Done() // a hung dependency
 			return 0, ctx.Err()
 		})
@@ -240,7 +235,9 @@ func TestRetryAfterPastTheBudgetGivesUpNow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		var calls atomic.Int64
-		_, err := retrypolicy.Do(t.Context(), retrypolicy.New(retrypolicy.MaxElapsedTime(2*time.Second)), failing(&calls, resilience.RetryAfter(errBlip, 5*time.Second)))
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		_, err := retrypolicy.Do(ctx, retrypolicy.New(), failing(&calls, resilience.RetryAfter(errBlip, 5*time.Second)))
 		require.ErrorIs(t, err, retrypolicy.ErrOutOfTime)
 		assert.Zero(t, time.Since(start))
 		assert.EqualValues(t, 1, calls.Load())

@@ -30,10 +30,10 @@ func (l *Listener) OnEvent(e resilience.Event) {
 	switch e.Kind {
 	case resilience.EventStateChange:
 		level = slog.LevelInfo
-		if e.To == "open" {
+		if e.To == resilience.StateOpen {
 			level = slog.LevelWarn
 		}
-	case resilience.EventRetriesExhausted, resilience.EventBudgetExhausted,
+	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted,
 		resilience.EventTimeBudgetExceeded, resilience.EventSharedStateUnavailable:
 		level = slog.LevelWarn
 	case resilience.EventSharedStateRestored:
@@ -53,8 +53,8 @@ func (l *Listener) OnEvent(e resilience.Event) {
 	if e.Kind == resilience.EventCallDone {
 		attrs = append(attrs, slog.Duration("duration", e.Duration))
 	}
-	if e.From != "" {
-		attrs = append(attrs, slog.String("from", e.From), slog.String("to", e.To))
+	if e.Kind == resilience.EventStateChange {
+		attrs = append(attrs, slog.String("from", e.From.String()), slog.String("to", e.To.String()))
 	}
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))

@@ -26,7 +26,7 @@ func TestLevelsAndAttributes(t *testing.T) {
 	}))
 	l := slogevents.New(logger)
 	l.OnEvent(resilience.Event{Kind: resilience.EventRetry, Name: "db", Attempt: 1, Delay: time.Second})
-	l.OnEvent(resilience.Event{Kind: resilience.EventStateChange, Name: "db", From: "closed", To: "open"})
+	l.OnEvent(resilience.Event{Kind: resilience.EventStateChange, Name: "db", From: resilience.StateClosed, To: resilience.StateOpen})
 	l.OnEvent(resilience.Event{Kind: resilience.EventRetriesExhausted, Name: "db", Attempt: 4, Err: errors.New("reset")})
 	assert.Equal(t, "level=WARN msg=\"resilience state_change\" dependency=db from=closed to=open\n"+
 		"level=WARN msg=\"resilience retries_exhausted\" dependency=db attempt=4 error=reset\n", buf.String())

@@ -20,6 +20,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/deadline"
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -31,7 +32,7 @@ func main() {
 			fmt.Printf("    attempt %d: %v; retry in %v\n", attempt, err, delay.Round(time.Millisecond))
 		}),
 	)
-	client := httpclient.New(httpclient.WithRetry(retry), httpclient.WithTimeBudget(2*time.Second))
+	client := httpclient.New(httpclient.WithPipeline(pipeline.New(pipeline.WithRetry(retry), pipeline.WithTimeBudget(2*time.Second))))
 
 	fmt.Println("1. A service answers 503 twice, then 200")
 	for _, method := range []string{"GET", "POST without key", "POST with key"} {
@@ -113,7 +114,8 @@ func main() {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	}))
 	br := breaker.New("inventory", breaker.ConsecutiveFailures(2))
-	guarded := httpclient.New(httpclient.WithBreaker(br), httpclient.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(5*time.Millisecond))))
+	guarded := httpclient.New(httpclient.WithPipeline(pipeline.New(
+		pipeline.WithBreaker(br), pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(5*time.Millisecond))))))
 	for i := 1; i <= 4; i++ {
 		start := time.Now()
 		err := guarded.GetJSON(ctx, dead.URL, nil)

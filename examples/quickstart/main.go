@@ -43,7 +43,7 @@ func main() {
 			fmt.Printf("    breaker %s: %s -> %s\n", name, from, to)
 		}),
 	)
-	p := pipeline.New[int](
+	p := pipeline.New(
 		pipeline.WithTimeBudget(time.Second),
 		pipeline.WithBreaker(b),
 		pipeline.WithRetry(retrypolicy.New(
@@ -58,7 +58,7 @@ func main() {
 
 	for i := 1; i <= 8; i++ {
 		fmt.Printf("call %d at %v (breaker %s)\n", i, time.Since(start).Round(10*time.Millisecond), b.State())
-		n, err := p.Execute(context.Background(), func(ctx context.Context) (int, error) {
+		n, err := pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
 			return dep.stock(ctx, "sku-42")
 		})
 		switch {

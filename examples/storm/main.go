@@ -6,7 +6,7 @@
 // capacity ramping from a tenth to 1.5 times the offered load, as a real
 // service restarting does. Each strategy (immediate retry, exponential
 // backoff without jitter, full, equal and decorrelated jitter, and the full
-// Pipeline: breaker, full jitter and a retry budget) runs against its own
+// Pipeline: breaker, full jitter and a retry quota) runs against its own
 // backend, all at once, in real time: about seven seconds. It prints a
 // table per strategy and writes an SVG chart of the load each backend saw.
 //

@@ -28,7 +28,7 @@ func TestOutageShape(t *testing.T) {
 	for _, o := range results {
 		byName[o.name] = o
 	}
-	immediate, pipe := byName["immediate retry"], byName["pipeline (breaker, full jitter, retry budget)"]
+	immediate, pipe := byName["immediate retry"], byName["pipeline (breaker, full jitter, retry quota)"]
 	immCalls, _ := immediate.totals()
 	pipeCalls, pipePeak := pipe.totals()
 	assert.Less(t, pipeCalls*3, immCalls, "the pipeline sends a fraction of immediate retry's calls")

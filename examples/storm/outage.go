@@ -13,6 +13,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/chaos"
 	"github.com/resiliencekit/resiliencekit/httpclient"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -28,27 +29,27 @@ const (
 // strategy is one way to call the backend.
 type strategy struct {
 	name    string
-	options func() []httpclient.Option
+	options func() []pipeline.Option
 }
 
-func retry(opts ...retrypolicy.Option) httpclient.Option {
+func retry(opts ...retrypolicy.Option) pipeline.Option {
 	base := []retrypolicy.Option{retrypolicy.MaxAttempts(8), retrypolicy.BaseDelay(50 * time.Millisecond), retrypolicy.MaxDelay(time.Second)}
-	return httpclient.WithRetry(retrypolicy.New(append(base, opts...)...))
+	return pipeline.WithRetry(retrypolicy.New(append(base, opts...)...))
 }
 
 var strategies = []strategy{
-	{"immediate retry", func() []httpclient.Option { return []httpclient.Option{retry(retrypolicy.BaseDelay(0))} }},
-	{"exponential, no jitter", func() []httpclient.Option { return []httpclient.Option{retry(retrypolicy.Jitter(retrypolicy.None))} }},
-	{"full jitter", func() []httpclient.Option { return []httpclient.Option{retry(retrypolicy.Jitter(retrypolicy.Full))} }},
-	{"equal jitter", func() []httpclient.Option { return []httpclient.Option{retry(retrypolicy.Jitter(retrypolicy.Equal))} }},
-	{"decorrelated jitter", func() []httpclient.Option {
-		return []httpclient.Option{retry(retrypolicy.Jitter(retrypolicy.Decorrelated))}
+	{"immediate retry", func() []pipeline.Option { return []pipeline.Option{retry(retrypolicy.BaseDelay(0))} }},
+	{"exponential, no jitter", func() []pipeline.Option { return []pipeline.Option{retry(retrypolicy.Jitter(retrypolicy.None))} }},
+	{"full jitter", func() []pipeline.Option { return []pipeline.Option{retry(retrypolicy.Jitter(retrypolicy.Full))} }},
+	{"equal jitter", func() []pipeline.Option { return []pipeline.Option{retry(retrypolicy.Jitter(retrypolicy.Equal))} }},
+	{"decorrelated jitter", func() []pipeline.Option {
+		return []pipeline.Option{retry(retrypolicy.Jitter(retrypolicy.Decorrelated))}
 	}},
-	{"pipeline (breaker, full jitter, retry budget)", func() []httpclient.Option {
-		return []httpclient.Option{
-			httpclient.WithBreaker(breaker.New("backend", breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 50),
+	{"pipeline (breaker, full jitter, retry quota)", func() []pipeline.Option {
+		return []pipeline.Option{
+			pipeline.WithBreaker(breaker.New("backend", breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 50),
 				breaker.Window(time.Second, 10), breaker.OpenTimeout(300*time.Millisecond), breaker.HalfOpenRequests(10))),
-			retry(retrypolicy.WithBudget(retrypolicy.NewBudget(0.1, 10, time.Second))),
+			retry(retrypolicy.WithQuota(retrypolicy.NewQuota(0.1, 10, time.Second))),
 		}
 	}},
 }
@@ -76,7 +77,8 @@ func runOutage(clients int) []outcome {
 func runStrategy(s strategy, clients int) outcome {
 	start := time.Now()
 	backend := chaos.New(bucket, nil)
-	client := httpclient.New(append(s.options(), httpclient.Base(backend.Transport()), httpclient.WithTimeBudget(callBudget))...)
+	client := httpclient.New(httpclient.Base(backend.Transport()),
+		httpclient.WithPipeline(pipeline.New(append(s.options(), pipeline.WithTimeBudget(callBudget))...)))
 	capacity := clients * 15 / 100 // 1.5 x the offered calls per bucket
 	backend.SetCapacity(capacity)
 	backend.SetLatency(5*time.Millisecond, 10*time.Millisecond)
