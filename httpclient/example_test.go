@@ -33,16 +33,19 @@ func ExampleClient_PostJSON() {
 		})))
 	defer srv.Close()
 
+	ctx := context.Background()
+	ordersURL := srv.URL + "/orders"
+	newOrder := struct{ Key, SKU string }{Key: "order-7f3a", SKU: "a"}
+
 	orders := pipeline.New( // one pipeline per dependency
-		pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Millisecond))),
 		pipeline.WithTimeBudget(2*time.Second),
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Millisecond))),
 	)
-	client := httpclient.New(httpclient.WithPipeline(orders))
-	var order struct{ ID int }
-	// The key makes the POST safe to retry: the server runs it once.
-	err := client.PostJSON(context.Background(), srv.URL+"/orders", map[string]string{"sku": "a"}, &order,
-		httpclient.IdempotencyKey("order-7f3a"))
-	fmt.Println(order.ID, err, calls)
+	client := httpclient.New(httpclient.WithPipeline(orders)) // or &http.Client{Transport: httpclient.NewTransport(...)}
+	var created struct{ ID int }
+	err := client.PostJSON(ctx, ordersURL, newOrder, &created,
+		httpclient.IdempotencyKey(newOrder.Key)) // a POST is retried only with a key: the server runs it once
+	fmt.Println(created.ID, err, calls)
 
 	// A caller error is not retried, and comes back typed.
 	err = client.GetJSON(context.Background(), srv.URL+"/missing", nil)

@@ -5,6 +5,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,14 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/resiliencekit/resiliencekit/idempotency"
 )
 
 // Run runs the contract's tests against stores made by newStore. Keys are
-// unique to the run, so a shared server needs no cleaning.
+// unique to the run, so a shared server needs no cleaning. It uses only
+// package testing, so it adds no dependency to the module that calls it.
 func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
 	prefix := fmt.Sprintf("storetest-%d-", time.Now().UnixNano())
 	t.Run("ClaimCompleteReplay", func(t *testing.T) { claimCompleteReplay(t, newStore(t), prefix) })
@@ -35,41 +34,54 @@ func claimCompleteReplay(t *testing.T, s idempotency.Store, prefix string) {
 	key := prefix + "a"
 	claim := idempotency.Record{Fingerprint: "fp", Token: "t1"}
 	found, err := s.Begin(ctx, key, claim, time.Minute)
-	require.NoError(t, err)
-	require.Nil(t, found, "a free key is claimed")
+	if err != nil || found != nil {
+		t.Fatalf("Begin on a free key = %+v, %v; want nil, nil (claimed)", found, err)
+	}
 
 	found, err = s.Begin(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "t2"}, time.Minute)
-	require.NoError(t, err)
-	require.NotNil(t, found)
-	assert.False(t, found.Done, "the claim is in flight")
-	assert.Equal(t, "fp", found.Fingerprint)
+	if err != nil || found == nil {
+		t.Fatalf("Begin on a claimed key = %+v, %v; want the claim", found, err)
+	}
+	if found.Done || found.Fingerprint != "fp" {
+		t.Errorf("Begin on a claimed key found %+v; want the claim in flight with fingerprint fp", found)
+	}
 
 	done := idempotency.Record{Fingerprint: "fp", Done: true, Status: 201, Header: http.Header{"Location": {"/orders/1"}}, Body: []byte(`{"id":1}`)}
-	require.ErrorIs(t, s.Complete(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "t2"}, done, time.Hour), idempotency.ErrNotOwner)
-	require.NoError(t, s.Complete(ctx, key, claim, done, time.Hour))
-	require.ErrorIs(t, s.Complete(ctx, key, claim, done, time.Hour), idempotency.ErrNotOwner, "a claim completes once")
+	if err := s.Complete(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "t2"}, done, time.Hour); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("Complete by another token = %v; want ErrNotOwner", err)
+	}
+	if err := s.Complete(ctx, key, claim, done, time.Hour); err != nil {
+		t.Fatalf("Complete by the holder = %v", err)
+	}
+	if err := s.Complete(ctx, key, claim, done, time.Hour); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("second Complete = %v; want ErrNotOwner: a claim completes once", err)
+	}
 
 	found, err = s.Begin(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "t3"}, time.Minute)
-	require.NoError(t, err)
-	require.NotNil(t, found)
-	assert.True(t, found.Done)
-	assert.Equal(t, 201, found.Status)
-	assert.Equal(t, "/orders/1", found.Header.Get("Location"))
-	assert.JSONEq(t, `{"id":1}`, string(found.Body))
+	if err != nil || found == nil {
+		t.Fatalf("Begin on a completed key = %+v, %v; want the record", found, err)
+	}
+	if !found.Done || found.Status != 201 || found.Header.Get("Location") != "/orders/1" || string(found.Body) != `{"id":1}` {
+		t.Errorf("Begin on a completed key found %+v; want the stored response", found)
+	}
 }
 
 func release(t *testing.T, s idempotency.Store, prefix string) {
 	ctx := context.Background()
 	key := prefix + "b"
 	claim := idempotency.Record{Fingerprint: "fp", Token: "t1"}
-	found, err := s.Begin(ctx, key, claim, time.Minute)
-	require.NoError(t, err)
-	require.Nil(t, found)
-	require.ErrorIs(t, s.Release(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "other"}), idempotency.ErrNotOwner)
-	require.NoError(t, s.Release(ctx, key, claim))
-	found, err = s.Begin(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "t2"}, time.Minute)
-	require.NoError(t, err)
-	assert.Nil(t, found, "a released key is free")
+	if found, err := s.Begin(ctx, key, claim, time.Minute); err != nil || found != nil {
+		t.Fatalf("Begin on a free key = %+v, %v; want nil, nil", found, err)
+	}
+	if err := s.Release(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "other"}); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("Release by another token = %v; want ErrNotOwner", err)
+	}
+	if err := s.Release(ctx, key, claim); err != nil {
+		t.Fatalf("Release by the holder = %v", err)
+	}
+	if found, err := s.Begin(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "t2"}, time.Minute); err != nil || found != nil {
+		t.Errorf("Begin on a released key = %+v, %v; want nil, nil: a released key is free", found, err)
+	}
 }
 
 // concurrentRequestsRunOnce sends 200 concurrent POSTs with one key through
@@ -96,7 +108,8 @@ func concurrentRequestsRunOnce(t *testing.T, s idempotency.Store, prefix string)
 			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"sku":"a"}`))
 			req.Header.Set(idempotency.Header, key)
 			resp, err := srv.Client().Do(req)
-			if !assert.NoError(t, err) {
+			if err != nil {
+				t.Error(err)
 				return
 			}
 			defer resp.Body.Close()
@@ -106,8 +119,9 @@ func concurrentRequestsRunOnce(t *testing.T, s idempotency.Store, prefix string)
 				conflicts.Add(1)
 			case resp.StatusCode == http.StatusCreated && resp.Header.Get(idempotency.ReplayedHeader) == "true":
 				replayed.Add(1)
-				assert.JSONEq(t, `{"order":1}`, string(body))
-				assert.Equal(t, "/orders/1", resp.Header.Get("Location"))
+				if string(body) != `{"order":1}` || resp.Header.Get("Location") != "/orders/1" {
+					t.Errorf("replay = %s, Location %q; want the first response", body, resp.Header.Get("Location"))
+				}
 			case resp.StatusCode == http.StatusCreated:
 				created.Add(1)
 			default:
@@ -116,7 +130,13 @@ func concurrentRequestsRunOnce(t *testing.T, s idempotency.Store, prefix string)
 		})
 	}
 	wg.Wait()
-	assert.EqualValues(t, 1, runs.Load(), "the handler ran once")
-	assert.EqualValues(t, 1, created.Load())
-	assert.EqualValues(t, clients, created.Load()+replayed.Load()+conflicts.Load())
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times; want once", n)
+	}
+	if n := created.Load(); n != 1 {
+		t.Errorf("%d original responses; want 1", n)
+	}
+	if n := created.Load() + replayed.Load() + conflicts.Load(); n != clients {
+		t.Errorf("%d responses were the original, its replay or 409; want all %d", n, clients)
+	}
 }

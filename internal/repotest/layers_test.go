@@ -1,0 +1,177 @@
+// Package repotest checks the repository as a whole: the layering of its
+// packages, the lean module graph of the core module, and that the README's
+// code is code that runs.
+package repotest
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/resiliencekit/resiliencekit"
+
+// root is the repository's top folder.
+func root(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// layer ranks each package folder as the README lists the layers, bottom
+// first; a package may import only packages of its own layer or below.
+func layer(pkg string) (int, bool) {
+	top, _, _ := strings.Cut(pkg, "/")
+	switch {
+	case pkg == "resilience":
+		return 0, true
+	case pkg == "internal/hook":
+		return 1, true
+	case pkg == "retrypolicy", pkg == "breaker":
+		return 2, true
+	case pkg == "pipeline":
+		return 3, true
+	case top == "httpclient", top == "idempotency", top == "deadline", top == "chaos", top == "slogevents",
+		top == "redis", top == "otelevents":
+		return 4, true
+	case top == "examples", top == "integration", top == "benchmarks", top == "internal":
+		return 5, true
+	}
+	return 0, false
+}
+
+// sources returns the non-test Go files of the repository by package
+// folder.
+func sources(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	base := root(t)
+	err := filepath.WalkDir(base, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != base {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(base, filepath.Dir(path))
+		out[filepath.ToSlash(rel)] = append(out[filepath.ToSlash(rel)], path)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func imports(t *testing.T, files []string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range files {
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, is := range af.Imports {
+			p, _ := strconv.Unquote(is.Path.Value)
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func TestNoUpwardImports(t *testing.T) {
+	pkgs := sources(t)
+	if len(pkgs) < 10 {
+		t.Fatalf("found only %d packages", len(pkgs))
+	}
+	for pkg, files := range pkgs {
+		rank, ok := layer(pkg)
+		if !ok {
+			t.Errorf("package %s has no layer: add it to layer() and the README", pkg)
+			continue
+		}
+		for _, imp := range imports(t, files) {
+			rel, ours := strings.CutPrefix(imp, module+"/")
+			if !ours {
+				continue
+			}
+			if r, ok := layer(rel); !ok || r > rank {
+				t.Errorf("%s (layer %d) imports %s (layer %d), above it", pkg, rank, rel, r)
+			}
+		}
+	}
+}
+
+func TestVocabularyIsStdlibOnly(t *testing.T) {
+	for _, imp := range imports(t, sources(t)["resilience"]) {
+		if strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") {
+			t.Errorf("resilience imports %s", imp)
+		}
+	}
+}
+
+// TestNoAssertionLibraryOutsideTests keeps testify out of what users
+// import, such as idempotency/storetest.
+func TestNoAssertionLibraryOutsideTests(t *testing.T) {
+	for pkg, files := range sources(t) {
+		for _, imp := range imports(t, files) {
+			if strings.HasPrefix(imp, "github.com/stretchr/testify") {
+				t.Errorf("%s imports %s", pkg, imp)
+			}
+		}
+	}
+}
+
+// TestCoreModuleGraphIsLean builds the module graph of a program that
+// imports the core packages, as a user's would be.
+func TestCoreModuleGraphIsLean(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the go command")
+	}
+	dir := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module scratch\n\ngo 1.26.0\n\nrequire "+module+" v0.0.0\n\nreplace "+module+" => "+root(t)+"\n")
+	write("main.go", `package main
+
+import (
+	_ "`+module+`/httpclient"
+	_ "`+module+`/idempotency"
+	_ "`+module+`/pipeline"
+)
+
+func main() {}
+`)
+	run := func(args ...string) string {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("mod", "tidy")
+	all := run("list", "-m", "all")
+	t.Logf("go list -m all:\n%s", all)
+	for _, heavy := range []string{"go-redis", "opentelemetry", "toxiproxy", "miniredis", "gopher-lua", "grpc"} {
+		if strings.Contains(all, heavy) {
+			t.Errorf("the core module graph holds %s", heavy)
+		}
+	}
+}
