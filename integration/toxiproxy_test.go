@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -83,9 +82,8 @@ func TestNetworkFaultsThroughToxiproxy(t *testing.T) {
 			require.Error(t, err)
 			assert.LessOrEqual(t, elapsed, budget+100*time.Millisecond, "the call kept its budget: %v", err)
 			var re *retrypolicy.Error
-			if errors.As(err, &re) {
-				assert.Greater(t, re.Attempts, 1, "transient network faults are retried")
-			}
+			require.ErrorAs(t, err, &re, "the retry stage gave up: %v", err)
+			assert.Greater(t, re.Attempts, 1, "transient network faults are retried")
 		})
 	}
 	base.CloseIdleConnections()

@@ -16,7 +16,6 @@ import (
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/otelevents"
 	"github.com/resiliencekit/resiliencekit/pipeline"
-	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -81,14 +80,4 @@ func TestMetrics(t *testing.T) {
 		assert.Equal(t, map[string]float64{"": 0}, got["resilience.breaker.state"], "closed again")
 		assert.InDelta(t, 0.1, got["resilience.call.duration"]["outcome=transient"], 1e-9)
 	})
-}
-
-func TestNoListenerNoEvents(t *testing.T) {
-	var n int
-	l := resilience.ListenerFunc(func(resilience.Event) { n++ })
-	p := pipeline.New(pipeline.WithRetry(retrypolicy.New()))
-	_, _ = pipeline.Do(context.Background(), p, func(context.Context) (int, error) { return 1, nil })
-	assert.Zero(t, n)
-	_, _ = pipeline.Do(context.Background(), pipeline.New(pipeline.WithListener(l)), func(context.Context) (int, error) { return 1, nil })
-	assert.Equal(t, 2, n, "an attempt and the call's end")
 }

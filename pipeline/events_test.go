@@ -143,3 +143,21 @@ func withoutDurations(lines []string) []string {
 	}
 	return lines
 }
+
+// TestNoListenerNoEvents: a pipeline without a listener reports nothing,
+// even to a listener that another pipeline on the same breaker and the same
+// policy was given, and its success path costs no allocation.
+func TestNoListenerNoEvents(t *testing.T) {
+	rec := &recorder{}
+	b := breaker.New("dep")
+	policy := retrypolicy.New()
+	pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(policy), pipeline.WithListener(rec))
+	quiet := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(policy))
+	op := func(context.Context) (int, error) { return 1, nil }
+	allocs := testing.AllocsPerRun(100, func() { _, _ = pipeline.Do(context.Background(), quiet, op) })
+	assert.Empty(t, rec.take(), "the quiet pipeline's calls reach no listener")
+	assert.Zero(t, allocs)
+
+	_, _ = retrypolicy.Do(t.Context(), policy, op)
+	assert.Empty(t, rec.take(), "nor does the policy, which New did not change")
+}

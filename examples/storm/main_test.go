@@ -2,6 +2,8 @@ package main
 
 import (
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,13 +19,12 @@ func TestContentionMatchesBrookersShape(t *testing.T) {
 	assert.Less(t, full.time, none.time/10, "and finishes far sooner")
 }
 
-// TestOutageShape runs the real-time outage with fewer clients: about 6 s.
+// TestOutageShape runs the outage with fewer clients in fake time, so
+// that a loaded machine cannot make the clients fall behind their schedule.
 func TestOutageShape(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real time")
-	}
 	const clients = 200
-	results := runOutage(clients)
+	var results []outcome
+	synctest.Test(t, func(t *testing.T) { results = runOutage(clients) })
 	byName := map[string]outcome{}
 	for _, o := range results {
 		byName[o.name] = o
@@ -33,6 +34,16 @@ func TestOutageShape(t *testing.T) {
 	pipeCalls, pipePeak := pipe.totals()
 	assert.Less(t, pipeCalls*3, immCalls, "the pipeline sends a fraction of immediate retry's calls")
 	assert.LessOrEqual(t, float64(pipePeak), 3*clients/10.0, "and its peak stays near the offered load")
+	// Once the breaker has had half a second to open, the backend must see
+	// far less than the clients offer: only the half-open probes.
+	shielded := 0
+	for _, b := range pipe.load[int((outageStart+500*time.Millisecond)/bucket):int(outageEnd/bucket)] {
+		shielded += b.Requests
+	}
+	offered := clients * int(outageEnd-outageStart-500*time.Millisecond) / int(time.Second)
+	t.Logf("immediate retry %d calls; pipeline %d calls, peak %d per bucket, %d in the shielded part of the outage (%d offered)",
+		immCalls, pipeCalls, pipePeak, shielded, offered)
+	assert.Less(t, shielded*4, offered, "the open breaker shields the backend")
 	_, ok := pipe.recovery()
 	assert.True(t, ok, "the backend recovers under the pipeline")
 }
