@@ -15,6 +15,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -116,6 +117,18 @@ var subjects = []subject{
 				pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(retries+1), retrypolicy.WithSleep(noSleep))))
 			ctx := context.Background()
 			op := func(context.Context) (int, error) { return fail() }
+			return func() error { _, err := pipeline.Do(ctx, p, op); return err }
+		},
+	},
+	{
+		name: "PipelineQuotaListener",
+		happy: func() func() error {
+			p := pipeline.New(pipeline.WithBreaker(breaker.New("bench")),
+				pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(retries+1),
+					retrypolicy.WithQuota(retrypolicy.NewQuota(0.1, 10, 10*time.Second)))),
+				pipeline.WithListener(resilience.ListenerFunc(func(resilience.Event) {})))
+			ctx := context.Background()
+			op := func(context.Context) (int, error) { return ok() }
 			return func() error { _, err := pipeline.Do(ctx, p, op); return err }
 		},
 	},

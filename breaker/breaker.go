@@ -31,6 +31,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/resiliencekit/resiliencekit/internal/hook"
+	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -156,7 +157,7 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			b.state.Store(uint32(fromGobreaker(to)))
 			if cfg.onStateChange != nil {
-				cfg.onStateChange(name, fromGobreaker(from), fromGobreaker(to))
+				safe.Call("breaker OnStateChange function", func() { cfg.onStateChange(name, fromGobreaker(from), fromGobreaker(to)) })
 			}
 			b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: name, From: fromGobreaker(from), To: fromGobreaker(to)})
 		},
@@ -182,6 +183,7 @@ func (b *Breaker) addListener(l resilience.Listener) {
 	if l == nil {
 		return
 	}
+	l = safe.Listener(l)
 	for {
 		old := b.listeners.Load()
 		var ls []resilience.Listener
@@ -267,7 +269,8 @@ func (b *Breaker) Check() error {
 // A rejected call returns an error matching [ErrOpen] or
 // [ErrTooManyRequests] without calling op. A ctx already done returns
 // ctx.Err() without taking a probe slot. op's error is returned as it is. If
-// op panics, the breaker counts a failure and the panic goes on.
+// op panics or calls [runtime.Goexit], the breaker counts a failure (so a
+// half-open probe always reports) and the panic or Goexit goes on.
 func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -281,11 +284,33 @@ func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) erro
 	return b.executeOn(b.cb, ctx, op)
 }
 
+// goexit is the panic that stands for runtime.Goexit while it passes
+// through gobreaker, which counts a failure only for a panic.
+type goexit struct{}
+
 // executeOn runs op through cb.
 func (b *Breaker) executeOn(cb *gobreaker.CircuitBreaker[struct{}], ctx context.Context, op func(ctx context.Context) error) error {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(goexit); !ok {
+				panic(r)
+			}
+			// Recovering the stand-in lets the Goexit that it interrupted go on.
+		}
+	}()
 	var opErr error
 	_, err := cb.Execute(func() (struct{}, error) {
+		returned := false
+		defer func() {
+			if !returned {
+				if r := recover(); r != nil {
+					panic(r) // a panic: gobreaker counts it
+				}
+				panic(goexit{}) // runtime.Goexit, which gobreaker would not see
+			}
+		}()
 		opErr = op(ctx)
+		returned = true
 		return struct{}{}, b.outcome(ctx, opErr)
 	})
 	res, _ := b.result(err, opErr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -229,5 +230,32 @@ func TestSafeForConcurrentUse(t *testing.T) {
 func TestStateString(t *testing.T) {
 	for s, want := range map[breaker.State]string{breaker.Closed: "closed", breaker.HalfOpen: "half-open", breaker.Open: "open", 7: "unknown"} {
 		assert.Equal(t, want, s.String())
+	}
+}
+
+func TestNonsenseOptionsPanicNamingTheOption(t *testing.T) {
+	tests := []struct {
+		name string
+		f    func()
+		want string
+	}{
+		{"NaN rate", func() { breaker.FailureRate(math.NaN(), 10) }, "FailureRate(NaN, 10)"},
+		{"zero rate", func() { breaker.FailureRate(0, 10) }, "FailureRate(0, 10)"},
+		{"rate above 1", func() { breaker.FailureRate(1.5, 10) }, "FailureRate(1.5, 10)"},
+		{"too many buckets", func() { breaker.Window(time.Second, 20_000) }, "Window(1s, 20000)"},
+		{"no bucket", func() { breaker.Window(time.Second, 0) }, "Window(1s, 0)"},
+		{"negative window", func() { breaker.Window(-time.Second, 10) }, "Window(-1s, 10)"},
+		{"zero open timeout", func() { breaker.OpenTimeout(0) }, "OpenTimeout(0s)"},
+		{"zero shared retry", func() { breaker.SharedRetryInterval(0) }, "SharedRetryInterval(0s)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				require.NotNil(t, r, "no panic")
+				assert.Contains(t, r, tt.want)
+			}()
+			tt.f()
+		})
 	}
 }

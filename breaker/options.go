@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -62,35 +63,46 @@ func ConsecutiveFailures(n uint32) Option {
 }
 
 // FailureRate opens the breaker when at least minRequests calls have ended
-// in the window and the share of failures among them reaches ratio (0 to
-// 1). It works beside [ConsecutiveFailures]: either trips the breaker.
-// Default off.
+// in the window and the share of failures among them reaches ratio. It
+// works beside [ConsecutiveFailures]: either trips the breaker. Default
+// off. It panics unless 0 < ratio <= 1 (NaN included); a minRequests of 0
+// counts as 1.
 func FailureRate(ratio float64, minRequests uint32) Option {
+	if !(ratio > 0 && ratio <= 1) {
+		panic(fmt.Sprintf("breaker: FailureRate(%v, %d): ratio must be more than 0 and at most 1", ratio, minRequests))
+	}
 	return optionFunc(func(c *config) {
-		c.rate = min(max(ratio, 0), 1)
+		c.rate = ratio
 		c.rateMin = max(minRequests, 1)
 	})
 }
 
+// MaxBuckets is the most buckets a [Window] may have: the breaker's work
+// under its lock grows with their number, up to its square after a pause.
+const MaxBuckets = 100
+
 // Window sets the rolling window over which a closed breaker counts
 // outcomes, as buckets slices of d: the oldest slice drops out as time
-// passes. Default 60 s in 6 buckets; d <= 0 counts without a window (only a
-// state change clears the counts); buckets <= 1 clears all counts every d.
+// passes. Default 60 s in 6 buckets; d = 0 counts without a window (only a
+// state change clears the counts); 1 bucket clears all counts every d. It
+// panics if d is negative or buckets is not from 1 to [MaxBuckets].
 func Window(d time.Duration, buckets int) Option {
+	if d < 0 || buckets < 1 || buckets > MaxBuckets {
+		panic(fmt.Sprintf("breaker: Window(%v, %d): d must be 0 or more and buckets from 1 to %d", d, buckets, MaxBuckets))
+	}
 	return optionFunc(func(c *config) {
-		c.window = max(d, 0)
+		c.window = d
 		c.buckets = buckets
 	})
 }
 
 // OpenTimeout sets how long the breaker stays open before it lets probe
-// calls through. Default 30 s; d <= 0 keeps the default.
+// calls through. Default 30 s. It panics if d is not positive.
 func OpenTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.openTimeout = d
-		}
-	})
+	if d <= 0 {
+		panic(fmt.Sprintf("breaker: OpenTimeout(%v): d must be more than 0", d))
+	}
+	return optionFunc(func(c *config) { c.openTimeout = d })
 }
 
 // HalfOpenRequests sets how many probe calls a half-open breaker lets

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,13 +39,13 @@ func Shared(store SharedStore) Option {
 }
 
 // SharedRetryInterval sets how long a breaker whose shared store failed
-// works locally before it tries the store again. Default 1 s.
+// works locally before it tries the store again. Default 1 s. It panics if
+// d is not positive.
 func SharedRetryInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.sharedRetry = d
-		}
-	})
+	if d <= 0 {
+		panic(fmt.Sprintf("breaker: SharedRetryInterval(%v): d must be more than 0", d))
+	}
+	return optionFunc(func(c *config) { c.sharedRetry = d })
 }
 
 // unstalled wraps a SharedStore so that a failed Lock never stalls a call:

@@ -1,7 +1,9 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/pipeline"
@@ -160,4 +163,29 @@ func TestNoListenerNoEvents(t *testing.T) {
 
 	_, _ = retrypolicy.Do(t.Context(), policy, op)
 	assert.Empty(t, rec.take(), "nor does the policy, which New did not change")
+}
+
+func TestPanickingListenerChangesNoOutcome(t *testing.T) {
+	var logged bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	panicky := resilience.ListenerFunc(func(e resilience.Event) { panic("listener bug on " + e.Kind.String()) })
+	b := breaker.New("dep", breaker.ConsecutiveFailures(1),
+		breaker.OnStateChange(func(string, breaker.State, breaker.State) { panic("callback bug") }))
+	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(panicky),
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(0))))
+
+	got, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 7, nil })
+	require.NoError(t, err, "a success stays a success")
+	assert.Equal(t, 7, got)
+	assert.Equal(t, breaker.Closed, b.State())
+	assert.EqualValues(t, 1, b.Counts().TotalSuccesses, "and the breaker counted a success")
+
+	_, err = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, resilience.Terminal(errDown) })
+	require.ErrorIs(t, err, errDown)
+	assert.Equal(t, breaker.Open, b.State(), "the breaker opened despite its panicking listeners")
+	_, err = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 7, nil })
+	require.ErrorIs(t, err, breaker.ErrOpen)
+	assert.Contains(t, logged.String(), "listener bug on attempt", "the panic is logged, not lost")
+	assert.Contains(t, logged.String(), "callback bug")
 }

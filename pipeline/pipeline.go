@@ -19,11 +19,13 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/internal/hook"
+	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -51,7 +53,7 @@ func New(opts ...Option) *Pipeline {
 			hook.AddBreakerListener(cfg.breaker, l)
 		}
 	}
-	cfg.listener = resilience.Named(resilience.Listeners(cfg.listeners...), cfg.name)
+	cfg.listener = safe.Listener(resilience.Named(resilience.Listeners(cfg.listeners...), cfg.name))
 	cfg.listeners = nil
 	if cfg.retry != nil && cfg.listener != nil {
 		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
@@ -260,17 +262,24 @@ func WithRetry(p *retrypolicy.Policy) Option {
 }
 
 // WithTimeBudget caps each call, all attempts and delays included, at d;
-// the operation's context carries the deadline. Default none (only the
-// caller's context's deadline); d <= 0 means none.
+// the operation's context carries the deadline. It is the only time budget
+// option: the retry policy keeps to it. Default none (only the caller's
+// context's deadline); 0 means none. It panics if d is negative.
 func WithTimeBudget(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.budget = max(d, 0) })
+	if d < 0 {
+		panic(fmt.Sprintf("pipeline: WithTimeBudget(%v): d must be 0 (none) or more", d))
+	}
+	return optionFunc(func(c *config) { c.budget = d })
 }
 
 // WithAttemptTimeout caps each single attempt at d, within the budget; an
 // attempt that times out is a transient failure and may be retried. Default
-// none; d <= 0 means none.
+// none; 0 means none. It panics if d is negative.
 func WithAttemptTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.attemptTimeout = max(d, 0) })
+	if d < 0 {
+		panic(fmt.Sprintf("pipeline: WithAttemptTimeout(%v): d must be 0 (none) or more", d))
+	}
+	return optionFunc(func(c *config) { c.attemptTimeout = d })
 }
 
 // WithName names the dependency in events. Default the breaker's name.

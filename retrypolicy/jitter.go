@@ -1,6 +1,7 @@
 package retrypolicy
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -17,8 +18,10 @@ const (
 	Full JitterMode = iota
 	// Equal draws from [cap/2, cap]: never less than half the cap.
 	Equal
-	// Decorrelated draws from [BaseDelay, 3*previous delay], capped at
-	// MaxDelay: it grows from the last delay rather than the attempt number.
+	// Decorrelated draws from [BaseDelay, 3*previous delay] and caps the
+	// draw at MaxDelay (min(MaxDelay, uniform(BaseDelay, 3*previous)), the
+	// AWS architecture blog's formula): it grows from the last delay rather
+	// than the attempt number, and sits at MaxDelay once it gets there.
 	Decorrelated
 	// None waits exactly cap: the synchronized retries that jitter exists to
 	// prevent. For tests and comparisons.
@@ -82,12 +85,13 @@ func (j jittered) NextBackOff() time.Duration {
 	return j.draw(c)
 }
 
-// uniform returns a duration drawn uniformly from [lo, hi].
+// uniform returns a duration drawn uniformly from [lo, hi], for any
+// 0 <= lo <= hi <= math.MaxInt64.
 func uniform(lo, hi time.Duration) time.Duration {
 	if hi <= lo {
 		return lo
 	}
-	return lo + time.Duration(rand.Int64N(int64(hi-lo)+1))
+	return lo + time.Duration(rand.Uint64N(uint64(hi-lo)+1)) // no overflow: hi-lo <= MaxInt64
 }
 
 func full(c time.Duration) time.Duration { return uniform(0, c) }
@@ -95,17 +99,18 @@ func full(c time.Duration) time.Duration { return uniform(0, c) }
 func equal(c time.Duration) time.Duration { return uniform(c/2, c) }
 
 // decorrelated is the "decorrelated jitter" of the AWS architecture blog:
-// each delay is drawn from [base, 3*previous], capped at max.
+// sleep = min(cap, random_between(base, sleep*3)).
 type decorrelated struct {
 	base, max, prev time.Duration
 }
 
 func (d *decorrelated) NextBackOff() time.Duration {
-	hi := d.max
-	if d.prev < d.max/3 {
+	lo := min(d.base, d.max)
+	hi := time.Duration(math.MaxInt64)
+	if d.prev <= math.MaxInt64/3 {
 		hi = d.prev * 3
 	}
-	d.prev = min(uniform(min(d.base, d.max), max(hi, d.base)), d.max)
+	d.prev = min(uniform(lo, max(hi, lo)), d.max)
 	return d.prev
 }
 

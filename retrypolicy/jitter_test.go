@@ -1,6 +1,9 @@
 package retrypolicy
 
 import (
+	"context"
+	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -111,4 +114,70 @@ func TestDelaysIsTheSameSequence(t *testing.T) {
 		}
 	}
 	assert.Equal(t, caps, got)
+}
+
+// TestDecorrelatedJitterMatchesTheBlogsFormula: min(max, U[base, 3*prev])
+// sits at max with a fixed probability once it gets near; drawing below
+// min(max, 3*prev) instead never reaches it.
+func TestDecorrelatedJitterMatchesTheBlogsFormula(t *testing.T) {
+	const base, maxDelay, n = 100 * time.Millisecond, time.Second, 200_000
+	d := New(Jitter(Decorrelated), BaseDelay(base), MaxDelay(maxDelay)).cfg.newDelays()
+	var atMax int
+	var sum time.Duration
+	for range n {
+		got := d.NextBackOff()
+		if got == maxDelay {
+			atMax++
+		}
+		sum += got
+	}
+	// The stationary values of this chain, from a simulation of the formula
+	// itself (10^6 steps): P(max) 0.483, mean 736 ms. Drawing below
+	// min(max, 3*prev) instead gives P(max) 0 and a mean of 490 ms.
+	assert.InDelta(t, 0.483, float64(atMax)/n, 0.01)
+	assert.InDelta(t, 735, float64(sum/n)/1e6, 15)
+}
+
+func TestDelaysNearMaxInt64(t *testing.T) {
+	for _, m := range []JitterMode{Full, Equal, Decorrelated, None} {
+		t.Run(m.String(), func(t *testing.T) {
+			d := New(Jitter(m), BaseDelay(time.Second), MaxDelay(math.MaxInt64)).cfg.newDelays()
+			for i := range 200 {
+				got := d.NextBackOff() // panicked at the 35th with Int64N(MaxInt64+1)
+				require.GreaterOrEqual(t, got, time.Duration(0), "retry %d", i)
+			}
+		})
+	}
+	// Delays that huge end past any deadline: the loop gives up at once.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+	defer cancel()
+	p := New(BaseDelay(math.MaxInt64), MaxDelay(math.MaxInt64), MaxAttempts(0))
+	_, err := Do(ctx, p, func(context.Context) (int, error) { return 0, errors.New("blip") })
+	require.ErrorIs(t, err, ErrOutOfTime)
+}
+
+func TestNonsenseOptionsPanicNamingTheOption(t *testing.T) {
+	tests := []struct {
+		name string
+		f    func()
+		want string
+	}{
+		{"negative attempts", func() { MaxAttempts(-1) }, "MaxAttempts(-1)"},
+		{"negative base", func() { BaseDelay(-time.Second) }, "BaseDelay(-1s)"},
+		{"zero max delay", func() { MaxDelay(0) }, "MaxDelay(0s)"},
+		{"negative max delay", func() { MaxDelay(-1) }, "MaxDelay(-1ns)"},
+		{"unknown jitter", func() { Jitter(JitterMode(9)) }, "Jitter(9)"},
+		{"NaN quota", func() { NewQuota(math.NaN(), 0, 0) }, "NewQuota ratio NaN"},
+		{"negative quota window", func() { NewQuota(0.1, 0, -time.Second) }, "NewQuota window -1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				require.NotNil(t, r, "no panic")
+				assert.Contains(t, r, tt.want)
+			}()
+			tt.f()
+		})
+	}
 }

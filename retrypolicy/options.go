@@ -3,9 +3,11 @@ package retrypolicy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -51,29 +53,41 @@ func (c *config) retryable(err error) bool {
 }
 
 // MaxAttempts sets how many times an operation runs at most, the first
-// attempt included. Default 4; n <= 0 means no limit but the time budget.
+// attempt included. Default 4; 0 means no limit but the time budget. It
+// panics if n is negative.
 func MaxAttempts(n int) Option {
-	return optionFunc(func(c *config) { c.maxAttempts = max(n, 0) })
+	if n < 0 {
+		panic(fmt.Sprintf("retrypolicy: MaxAttempts(%d): n must be 0 (no limit) or more", n))
+	}
+	return optionFunc(func(c *config) { c.maxAttempts = n })
 }
 
 // BaseDelay sets the cap of the first retry's delay; each later retry
-// doubles it. Default 100 ms; d <= 0 means retries run back to back.
+// doubles it. Default 100 ms; 0 means retries run back to back. It panics
+// if d is negative.
 func BaseDelay(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.baseDelay = max(d, 0) })
+	if d < 0 {
+		panic(fmt.Sprintf("retrypolicy: BaseDelay(%v): d must be 0 or more", d))
+	}
+	return optionFunc(func(c *config) { c.baseDelay = d })
 }
 
 // MaxDelay sets the largest delay between two attempts, retry-after hints
-// included. Default 10 s; d <= 0 keeps the default.
+// included; any value up to math.MaxInt64 works. Default 10 s. It panics
+// if d is not positive (use BaseDelay(0) for back-to-back retries).
 func MaxDelay(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.maxDelay = d
-		}
-	})
+	if d <= 0 {
+		panic(fmt.Sprintf("retrypolicy: MaxDelay(%v): d must be more than 0", d))
+	}
+	return optionFunc(func(c *config) { c.maxDelay = d })
 }
 
-// Jitter sets how each delay is drawn below its cap. Default [Full].
+// Jitter sets how each delay is drawn below its cap. Default [Full]. It
+// panics for a mode that is not one of the constants.
 func Jitter(m JitterMode) Option {
+	if m > None {
+		panic(fmt.Sprintf("retrypolicy: Jitter(%d): unknown mode", m))
+	}
 	return optionFunc(func(c *config) { c.jitter = m })
 }
 
@@ -95,7 +109,8 @@ func OnRetry(fn func(attempt int, err error, delay time.Duration)) Option {
 
 // WithSleep replaces how the loop waits between attempts. fn must return
 // ctx.Err() if ctx ends first; a non-nil error stops the loop. A test can
-// record each delay and return at once. Default: a timer raced against ctx.
+// record each delay and return at once. Default: a timer raced against ctx;
+// nil keeps it.
 func WithSleep(fn func(ctx context.Context, d time.Duration) error) Option {
 	return optionFunc(func(c *config) {
 		if fn != nil {
@@ -115,5 +130,5 @@ func WithQuota(q *Quota) Option {
 // WithListener reports each attempt, scheduled retry and reason for giving
 // up to l, after any listener set before. Default none, at no cost.
 func WithListener(l resilience.Listener) Option {
-	return optionFunc(func(c *config) { c.listener = resilience.Listeners(c.listener, l) })
+	return optionFunc(func(c *config) { c.listener = safe.Listener(resilience.Listeners(c.listener, l)) })
 }

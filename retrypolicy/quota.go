@@ -41,8 +41,8 @@ type quotaBucket struct {
 
 // NewQuota returns a Quota allowing retries of up to ratio (for example
 // 0.1) of the calls plus floorPerSecond retries per second, over a sliding
-// window of window (10 s if window <= 0), kept in 10 buckets. It panics if
-// ratio or floorPerSecond is negative, infinite or NaN.
+// window of window (10 s if window is 0), kept in 10 buckets. It panics if
+// ratio or floorPerSecond is negative, infinite or NaN, or window negative.
 func NewQuota(ratio float64, floorPerSecond float64, window time.Duration) *Quota {
 	if !finite(ratio) || ratio < 0 {
 		panic(fmt.Sprintf("retrypolicy: NewQuota ratio %v is not a finite number >= 0", ratio))
@@ -50,7 +50,10 @@ func NewQuota(ratio float64, floorPerSecond float64, window time.Duration) *Quot
 	if !finite(floorPerSecond) || floorPerSecond < 0 {
 		panic(fmt.Sprintf("retrypolicy: NewQuota floorPerSecond %v is not a finite number >= 0", floorPerSecond))
 	}
-	if window <= 0 {
+	if window < 0 {
+		panic(fmt.Sprintf("retrypolicy: NewQuota window %v is negative", window))
+	}
+	if window == 0 {
 		window = 10 * time.Second
 	}
 	const n = 10

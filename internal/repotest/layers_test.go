@@ -33,7 +33,7 @@ func layer(pkg string) (int, bool) {
 	switch {
 	case pkg == "resilience":
 		return 0, true
-	case pkg == "internal/hook":
+	case pkg == "internal/hook", pkg == "internal/safe":
 		return 1, true
 	case pkg == "retrypolicy", pkg == "breaker":
 		return 2, true
