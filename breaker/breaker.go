@@ -23,7 +23,6 @@ package breaker
 import (
 	"context"
 	"errors"
-	"reflect"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -111,15 +110,16 @@ var (
 )
 
 // Breaker is a circuit breaker for one dependency. It is safe for
-// concurrent use. The zero Breaker is always closed and counts nothing.
+// concurrent use. The zero Breaker, and a nil *Breaker, is always closed and
+// counts nothing.
 type Breaker struct {
-	cb        *gobreaker.CircuitBreaker[struct{}]
-	cfg       config
-	listeners atomic.Pointer[[]resilience.Listener]
-	state     atomic.Uint32 // last State seen by a transition, for Check
-	errOpen   error
-	errBusy   error
-	shared    *shared // nil unless the state is shared
+	cb       *gobreaker.CircuitBreaker[struct{}]
+	cfg      config
+	listener atomic.Pointer[listenerBox] // set once: by WithListener or by the first pipeline
+	state    atomic.Uint32               // last State seen by a transition, for Check
+	errOpen  error
+	errBusy  error
+	shared   *shared // nil unless the state is shared
 }
 
 // New returns a closed Breaker named name (the name appears in its errors
@@ -129,15 +129,17 @@ type Breaker struct {
 func New(name string, opts ...Option) *Breaker {
 	cfg := defaults()
 	for _, o := range opts {
-		o.apply(&cfg)
+		if o != nil {
+			o.apply(&cfg)
+		}
 	}
 	b := &Breaker{
 		cfg:     cfg,
 		errOpen: &rejection{name: name, sentinel: ErrOpen},
 		errBusy: &rejection{name: name, sentinel: ErrTooManyRequests},
 	}
-	for _, l := range cfg.listeners {
-		b.addListener(l)
+	if l := resilience.Listeners(cfg.listeners...); l != nil {
+		b.listener.Store(&listenerBox{safe.Listener(l)})
 	}
 	st := b.settings(name)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](st)
@@ -174,57 +176,26 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 }
 
 func init() {
-	hook.AddBreakerListener = func(b any, l resilience.Listener) { b.(*Breaker).addListener(l) }
-}
-
-// addListener adds l to the listeners, unless it is there already (as
-// far as listeners of its type can be compared).
-func (b *Breaker) addListener(l resilience.Listener) {
-	if l == nil {
-		return
-	}
-	l = safe.Listener(l)
-	for {
-		old := b.listeners.Load()
-		var ls []resilience.Listener
-		if old != nil {
-			for _, have := range *old {
-				if same(have, l) {
-					return
-				}
-			}
-			ls = append(ls, *old...)
-		}
-		ls = append(ls, l)
-		if b.listeners.CompareAndSwap(old, &ls) {
-			return
+	hook.ClaimBreakerEvents = func(b any, l resilience.Listener) {
+		if l != nil {
+			b.(*Breaker).listener.CompareAndSwap(nil, &listenerBox{safe.Listener(l)})
 		}
 	}
 }
 
-// same reports whether a and b are the same listener, as far as their
-// type can tell: false for listeners of a type that == cannot compare.
-func same(a, b resilience.Listener) (eq bool) {
-	t := reflect.TypeOf(a)
-	if t != reflect.TypeOf(b) || !t.Comparable() {
-		return false
-	}
-	defer func() { _ = recover() }() // a struct holding a func
-	return a == b
-}
+// listenerBox holds the breaker's listener, so that an atomic pointer can.
+type listenerBox struct{ l resilience.Listener }
 
-// emit passes e to every listener.
+// emit passes e to the listener, if any.
 func (b *Breaker) emit(e resilience.Event) {
-	if ls := b.listeners.Load(); ls != nil {
-		for _, l := range *ls {
-			l.OnEvent(e)
-		}
+	if box := b.listener.Load(); box != nil {
+		box.l.OnEvent(e)
 	}
 }
 
 // Name returns the breaker's name.
 func (b *Breaker) Name() string {
-	if b.cb == nil {
+	if b == nil || b.cb == nil {
 		return ""
 	}
 	return b.cb.Name()
@@ -233,7 +204,7 @@ func (b *Breaker) Name() string {
 // State returns the current state, moving from open to half-open if the
 // open timeout has passed. A shared breaker syncs with its store first.
 func (b *Breaker) State() State {
-	if b.cb == nil {
+	if b == nil || b.cb == nil {
 		return Closed
 	}
 	if b.shared != nil {
@@ -248,7 +219,7 @@ func (b *Breaker) State() State {
 // Counts returns the outcomes counted in the current state (for a shared
 // breaker, as last synced).
 func (b *Breaker) Counts() Counts {
-	if b.cb == nil {
+	if b == nil || b.cb == nil {
 		return Counts{}
 	}
 	return Counts(b.local().Counts())
@@ -259,7 +230,7 @@ func (b *Breaker) Counts() Counts {
 // loop can ask it before every retry and stop as soon as another call has
 // opened the breaker. Use [Breaker.State] for the exact state.
 func (b *Breaker) Check() error {
-	if State(b.state.Load()) == Closed {
+	if b == nil || State(b.state.Load()) == Closed {
 		return nil
 	}
 	return b.errOpen
@@ -275,7 +246,7 @@ func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if b.cb == nil {
+	if b == nil || b.cb == nil {
 		return op(ctx)
 	}
 	if b.shared != nil {

@@ -135,11 +135,10 @@ func IgnoreIf(fn func(err error) bool) Option {
 
 // WithListener reports the breaker's state changes and rejections to l,
 // after any listener set before. State changes are reported under the
-// breaker's lock: l must not call the breaker. A pipeline's listener
-// ([pipeline.WithListener]) hears its breaker too, so this option is for a
-// breaker used on its own or heard by another listener; a listener given
-// both ways hears each event once if its type is comparable (a pointer).
-// Default none, at no cost.
+// breaker's lock: l must not call the breaker. Without this option, the
+// listener of the first pipeline built on the breaker with one
+// ([pipeline.WithListener]) hears the breaker; with it, l does and no
+// pipeline's listener is added. Default none, at no cost.
 //
 // [pipeline.WithListener]: https://pkg.go.dev/github.com/resiliencekit/resiliencekit/pipeline#WithListener
 func WithListener(l resilience.Listener) Option {

@@ -190,14 +190,26 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 		})
 		return b.sharedResult(ran, opErr, err, ctx, op)
 	}
+	returned := false
+	defer func() {
+		if !returned { // a panic or runtime.Goexit: a failure, as for a local breaker
+			b.recordShared(dcb, errFailure)
+		}
+	}()
 	opErr := op(ctx)
-	outcome := b.outcome(ctx, opErr)
+	returned = true
+	b.recordShared(dcb, b.outcome(ctx, opErr))
+	return opErr
+}
+
+// recordShared records a call's outcome in the shared state, or locally if
+// the store fails.
+func (b *Breaker) recordShared(dcb *gobreaker.DistributedCircuitBreaker[struct{}], outcome error) {
 	_, err := dcb.Execute(func() (struct{}, error) { return struct{}{}, outcome })
 	if isStoreError(err) {
 		b.storeFailed(err)
 		_, _ = b.local().Execute(func() (struct{}, error) { return struct{}{}, outcome })
 	}
-	return opErr
 }
 
 // sharedResult maps the result of a probe run through the distributed

@@ -20,20 +20,24 @@ import (
 // milliseconds.
 const Header = "Request-Timeout-Ms"
 
-// maxDigits bounds the header's value to 9 digits (about 11.5 days).
+// maxDigits bounds the header's value to 9 digits.
 const maxDigits = 9
 
+// MaxBudget is the longest budget the header carries: 999,999,999 ms,
+// about 11.6 days. [Inject] sends a longer one as MaxBudget.
+const MaxBudget = 999_999_999 * time.Millisecond
+
 // Inject sets h's [Header] to the time left before ctx's deadline, rounded
-// down to whole milliseconds, and reports whether ctx has a deadline. It
-// removes any [Header] from h when ctx has none, so a stale value is never
-// forwarded. A deadline already past is sent as 0.
+// down to whole milliseconds and at most [MaxBudget], and reports whether
+// ctx has a deadline. It removes any [Header] from h when ctx has none, so
+// a stale value is never forwarded. A deadline already past is sent as 0.
 func Inject(ctx context.Context, h http.Header) bool {
 	d, ok := ctx.Deadline()
 	if !ok {
 		h.Del(Header)
 		return false
 	}
-	left := max(time.Until(d), 0)
+	left := min(max(time.Until(d), 0), MaxBudget)
 	h.Set(Header, strconv.FormatInt(int64(left/time.Millisecond), 10))
 	return true
 }

@@ -2,6 +2,7 @@ package deadline_test
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/resiliencekit/resiliencekit/deadline"
 )
@@ -58,6 +60,26 @@ func FuzzParse(f *testing.F) {
 		back, ok := deadline.Parse(h.Get(deadline.Header))
 		assert.True(t, ok, "what Inject writes, Parse reads")
 		assert.LessOrEqual(t, back, d+time.Hour)
+	})
+}
+
+// FuzzInjectParse: whatever the deadline, what Inject writes Parse reads,
+// as the time left (or MaxBudget, or 0).
+func FuzzInjectParse(f *testing.F) {
+	for _, d := range []int64{0, -1, 1, int64(time.Second), int64(12 * 24 * time.Hour), int64(deadline.MaxBudget), math.MaxInt64, math.MinInt64} {
+		f.Add(d)
+	}
+	f.Fuzz(func(t *testing.T, left int64) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(time.Duration(left)))
+			defer cancel()
+			h := http.Header{}
+			require.True(t, deadline.Inject(ctx, h))
+			back, ok := deadline.Parse(h.Get(deadline.Header))
+			require.True(t, ok, "Parse reads %q", h.Get(deadline.Header))
+			want := min(max(time.Until(time.Now().Add(time.Duration(left))), 0), deadline.MaxBudget).Truncate(time.Millisecond)
+			assert.Equal(t, want, back)
+		})
 	})
 }
 

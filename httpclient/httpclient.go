@@ -206,7 +206,7 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	hasBody := req.Body != nil && req.Body != http.NoBody
 	var once []pipeline.CallOption
 	if (!t.cfg.retryMethods[req.Method] && key == "") || (hasBody && req.GetBody == nil) {
-		once = []pipeline.CallOption{pipeline.SingleAttempt}
+		once = []pipeline.CallOption{pipeline.SingleAttempt()}
 	}
 	a := attempt{t: t, req: req, key: key}
 	resp, release, err := pipeline.DoStream(req.Context(), t.cfg.pipeline, a.run, once...)

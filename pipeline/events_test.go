@@ -3,8 +3,8 @@ package pipeline_test
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -127,14 +127,39 @@ func TestListenerGivenTwiceHearsEachEventOnce(t *testing.T) {
 	}, withoutDurations(rec.take()))
 }
 
-func TestPipelinesSharingABreakerBothHearIt(t *testing.T) {
+func TestFirstPipelineWithAListenerHearsTheBreaker(t *testing.T) {
 	r1, r2 := &recorder{}, &recorder{}
 	b := breaker.New("stock", breaker.ConsecutiveFailures(1))
 	p1 := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r1))
-	pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r2))
-	_, _ = pipeline.Do(t.Context(), p1, func(context.Context) (int, error) { return 0, errDown })
-	assert.Contains(t, r1.take(), "stock state_change closed->open")
-	assert.Equal(t, []string{"stock state_change closed->open"}, r2.take())
+	p2 := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r2))
+	for range 100 { // pipelines built per request add nothing to the breaker
+		pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(resilience.ListenerFunc(func(resilience.Event) {})))
+	}
+	_, _ = pipeline.Do(t.Context(), p2, func(context.Context) (int, error) { return 0, errDown })
+	assert.Equal(t, []string{"stock state_change closed->open"}, r1.take(), "the breaker's one listener")
+	assert.Equal(t, []string{"stock attempt 1 ok=false", "stock call_done ok=false"}, withoutDurations(r2.take()))
+	_, _ = pipeline.Do(t.Context(), p1, func(context.Context) (int, error) { return 0, nil })
+	assert.Equal(t, []string{"stock rejected", "stock call_done ok=false"}, withoutDurations(r1.take()))
+}
+
+func TestRetriesStoppedByTheBreakerAreReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Minute))
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(rec),
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.Jitter(retrypolicy.None), retrypolicy.MaxAttempts(3))))
+		_, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) {
+			_ = b.Execute(t.Context(), func(context.Context) error { return errDown }) // another call opens it
+			return 0, errDown
+		})
+		require.ErrorIs(t, err, breaker.ErrOpen)
+		assert.Equal(t, []string{
+			"stock state_change closed->open",
+			"stock attempt 1 ok=false",
+			"stock rejected",
+			"stock call_done ok=false",
+		}, withoutDurations(rec.take()))
+	})
 }
 
 // withoutDurations drops the measured durations of call_done lines.

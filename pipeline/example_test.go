@@ -62,9 +62,9 @@ func describe(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
-	case errors.Is(err, breaker.ErrOpen): // failed fast: the dependency is down
+	case errors.Is(err, breaker.ErrOpen), errors.Is(err, breaker.ErrTooManyRequests): // failed fast: not sent
 		return "breaker open"
-	case errors.Is(err, context.DeadlineExceeded): // out of time
+	case errors.Is(err, retrypolicy.ErrOutOfTime): // the time budget or the caller's deadline ran out
 		return "out of time"
 	case resilience.IsPermanent(err): // a bad request: retrying will not help
 		return "bad request"
@@ -88,15 +88,24 @@ func ExampleDo_errors() {
 	_, err = pipeline.Do(context.Background(), charge, fail(nil)) // the 500 opened the breaker
 	fmt.Println(describe(err))
 
-	slow := pipeline.New(pipeline.WithTimeBudget(10 * time.Millisecond))
-	_, err = pipeline.Do(context.Background(), slow, func(ctx context.Context) (Receipt, error) {
+	hung := func(ctx context.Context) (Receipt, error) {
 		<-ctx.Done() // a hung dependency
 		return Receipt{}, ctx.Err()
-	})
+	}
+	slow := pipeline.New(pipeline.WithTimeBudget(10 * time.Millisecond))
+	_, err = pipeline.Do(context.Background(), slow, hung)
+	fmt.Println(describe(err))
+
+	// Attempts that each time out, within a time budget that lasts: the
+	// dependency failed, the call did not run out of time.
+	impatient := pipeline.New(pipeline.WithAttemptTimeout(time.Millisecond),
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(2), retrypolicy.BaseDelay(0))))
+	_, err = pipeline.Do(context.Background(), impatient, hung)
 	fmt.Println(describe(err))
 	// Output:
 	// bad request
 	// dependency failed
 	// breaker open
 	// out of time
+	// dependency failed
 }

@@ -43,17 +43,18 @@ type Pipeline struct {
 func New(opts ...Option) *Pipeline {
 	var cfg config
 	for _, o := range opts {
-		o.apply(&cfg)
+		if o != nil {
+			o.apply(&cfg)
+		}
 	}
 	if cfg.name == "" && cfg.breaker != nil {
 		cfg.name = cfg.breaker.Name()
 	}
+	all := resilience.Listeners(cfg.listeners...)
 	if cfg.breaker != nil {
-		for _, l := range cfg.listeners {
-			hook.AddBreakerListener(cfg.breaker, l)
-		}
+		hook.ClaimBreakerEvents(cfg.breaker, all)
 	}
-	cfg.listener = safe.Listener(resilience.Named(resilience.Listeners(cfg.listeners...), cfg.name))
+	cfg.listener = safe.Listener(resilience.Named(all, cfg.name))
 	cfg.listeners = nil
 	if cfg.retry != nil && cfg.listener != nil {
 		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
@@ -83,7 +84,7 @@ func (singleAttempt) applyCall(c call) call {
 // still under the time budget, the breaker and the attempt timeout. For a
 // call that is not safe to repeat, such as a write without an idempotency
 // key.
-var SingleAttempt CallOption = singleAttempt{}
+func SingleAttempt() CallOption { return singleAttempt{} }
 
 // Do runs op through p's stages and returns its result. Errors keep their
 // causes for [errors.Is] and [errors.As]: a rejection matches
@@ -145,9 +146,15 @@ func run[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k 
 	}
 	var c call
 	for _, o := range opts {
-		c = o.applyCall(c) // by value: a pointer would escape
+		if o != nil {
+			c = o.applyCall(c) // by value: a pointer would escape
+		}
 	}
-	if l := p.cfg.listener; l != nil {
+	if ctx.Err() != nil {
+		var zero T
+		return zero, p.outOfTime(ctx, 0, nil)
+	}
+	if l := p.cfg.listener; l != nil && resilience.Wants(l, resilience.EventCallDone) {
 		start := time.Now()
 		res, err := execute(ctx, p, op, k, c)
 		l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Duration: time.Since(start), Err: err})
@@ -209,7 +216,26 @@ func single[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T],
 	if p.cfg.listener != nil {
 		p.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
 	}
+	if err != nil && ctx.Err() != nil {
+		err = p.outOfTime(ctx, 1, err)
+	}
 	return res, err
+}
+
+// outOfTime returns the error of a call whose ctx ended after attempts
+// attempts: a [*retrypolicy.Error] as the retry stage gives, matching
+// [retrypolicy.ErrOutOfTime] and [context.DeadlineExceeded] when time ran
+// out, or [context.Canceled], so that a call tells the same story with or
+// without a retry stage.
+func (p *Pipeline) outOfTime(ctx context.Context, attempts int, last error) error {
+	reason := ctx.Err()
+	if errors.Is(reason, context.DeadlineExceeded) {
+		reason = retrypolicy.ErrOutOfTime
+		if p.cfg.listener != nil {
+			p.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventTimeBudgetExceeded, Attempt: attempts, Err: last})
+		}
+	}
+	return &retrypolicy.Error{Attempts: attempts, Reason: reason, Last: last}
 }
 
 // attempt runs op once within the attempt timeout, if any.
@@ -288,10 +314,13 @@ func WithName(name string) Option {
 }
 
 // WithListener reports to l the end of every call, each attempt, each
-// scheduled retry and why a call gave up, named by [WithName], and the
-// state changes and rejections of the pipeline's breaker (which every
-// pipeline sharing that breaker hears). See [resilience.Listener] for what
-// l must do. Default none, at no cost.
+// scheduled retry and why a call gave up, named by [WithName]. It also
+// makes l the listener of the pipeline's breaker, for its state changes
+// and rejections, if the breaker has none yet: a breaker has one listener,
+// its own ([breaker.WithListener]) or that of the first pipeline built on
+// it with one, so no event is heard twice and building pipelines adds
+// nothing to a breaker. See [resilience.Listener] for what l must do.
+// Default none, at no cost.
 func WithListener(l resilience.Listener) Option {
 	return optionFunc(func(c *config) {
 		if l != nil {

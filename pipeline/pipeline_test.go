@@ -3,6 +3,8 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -314,7 +316,7 @@ func TestSingleAttemptSkipsTheRetryOnly(t *testing.T) {
 	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(0))))
 	dep := &dependency{}
 	dep.down.Store(true)
-	_, err := pipeline.Do(t.Context(), p, dep.call, pipeline.SingleAttempt)
+	_, err := pipeline.Do(t.Context(), p, dep.call, pipeline.SingleAttempt())
 	require.ErrorIs(t, err, errDown)
 	assert.EqualValues(t, 1, dep.calls.Load())
 	assert.Equal(t, breaker.Open, b.State(), "the breaker still counts it")
@@ -334,13 +336,82 @@ func TestZeroValuesWork(t *testing.T) {
 			assert.Equal(t, 7, got)
 		})
 	}
-	var b breaker.Breaker
-	assert.Equal(t, breaker.Closed, b.State())
-	assert.NoError(t, b.Check())
-	assert.Zero(t, b.Counts())
-	assert.Empty(t, b.Name())
-	var nilPolicy *retrypolicy.Policy
-	assert.Equal(t, 4, nilPolicy.MaxAttempts())
+	for _, b := range []*breaker.Breaker{{}, nil} {
+		assert.Equal(t, breaker.Closed, b.State())
+		assert.NoError(t, b.Check())
+		assert.Zero(t, b.Counts())
+		assert.Empty(t, b.Name())
+		assert.NoError(t, b.Execute(t.Context(), func(context.Context) error { return nil }))
+	}
+	for _, policy := range []*retrypolicy.Policy{nil, {}, new(retrypolicy.Policy).With(retrypolicy.BaseDelay(0))} {
+		assert.Equal(t, 4, policy.MaxAttempts(), "as New()")
+		calls := 0
+		_, err := retrypolicy.Do(t.Context(), policy.With(retrypolicy.BaseDelay(0)), func(context.Context) (int, error) { calls++; return 0, errDown })
+		require.ErrorIs(t, err, retrypolicy.ErrMaxAttempts)
+		assert.Equal(t, 4, calls)
+		if policy == nil {
+			continue // pipeline.WithRetry(nil) means no retry stage
+		}
+		calls = 0
+		_, err = pipeline.Do(t.Context(), pipeline.New(pipeline.WithRetry(policy)), func(context.Context) (int, error) {
+			if calls++; calls < 2 {
+				return 0, errDown
+			}
+			return 1, nil
+		})
+		require.NoError(t, err)
+	}
+	var q *retrypolicy.Quota
+	assert.Equal(t, math.MaxInt, q.Available())
+	assert.NotPanics(t, func() {
+		p := pipeline.New(nil, pipeline.WithRetry(retrypolicy.New(nil)), pipeline.WithBreaker(breaker.New("x", nil)))
+		_, _ = pipeline.Do(t.Context(), p, op, nil)
+	}, "nil options are skipped")
+}
+
+// TestSpentTimeBudgetIsOutOfTimeOnEveryPath: with or without a retry
+// stage, a probe or a single attempt, a call whose time ran out says so.
+func TestSpentTimeBudgetIsOutOfTimeOnEveryPath(t *testing.T) {
+	hung := func(ctx context.Context) (int, error) {
+		<-ctx.Done()
+		return 0, errors.New("io timeout") // a client that does not wrap ctx.Err()
+	}
+	for name, opts := range map[string][]pipeline.Option{
+		"no retry":   nil,
+		"retry":      {pipeline.WithRetry(retrypolicy.New())},
+		"breaker":    {pipeline.WithBreaker(breaker.New("dep"))},
+		"everything": {pipeline.WithBreaker(breaker.New("dep")), pipeline.WithRetry(retrypolicy.New()), pipeline.WithAttemptTimeout(time.Hour)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := &recorder{}
+				p := pipeline.New(append(opts, pipeline.WithTimeBudget(time.Second), pipeline.WithListener(rec))...)
+				_, err := pipeline.Do(t.Context(), p, hung)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				require.ErrorIs(t, err, retrypolicy.ErrOutOfTime)
+				assert.Contains(t, strings.Join(rec.take(), "\n"), "time_budget_exceeded")
+				_, err = pipeline.Do(t.Context(), p, hung, pipeline.SingleAttempt())
+				require.ErrorIs(t, err, retrypolicy.ErrOutOfTime)
+			})
+		})
+	}
+}
+
+func TestDoneContextRunsNothing(t *testing.T) {
+	expired, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancel()
+	canceled, cancel2 := context.WithCancel(t.Context())
+	cancel2()
+	for _, p := range []*pipeline.Pipeline{pipeline.New(), pipeline.New(pipeline.WithRetry(retrypolicy.New()), pipeline.WithBreaker(breaker.New("dep")))} {
+		calls := 0
+		op := func(context.Context) (int, error) { calls++; return 1, nil }
+		_, err := pipeline.Do(expired, p, op)
+		require.ErrorIs(t, err, retrypolicy.ErrOutOfTime)
+		_, err = pipeline.Do(canceled, p, op)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, resilience.ClassCanceled, resilience.Classify(err))
+		assert.Zero(t, calls)
+	}
 }
 
 // customCtx hides its cancelable parent from package context, which then

@@ -22,7 +22,9 @@ const (
 	EventTimeBudgetExceeded
 	// EventStateChange: a breaker went From one state To another.
 	EventStateChange
-	// EventRejected: a breaker rejected a call; Err says why.
+	// EventRejected: a breaker rejected a call, or stopped its retries
+	// after attempt Attempt (as the guard of the retry loop); Err says
+	// why.
 	EventRejected
 	// EventCallDone: a pipeline call ended after Duration; Err is its
 	// error, nil on success.
@@ -111,37 +113,93 @@ func (s State) String() string {
 }
 
 // Listener receives events. OnEvent is called synchronously on the
-// goroutine of the call, so it must be quick and safe for concurrent use;
-// breaker state changes are reported while the breaker holds its lock, so
-// it must not call the breaker. A stage with no listener builds no events.
+// goroutine of the call, so it must be quick: the call waits for it, and a
+// listener that blocks holds up the call, past its time budget if need be.
+// It must be safe for concurrent use. Breaker state changes are reported
+// while the breaker holds its lock, so it must not call the breaker. A
+// panic in OnEvent is logged with log/slog's default logger and changes
+// nothing else: the call and the breaker see the outcome they would have
+// seen. A stage with no listener builds no events.
 type Listener interface {
 	OnEvent(Event)
 }
 
-// ListenerFunc adapts a function to a [Listener].
+// Filter is implemented by a [Listener] that wants only some kinds of
+// event. A stage may skip an event its listener does not want, and skips
+// [EventCallDone], with the two clock reads its Duration costs, for a
+// listener that does not want it. Wants may be called on every call, and
+// must be quick and safe for concurrent use.
+type Filter interface {
+	Wants(EventKind) bool
+}
+
+// Wants reports whether l wants events of kind k: true unless l is a
+// [Filter] that says otherwise; false for a nil l.
+func Wants(l Listener, k EventKind) bool {
+	if l == nil {
+		return false
+	}
+	if f, ok := l.(Filter); ok {
+		return f.Wants(k)
+	}
+	return true
+}
+
+// ListenerFunc adapts a function to a [Listener] that wants every event.
 type ListenerFunc func(Event)
 
 // OnEvent calls f(e).
 func (f ListenerFunc) OnEvent(e Event) { f(e) }
 
+// named fills in the Name of events that lack one.
+type named struct {
+	l    Listener
+	name string
+}
+
+func (n named) OnEvent(e Event) {
+	if e.Name == "" {
+		e.Name = n.name
+	}
+	n.l.OnEvent(e)
+}
+
+func (n named) Wants(k EventKind) bool { return Wants(n.l, k) }
+
 // Named returns a Listener that fills in the Name of events that lack one
-// before passing them to l. It returns nil for a nil l.
+// before passing them to l, and wants what l wants. It returns nil for a
+// nil l.
 func Named(l Listener, name string) Listener {
 	if l == nil {
 		return nil
 	}
-	return ListenerFunc(func(e Event) {
-		if e.Name == "" {
-			e.Name = name
+	return named{l: l, name: name}
+}
+
+// multi passes each event to every listener that wants it.
+type multi []Listener
+
+func (m multi) OnEvent(e Event) {
+	for _, l := range m {
+		if Wants(l, e.Kind) {
+			l.OnEvent(e)
 		}
-		l.OnEvent(e)
-	})
+	}
+}
+
+func (m multi) Wants(k EventKind) bool {
+	for _, l := range m {
+		if Wants(l, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // Listeners returns a Listener that passes each event to every non-nil l
-// in order, or nil if there is none.
+// that wants it, in order, or nil if there is none.
 func Listeners(ls ...Listener) Listener {
-	var out []Listener
+	var out multi
 	for _, l := range ls {
 		if l != nil {
 			out = append(out, l)
@@ -153,9 +211,5 @@ func Listeners(ls ...Listener) Listener {
 	case 1:
 		return out[0]
 	}
-	return ListenerFunc(func(e Event) {
-		for _, l := range out {
-			l.OnEvent(e)
-		}
-	})
+	return out
 }

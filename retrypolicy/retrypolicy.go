@@ -103,7 +103,7 @@ func (e *Error) ResilienceClass() resilience.Class {
 
 // Policy is an immutable retry configuration. It is safe for concurrent use
 // by any number of calls; each call keeps its own backoff state. A nil
-// *Policy behaves as New().
+// *Policy and the zero Policy behave as New().
 type Policy struct {
 	cfg config
 }
@@ -116,19 +116,20 @@ var defaultPolicy = New()
 func New(opts ...Option) *Policy {
 	cfg := defaults()
 	for _, o := range opts {
-		o.apply(&cfg)
+		if o != nil {
+			o.apply(&cfg)
+		}
 	}
 	return &Policy{cfg: cfg}
 }
 
 // With returns a copy of p with opts applied on top of its configuration.
 func (p *Policy) With(opts ...Option) *Policy {
-	if p == nil {
-		p = defaultPolicy
-	}
-	cfg := p.cfg
+	cfg := *p.config()
 	for _, o := range opts {
-		o.apply(&cfg)
+		if o != nil {
+			o.apply(&cfg)
+		}
 	}
 	return &Policy{cfg: cfg}
 }
@@ -137,22 +138,24 @@ func (p *Policy) With(opts ...Option) *Policy {
 // order, freshly drawn: an endless sequence, without MaxAttempts or the
 // budget. It is for simulations, plots and tests.
 func (p *Policy) Delays() iter.Seq[time.Duration] {
-	if p == nil {
-		p = defaultPolicy
-	}
+	cfg := p.config()
 	return func(yield func(time.Duration) bool) {
-		d := p.cfg.newDelays()
+		d := cfg.newDelays()
 		for yield(d.NextBackOff()) {
 		}
 	}
 }
 
 // MaxAttempts returns the configured attempt limit; 0 means unlimited.
-func (p *Policy) MaxAttempts() int {
-	if p == nil {
-		p = defaultPolicy
+func (p *Policy) MaxAttempts() int { return p.config().maxAttempts }
+
+// config returns p's configuration: the defaults for a nil or zero Policy
+// (a zero one has no sleep function; New always sets one).
+func (p *Policy) config() *config {
+	if p == nil || p.cfg.sleep == nil {
+		return &defaultPolicy.cfg
 	}
-	return p.cfg.maxAttempts
+	return &p.cfg
 }
 
 // Do runs op until it succeeds, returns an error that is not retried, runs
@@ -169,13 +172,10 @@ func Do[T any](ctx context.Context, p *Policy, op resilience.Operation[T]) (T, e
 // circuit breaker's check is the typical guard: a loop stops retrying as
 // soon as the breaker has opened.
 func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op resilience.Operation[T]) (T, error) {
-	if p == nil {
-		p = defaultPolicy
-	}
-	cfg := &p.cfg
-	if err := ctx.Err(); err != nil {
+	cfg := p.config()
+	if ctx.Err() != nil {
 		var zero T
-		return zero, &Error{Reason: err}
+		return zero, cfg.giveUp(0, stopReason(ctx), nil)
 	}
 	if cfg.quota != nil {
 		cfg.quota.deposit()
@@ -210,7 +210,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {
-				return res, cfg.giveUp(attempt, gerr, err)
+				return res, cfg.stopped(attempt, gerr, err)
 			}
 		}
 		if cfg.quota != nil && !cfg.quota.withdraw() {
@@ -231,7 +231,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {
-				return res, cfg.giveUp(attempt, gerr, err)
+				return res, cfg.stopped(attempt, gerr, err)
 			}
 		}
 	}
@@ -255,6 +255,15 @@ func (c *config) giveUp(attempt int, reason, last error) error {
 		}
 	}
 	return &Error{Attempts: attempt, Reason: reason, Last: last}
+}
+
+// stopped returns the error for a loop that a guard stopped after
+// attempt, and reports the rejection.
+func (c *config) stopped(attempt int, guardErr, last error) error {
+	if c.listener != nil {
+		c.listener.OnEvent(resilience.Event{Kind: resilience.EventRejected, Attempt: attempt, Err: guardErr})
+	}
+	return &Error{Attempts: attempt, Reason: guardErr, Last: last}
 }
 
 // stopReason says why a done ctx stopped the loop: out of time, or the

@@ -11,9 +11,42 @@ import (
 
 // Listener logs events to a *slog.Logger: a breaker opening and calls
 // giving up at Warn, other state changes at Info, attempts, retries,
-// rejections and finished calls at Debug. It is safe for concurrent use.
+// rejections and finished calls at Debug. It wants ([resilience.Filter])
+// only the events its logger is enabled for, so that a pipeline skips the
+// rest, and the clock reads of call durations when Debug is off. It is
+// safe for concurrent use; the zero Listener logs to slog.Default().
 type Listener struct {
 	log *slog.Logger
+}
+
+func (l *Listener) logger() *slog.Logger {
+	if l.log == nil {
+		return slog.Default()
+	}
+	return l.log
+}
+
+// level returns the level at which events of kind k are logged.
+func level(e resilience.Event) slog.Level {
+	switch e.Kind {
+	case resilience.EventStateChange:
+		if e.To == resilience.StateOpen {
+			return slog.LevelWarn
+		}
+		return slog.LevelInfo
+	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted,
+		resilience.EventTimeBudgetExceeded, resilience.EventSharedStateUnavailable:
+		return slog.LevelWarn
+	case resilience.EventSharedStateRestored:
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
+}
+
+// Wants reports whether the logger is enabled for events of kind k (for a
+// state change, at the lowest level one can have).
+func (l *Listener) Wants(k resilience.EventKind) bool {
+	return l.logger().Enabled(context.Background(), level(resilience.Event{Kind: k, To: resilience.StateClosed}))
 }
 
 // New returns a Listener logging to l (slog.Default() if nil).
@@ -26,21 +59,10 @@ func New(l *slog.Logger) *Listener {
 
 // OnEvent logs e.
 func (l *Listener) OnEvent(e resilience.Event) {
-	level := slog.LevelDebug
-	switch e.Kind {
-	case resilience.EventStateChange:
-		level = slog.LevelInfo
-		if e.To == resilience.StateOpen {
-			level = slog.LevelWarn
-		}
-	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted,
-		resilience.EventTimeBudgetExceeded, resilience.EventSharedStateUnavailable:
-		level = slog.LevelWarn
-	case resilience.EventSharedStateRestored:
-		level = slog.LevelInfo
-	}
+	level := level(e)
 	ctx := context.Background()
-	if !l.log.Enabled(ctx, level) {
+	log := l.logger()
+	if !log.Enabled(ctx, level) {
 		return
 	}
 	attrs := []slog.Attr{slog.String("dependency", e.Name)}
@@ -59,5 +81,5 @@ func (l *Listener) OnEvent(e resilience.Event) {
 	if e.Err != nil {
 		attrs = append(attrs, slog.String("error", e.Err.Error()))
 	}
-	l.log.LogAttrs(ctx, level, "resilience "+e.Kind.String(), attrs...)
+	log.LogAttrs(ctx, level, "resilience "+e.Kind.String(), attrs...)
 }

@@ -3,6 +3,7 @@ package slogevents_test
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -30,4 +31,23 @@ func TestLevelsAndAttributes(t *testing.T) {
 	l.OnEvent(resilience.Event{Kind: resilience.EventRetriesExhausted, Name: "db", Attempt: 4, Err: errors.New("reset")})
 	assert.Equal(t, "level=WARN msg=\"resilience state_change\" dependency=db from=closed to=open\n"+
 		"level=WARN msg=\"resilience retries_exhausted\" dependency=db attempt=4 error=reset\n", buf.String())
+}
+
+func TestWantsOnlyWhatTheLoggerLogs(t *testing.T) {
+	info := slogevents.New(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	assert.False(t, info.Wants(resilience.EventCallDone), "call durations are logged at Debug")
+	assert.False(t, info.Wants(resilience.EventAttempt))
+	assert.True(t, info.Wants(resilience.EventStateChange))
+	assert.True(t, info.Wants(resilience.EventRetriesExhausted))
+	debug := slogevents.New(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	assert.True(t, debug.Wants(resilience.EventCallDone))
+}
+
+func TestZeroListenerLogsToTheDefault(t *testing.T) {
+	var buf bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	var l slogevents.Listener
+	l.OnEvent(resilience.Event{Kind: resilience.EventRetriesExhausted, Name: "db"})
+	assert.Contains(t, buf.String(), "retries_exhausted")
 }

@@ -17,6 +17,12 @@ func (s listener) OnEvent(e resilience.Event) {
 	s.l.OnEvent(e)
 }
 
+// Wants asks the wrapped listener, recovering its panic as a no.
+func (s listener) Wants(k resilience.EventKind) (yes bool) {
+	defer recoverAs("listener's Wants", k.String())
+	return resilience.Wants(s.l, k)
+}
+
 // Listener returns l wrapped so that a panic in OnEvent is logged and
 // goes no further; nil for a nil l. Wrapping twice is a no-op.
 func Listener(l resilience.Listener) resilience.Listener {

@@ -103,3 +103,12 @@ func TestSharedBreakerSurvivesTheStore(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"shared_state_unavailable", "state_change", "rejected", "shared_state_restored"}, events)
 }
+
+func TestSharedBreakerCountsAPanicAsAFailure(t *testing.T) {
+	c, _ := redistest.Mini(t)
+	b := breaker.New(uniqueName(t), breaker.ConsecutiveFailures(2), breaker.Shared(breakerstore.New(c, "")))
+	for range 2 {
+		assert.PanicsWithValue(t, "boom", func() { _ = b.Execute(context.Background(), func(context.Context) error { panic("boom") }) })
+	}
+	assert.Equal(t, breaker.Open, b.State())
+}
