@@ -115,8 +115,8 @@ var (
 type Breaker struct {
 	cb       *gobreaker.CircuitBreaker[struct{}]
 	cfg      config
-	listener atomic.Pointer[listenerBox] // set once: by WithListener or by the first pipeline
-	state    atomic.Uint32               // last State seen by a transition, for Check
+	listener atomic.Pointer[safe.Listener] // set once: by WithListener or by the first pipeline
+	state    atomic.Uint32                 // last State seen by a transition, for Check
 	errOpen  error
 	errBusy  error
 	shared   *shared // nil unless the state is shared
@@ -138,8 +138,8 @@ func New(name string, opts ...Option) *Breaker {
 		errOpen: &rejection{name: name, sentinel: ErrOpen},
 		errBusy: &rejection{name: name, sentinel: ErrTooManyRequests},
 	}
-	if l := resilience.Listeners(cfg.listeners...); l != nil {
-		b.listener.Store(&listenerBox{safe.Listener(l)})
+	if l := safe.New(name, cfg.listeners...); l != nil {
+		b.listener.Store(l)
 	}
 	st := b.settings(name)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](st)
@@ -178,19 +178,15 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 func init() {
 	hook.ClaimBreakerEvents = func(b any, l resilience.Listener) {
 		if l != nil {
-			b.(*Breaker).listener.CompareAndSwap(nil, &listenerBox{safe.Listener(l)})
+			br := b.(*Breaker)
+			br.listener.CompareAndSwap(nil, safe.New(br.Name(), l))
 		}
 	}
 }
 
-// listenerBox holds the breaker's listener, so that an atomic pointer can.
-type listenerBox struct{ l resilience.Listener }
-
 // emit passes e to the listener, if any.
 func (b *Breaker) emit(e resilience.Event) {
-	if box := b.listener.Load(); box != nil {
-		box.l.OnEvent(e)
-	}
+	b.listener.Load().Emit(e)
 }
 
 // Name returns the breaker's name.

@@ -50,11 +50,10 @@ func New(opts ...Option) *Pipeline {
 	if cfg.name == "" && cfg.breaker != nil {
 		cfg.name = cfg.breaker.Name()
 	}
-	all := resilience.Listeners(cfg.listeners...)
 	if cfg.breaker != nil {
-		hook.ClaimBreakerEvents(cfg.breaker, all)
+		hook.ClaimBreakerEvents(cfg.breaker, resilience.Listeners(cfg.listeners...))
 	}
-	cfg.listener = safe.Listener(resilience.Named(all, cfg.name))
+	cfg.listener = safe.New(cfg.name, cfg.listeners...)
 	cfg.listeners = nil
 	if cfg.retry != nil && cfg.listener != nil {
 		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
@@ -154,7 +153,7 @@ func run[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k 
 		var zero T
 		return zero, p.outOfTime(ctx, 0, nil)
 	}
-	if l := p.cfg.listener; l != nil && resilience.Wants(l, resilience.EventCallDone) {
+	if l := p.cfg.listener; l.Wants(resilience.EventCallDone) {
 		start := time.Now()
 		res, err := execute(ctx, p, op, k, c)
 		l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Duration: time.Since(start), Err: err})
@@ -213,9 +212,7 @@ func retry[T any](ctx context.Context, p *Pipeline, b *breaker.Breaker, op resil
 // single runs the only attempt of a call without a retry stage.
 func single[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper) (T, error) {
 	res, err := attempt(ctx, p, op, k)
-	if p.cfg.listener != nil {
-		p.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
-	}
+	p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
 	if err != nil && ctx.Err() != nil {
 		err = p.outOfTime(ctx, 1, err)
 	}
@@ -231,9 +228,7 @@ func (p *Pipeline) outOfTime(ctx context.Context, attempts int, last error) erro
 	reason := ctx.Err()
 	if errors.Is(reason, context.DeadlineExceeded) {
 		reason = retrypolicy.ErrOutOfTime
-		if p.cfg.listener != nil {
-			p.cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventTimeBudgetExceeded, Attempt: attempts, Err: last})
-		}
+		p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventTimeBudgetExceeded, Attempt: attempts, Err: last})
 	}
 	return &retrypolicy.Error{Attempts: attempts, Reason: reason, Last: last}
 }
@@ -272,7 +267,7 @@ type config struct {
 	attemptTimeout time.Duration
 	name           string
 	listeners      []resilience.Listener // until New combines them
-	listener       resilience.Listener
+	listener       *safe.Listener
 }
 
 // WithBreaker guards calls with b, shared by every pipeline calling the

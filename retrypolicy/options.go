@@ -29,7 +29,7 @@ type config struct {
 	onRetry     func(attempt int, err error, delay time.Duration)
 	sleep       func(ctx context.Context, d time.Duration) error
 	quota       *Quota
-	listener    resilience.Listener
+	listener    *safe.Listener
 }
 
 func defaults() config {
@@ -130,5 +130,11 @@ func WithQuota(q *Quota) Option {
 // WithListener reports each attempt, scheduled retry and reason for giving
 // up to l, after any listener set before. Default none, at no cost.
 func WithListener(l resilience.Listener) Option {
-	return optionFunc(func(c *config) { c.listener = safe.Listener(resilience.Listeners(c.listener, l)) })
+	return optionFunc(func(c *config) {
+		if c.listener == nil {
+			c.listener = safe.New("", l)
+		} else {
+			c.listener = safe.New("", c.listener, l)
+		}
+	})
 }

@@ -180,10 +180,11 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 	if cfg.quota != nil {
 		cfg.quota.deposit()
 	}
+	attemptEvents := cfg.listener.Wants(resilience.EventAttempt)
 	var delays delaySource
 	for attempt := 1; ; attempt++ {
 		res, err := op(ctx)
-		if cfg.listener != nil {
+		if attemptEvents {
 			cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventAttempt, Attempt: attempt, Err: err})
 		}
 		if err == nil {
@@ -216,9 +217,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 		if cfg.quota != nil && !cfg.quota.withdraw() {
 			return res, cfg.giveUp(attempt, ErrQuotaExhausted, err)
 		}
-		if cfg.listener != nil {
-			cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventRetry, Attempt: attempt, Delay: delay, Err: err})
-		}
+		cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: attempt, Delay: delay, Err: err})
 		if cfg.onRetry != nil {
 			cfg.onRetry(attempt, err, delay)
 		}
@@ -241,7 +240,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 // reports why.
 func (c *config) giveUp(attempt int, reason, last error) error {
 	if c.listener != nil {
-		kind := resilience.EventKind(0)
+		var kind resilience.EventKind
 		switch {
 		case reason == ErrMaxAttempts:
 			kind = resilience.EventRetriesExhausted
@@ -251,7 +250,7 @@ func (c *config) giveUp(attempt int, reason, last error) error {
 			kind = resilience.EventTimeBudgetExceeded
 		}
 		if kind != 0 {
-			c.listener.OnEvent(resilience.Event{Kind: kind, Attempt: attempt, Err: last})
+			c.listener.Emit(resilience.Event{Kind: kind, Attempt: attempt, Err: last})
 		}
 	}
 	return &Error{Attempts: attempt, Reason: reason, Last: last}
@@ -260,9 +259,7 @@ func (c *config) giveUp(attempt int, reason, last error) error {
 // stopped returns the error for a loop that a guard stopped after
 // attempt, and reports the rejection.
 func (c *config) stopped(attempt int, guardErr, last error) error {
-	if c.listener != nil {
-		c.listener.OnEvent(resilience.Event{Kind: resilience.EventRejected, Attempt: attempt, Err: guardErr})
-	}
+	c.listener.Emit(resilience.Event{Kind: resilience.EventRejected, Attempt: attempt, Err: guardErr})
 	return &Error{Attempts: attempt, Reason: guardErr, Last: last}
 }
 
