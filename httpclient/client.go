@@ -4,24 +4,42 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 
 	"github.com/resiliencekit/resiliencekit/idempotency"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
-// Client is a small JSON client over a [Transport]. A status outside 2xx
-// is returned as an error that [errors.As] finds a [*StatusError] in. It is
-// safe for concurrent use.
+// Client is a small JSON client: an *http.Client on a [Transport], so
+// that it follows redirects and keeps cookies ([WithJar],
+// [CheckRedirect]). A status outside 2xx is returned as an error that
+// [errors.As] finds a [*StatusError] in, with an excerpt of the body. It is
+// safe for concurrent use. The zero Client works as New().
 type Client struct {
-	t *Transport
+	hc  *http.Client
+	cfg *config
 }
 
 // New returns a Client whose transport opts configure.
 func New(opts ...Option) *Client {
-	return &Client{t: NewTransport(opts...)}
+	t := NewTransport(opts...)
+	return &Client{
+		hc:  &http.Client{Transport: t, Jar: t.cfg.jar, CheckRedirect: t.cfg.redirect},
+		cfg: t.cfg,
+	}
+}
+
+var defaultClient = New()
+
+func (c *Client) client() *Client {
+	if c.hc == nil {
+		return defaultClient
+	}
+	return c
 }
 
 // CallOption configures one call of a [Client].
@@ -62,6 +80,7 @@ func (c *Client) DeleteJSON(ctx context.Context, url string, out any, opts ...Ca
 }
 
 func (c *Client) call(ctx context.Context, method, url string, in, out any, opts []CallOption) error {
+	c = c.client()
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -81,19 +100,45 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 	for _, o := range opts {
 		o(req)
 	}
-	resp, err := c.t.do(req)
+	resp, err := c.hc.Do(req)
 	if err != nil {
-		return err
+		return unwrapURLError(err)
 	}
 	defer resp.Body.Close()
+	defer func() { _, _ = io.CopyN(io.Discard, resp.Body, DrainLimit) }() // lets the connection be reused
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return c.t.statusError(req, resp)
+		return c.cfg.failed(resp)
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return fmt.Errorf("httpclient: decode %s %s response: %w", method, req.URL.Redacted(), err)
+			return fmt.Errorf("httpclient: decode %s %s response: %w", method, resp.Request.URL.Redacted(), err)
 		}
 	}
-	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit) // lets the connection be reused
 	return nil
+}
+
+// unwrapURLError returns the error that *http.Client wrapped in a
+// *url.Error, whose message would repeat the URL with its query.
+func unwrapURLError(err error) error {
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// failed returns the error for a final answer outside 2xx: the pipeline's
+// error if the transport made one (it tells why the retries stopped), with
+// the start of the body read into its StatusError.
+func (c *config) failed(resp *http.Response) error {
+	err := c.statusError(resp.Request, resp)
+	if rb, ok := resp.Body.(*releaseBody); ok && rb.err != nil {
+		err = rb.err
+	}
+	var se *StatusError
+	if errors.As(err, &se) {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, int64(c.maxErrorBody)+1))
+		se.Truncated = len(b) > c.maxErrorBody
+		se.Body = b[:min(len(b), c.maxErrorBody)]
+	}
+	return err
 }

@@ -1,7 +1,7 @@
 // Package httpclient makes outbound HTTP calls resilient: a
-// [http.RoundTripper] that runs every request through a time budget, a
-// circuit breaker and a jittered retry, so any *http.Client or SDK can use
-// it, and a small JSON [Client] on top.
+// [http.RoundTripper] that runs every request through a pipeline (a time
+// budget, a circuit breaker, a jittered retry), so any *http.Client or SDK
+// can use it, and a small JSON [Client] on top.
 //
 // Connection errors, resets, timeouts and the statuses 429, 502, 503 and 504
 // are transient: retried, with a Retry-After header honoured up to the
@@ -13,9 +13,15 @@
 //
 // Each attempt sends the time left in its budget in the header of package
 // deadline, so the next service can stop when nobody waits any more. The
-// request body is rewound for each attempt, the body of a failed response is
-// drained (within a bound) and closed before the next one so the connection
-// is reused, and the caller's request is never modified.
+// request body is rewound for each attempt (one without GetBody is kept in
+// memory up to [MaxBufferedBody]); the body of a transient failure is read
+// up to [DrainLimit] before the next attempt, so the connection is reused.
+// The last answer is handed back as it came, its body unread and whole,
+// unless the caller's context is done, whose error then comes back as
+// net/http would return it. The caller's request is never modified.
+//
+// With [BreakerPerHost], each scheme, host and port gets a breaker of its
+// own, so that one dead host does not open the breaker for the others.
 package httpclient
 
 import (
@@ -25,13 +31,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/deadline"
 	"github.com/resiliencekit/resiliencekit/idempotency"
 	"github.com/resiliencekit/resiliencekit/pipeline"
@@ -39,13 +50,19 @@ import (
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
-// drainLimit bounds how much of a failed response's body is read past the
-// excerpt to let the connection be reused; a longer body is closed unread.
-const drainLimit = 256 << 10
+// DrainLimit is how much of a failed response's body is read to let its
+// connection be reused: an error body up to this size is read whole before
+// a retry, a longer one is cut and its connection closed.
+const DrainLimit = 256 << 10
+
+// ErrBodyNotRetried is joined to the error of a request whose body could
+// not be kept for a retry: it had no GetBody and was longer than
+// [MaxBufferedBody], so its one attempt was its last.
+var ErrBodyNotRetried = errors.New("httpclient: request body too long to buffer for a retry")
 
 // StatusError is an HTTP answer that the retry stage treated as an error:
 // a transient status, or any other status of 400 and above. It carries a
-// bounded excerpt of the body.
+// bounded excerpt of the body when the [Client] made it.
 type StatusError struct {
 	// StatusCode is the response's status code, such as 503.
 	StatusCode int
@@ -55,7 +72,9 @@ type StatusError struct {
 	Method, URL string
 	// Header is the response's header.
 	Header http.Header
-	// Body is the start of the response's body, at most [MaxErrorBody] bytes.
+	// Body is the start of the response's body, at most [MaxErrorBody]
+	// bytes; the [Client] reads it, the [Transport] leaves the body to its
+	// caller and this empty.
 	Body []byte
 	// Truncated means the body was longer than Body.
 	Truncated bool
@@ -90,10 +109,15 @@ type config struct {
 	transient    map[int]bool
 	autoKey      bool
 	maxErrorBody int
+	maxBuffered  int64
+	perHost      func(authority string) *breaker.Breaker
+	maxHosts     int
+	jar          http.CookieJar
+	redirect     func(req *http.Request, via []*http.Request) error
 }
 
 // Base sets the RoundTripper that makes each attempt. Default
-// [http.DefaultTransport].
+// [http.DefaultTransport]; nil keeps the default.
 func Base(rt http.RoundTripper) Option {
 	return optionFunc(func(c *config) {
 		if rt != nil {
@@ -114,6 +138,27 @@ func WithPipeline(p *pipeline.Pipeline) Option {
 			c.pipeline = p
 		}
 	})
+}
+
+// BreakerPerHost gives each authority (scheme, host and port, such as
+// "https://api.example.com:443") a breaker of its own, made by newBreaker
+// on the authority's first request, in place of the pipeline's breaker, so
+// that one dead host does not fail the calls to the others. The pipeline's
+// other stages stay as they are. At most [MaxHosts] authorities get a
+// breaker; requests to more share the pipeline's own breaker. newBreaker
+// may share state across replicas ([breaker.Shared]). Default off: one
+// breaker, the pipeline's, for every host.
+func BreakerPerHost(newBreaker func(authority string) *breaker.Breaker) Option {
+	return optionFunc(func(c *config) { c.perHost = newBreaker })
+}
+
+// MaxHosts bounds the authorities that [BreakerPerHost] makes breakers for.
+// Default 1024. It panics if n < 1.
+func MaxHosts(n int) Option {
+	if n < 1 {
+		panic(fmt.Sprintf("httpclient: MaxHosts(%d): n must be 1 or more", n))
+	}
+	return optionFunc(func(c *config) { c.maxHosts = n })
 }
 
 // RetryMethods sets the methods retried without an idempotency key.
@@ -147,36 +192,69 @@ func AutoIdempotencyKey() Option {
 }
 
 // MaxErrorBody sets how many bytes of a failed response's body a
-// [StatusError] keeps. Default 64 KiB.
+// [StatusError] of the [Client] keeps. Default 64 KiB. It panics if n < 1.
 func MaxErrorBody(n int) Option {
-	return optionFunc(func(c *config) {
-		if n > 0 {
-			c.maxErrorBody = n
-		}
-	})
+	if n < 1 {
+		panic(fmt.Sprintf("httpclient: MaxErrorBody(%d): n must be 1 or more", n))
+	}
+	return optionFunc(func(c *config) { c.maxErrorBody = n })
 }
 
-func newConfig(opts []Option) config {
-	c := config{
-		base:         http.DefaultTransport,
-		pipeline:     defaultPipeline,
-		maxErrorBody: 64 << 10,
+// MaxBufferedBody sets how long a request body without GetBody (any reader
+// but a *bytes.Buffer, *bytes.Reader or *strings.Reader) may be for the
+// transport to keep it in memory so that the request can be retried. A
+// longer one is sent once: if that attempt fails with an error that would
+// have been retried, the error also matches [ErrBodyNotRetried], and the
+// pipeline reports [resilience.EventNotRetried]. Default 1 MiB; 0 buffers
+// nothing. It panics if n < 0.
+func MaxBufferedBody(n int64) Option {
+	if n < 0 {
+		panic(fmt.Sprintf("httpclient: MaxBufferedBody(%d): n must be 0 or more", n))
 	}
-	RetryMethods(http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete).apply(&c)
-	TransientStatus(http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout).apply(&c)
-	for _, o := range opts {
-		o.apply(&c)
-	}
-	return c
+	return optionFunc(func(c *config) { c.maxBuffered = n })
+}
+
+// WithJar sets the cookie jar of the [Client]'s *http.Client. Default none.
+func WithJar(jar http.CookieJar) Option {
+	return optionFunc(func(c *config) { c.jar = jar })
+}
+
+// CheckRedirect sets the redirect policy of the [Client]'s *http.Client
+// (see [http.Client.CheckRedirect]); each request of a redirect chain runs
+// through the pipeline on its own. Default net/http's: follow up to 10.
+func CheckRedirect(fn func(req *http.Request, via []*http.Request) error) Option {
+	return optionFunc(func(c *config) { c.redirect = fn })
 }
 
 var defaultPipeline = pipeline.New(pipeline.WithRetry(retrypolicy.New()))
 
+func newConfig(opts []Option) *config {
+	c := &config{
+		base:         http.DefaultTransport,
+		pipeline:     defaultPipeline,
+		maxErrorBody: 64 << 10,
+		maxBuffered:  1 << 20,
+		maxHosts:     1024,
+	}
+	RetryMethods(http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete).apply(c)
+	TransientStatus(http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout).apply(c)
+	for _, o := range opts {
+		if o != nil {
+			o.apply(c)
+		}
+	}
+	return c
+}
+
+var defaultConfig = newConfig(nil)
+
 // Transport is an [http.RoundTripper] that runs each request through a
 // pipeline: a time budget, a breaker and a retry. It is safe for concurrent
-// use.
+// use. The zero Transport works as NewTransport().
 type Transport struct {
-	cfg config
+	cfg   *config
+	hosts sync.Map     // authority -> *pipeline.Pipeline, with BreakerPerHost
+	nhost atomic.Int64 // entries in hosts
 }
 
 // NewTransport returns a Transport configured by opts.
@@ -184,72 +262,187 @@ func NewTransport(opts ...Option) *Transport {
 	return &Transport{cfg: newConfig(opts)}
 }
 
-// RoundTrip sends req through the stages. When the last attempt got an
-// HTTP answer, that answer is returned as a response, as from any
-// RoundTripper, with its body cut to [MaxErrorBody] bytes if it was a
-// failure; otherwise the error says why (errors.Is works with
-// [breaker.ErrOpen], [retrypolicy.ErrMaxAttempts], context errors).
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.do(req)
-	if se := (*StatusError)(nil); errors.As(err, &se) && se.response != nil {
-		return se.response, nil
+func (t *Transport) config() *config {
+	if t.cfg == nil {
+		return defaultConfig
 	}
-	return resp, err
+	return t.cfg
 }
 
-// do is RoundTrip that returns failed statuses as errors.
+// RoundTrip sends req through the stages. When the last attempt got an
+// HTTP answer, that answer is returned as it came, body unread, as from
+// any RoundTripper; otherwise the error says why (errors.Is works with
+// [breaker.ErrOpen], [retrypolicy.ErrMaxAttempts], context errors). A
+// request whose context is done returns the context's error, as net/http
+// does, even if an earlier attempt got an answer.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.do(req)
+	if resp != nil {
+		return resp, nil
+	}
+	return nil, err
+}
+
+// do is RoundTrip that also returns the error for a failed status, with
+// its response.
 func (t *Transport) do(req *http.Request) (*http.Response, error) {
+	cfg := t.config()
 	key := req.Header.Get(idempotency.Header)
-	if key == "" && t.cfg.autoKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
+	if key == "" && cfg.autoKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		key = uuid.NewString()
 	}
-	hasBody := req.Body != nil && req.Body != http.NoBody
-	var once []pipeline.CallOption
-	if (!t.cfg.retryMethods[req.Method] && key == "") || (hasBody && req.GetBody == nil) {
-		once = []pipeline.CallOption{pipeline.SingleAttempt()}
-	}
-	a := attempt{t: t, req: req, key: key}
-	resp, release, err := pipeline.DoStream(req.Context(), t.cfg.pipeline, a.run, once...)
-	if err != nil {
-		if a.n == 0 && hasBody {
-			req.Body.Close() // a RoundTripper always closes the body
-		}
+	a := attempt{cfg: cfg, req: req, key: key}
+	if err := a.bufferBody(); err != nil {
 		return nil, err
 	}
-	resp.Body = &releaseBody{ReadCloser: resp.Body, release: release}
-	return resp, nil
+	var once []pipeline.CallOption
+	if (!cfg.retryMethods[req.Method] && key == "") || !a.rewindable {
+		once = []pipeline.CallOption{pipeline.SingleAttempt()}
+	}
+	resp, release, err := pipeline.DoStream(req.Context(), t.pipelineFor(req.URL), a.run, once...)
+	if err == nil {
+		resp.Body = &releaseBody{ReadCloser: resp.Body, release: release}
+		return resp, nil
+	}
+	if se := (*StatusError)(nil); errors.As(err, &se) && se.response == a.last && req.Context().Err() == nil {
+		resp = se.response // the last answer, handed back as it came
+		resp.Body = &releaseBody{ReadCloser: resp.Body, release: release, err: err}
+		return resp, err
+	}
+	if a.last != nil {
+		a.last.Body.Close()
+	}
+	release()
+	if a.n == 0 && a.hasBody {
+		req.Body.Close() // a RoundTripper always closes the body
+	}
+	if a.tooLong && resilience.Classify(err).Retryable() {
+		err = errors.Join(err, ErrBodyNotRetried)
+	}
+	return nil, err
+}
+
+// pipelineFor returns the pipeline for a request to u: the configured
+// one, or with BreakerPerHost the one with u's authority's breaker.
+func (t *Transport) pipelineFor(u *url.URL) *pipeline.Pipeline {
+	cfg := t.config()
+	if cfg.perHost == nil {
+		return cfg.pipeline
+	}
+	auth := authority(u)
+	if p, ok := t.hosts.Load(auth); ok {
+		return p.(*pipeline.Pipeline)
+	}
+	if t.nhost.Load() >= int64(cfg.maxHosts) {
+		return cfg.pipeline
+	}
+	p, loaded := t.hosts.LoadOrStore(auth, cfg.pipeline.With(pipeline.WithBreaker(cfg.perHost(auth))))
+	if !loaded {
+		t.nhost.Add(1)
+	}
+	return p.(*pipeline.Pipeline)
+}
+
+// authority returns scheme://host:port of u, with the scheme's default
+// port if u has none.
+func authority(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if scheme == "https" {
+			port = "443"
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
 // attempt makes the attempts of one request.
 type attempt struct {
-	t   *Transport
-	req *http.Request
-	key string
-	n   int
+	cfg        *config
+	req        *http.Request
+	key        string
+	hasBody    bool
+	rewindable bool
+	tooLong    bool
+	getBody    func() (io.ReadCloser, error)
+	n          int
+	last       *http.Response // the last failed answer, body not yet closed
+}
+
+// bufferBody makes the request's body rewindable: by its GetBody, or by
+// keeping it in memory if it is at most MaxBufferedBody long.
+func (a *attempt) bufferBody() error {
+	r := a.req
+	a.hasBody = r.Body != nil && r.Body != http.NoBody
+	a.rewindable = true
+	if !a.hasBody {
+		return nil
+	}
+	if r.GetBody != nil {
+		a.getBody = r.GetBody
+		return nil
+	}
+	head, err := io.ReadAll(io.LimitReader(r.Body, a.cfg.maxBuffered+1))
+	if err != nil {
+		r.Body.Close()
+		return fmt.Errorf("httpclient: read request body: %w", err)
+	}
+	if int64(len(head)) <= a.cfg.maxBuffered {
+		r.Body.Close()
+		a.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(head)), nil }
+		return nil
+	}
+	a.rewindable, a.tooLong = false, true
+	body := struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	a.getBody = func() (io.ReadCloser, error) { return body, nil } // once
+	return nil
 }
 
 func (a *attempt) run(ctx context.Context) (*http.Response, error) {
-	r := a.req.Clone(ctx)
-	if a.key != "" {
-		r.Header.Set(idempotency.Header, a.key)
+	if a.last != nil { // drained when it came, if it could be
+		a.last.Body.Close()
+		a.last = nil
 	}
-	if a.n > 0 && a.req.Body != nil && a.req.Body != http.NoBody {
-		body, err := a.req.GetBody()
+	var r *http.Request
+	if _, ok := ctx.Deadline(); ok || a.key != "" || a.req.Header.Get(deadline.Header) != "" {
+		r = a.req.Clone(ctx) // headers to set: the caller's are not changed
+		if a.key != "" {
+			r.Header.Set(idempotency.Header, a.key)
+		}
+		deadline.Inject(ctx, r.Header)
+	} else {
+		r = a.req.WithContext(ctx) // the headers, unchanged, are shared
+	}
+	if a.hasBody {
+		body, err := a.getBody()
 		if err != nil {
 			return nil, resilience.Permanent(fmt.Errorf("httpclient: rewind request body: %w", err))
 		}
 		r.Body = body
 	}
 	a.n++
-	deadline.Inject(ctx, r.Header)
-	resp, err := a.t.cfg.base.RoundTrip(r)
+	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
 		return nil, classify(err)
 	}
-	if resp.StatusCode >= 400 || a.t.cfg.transient[resp.StatusCode] {
-		return nil, a.t.statusError(r, resp)
+	if resp.StatusCode < 400 && !a.cfg.transient[resp.StatusCode] {
+		return resp, nil
 	}
-	return resp, nil
+	if a.cfg.transient[resp.StatusCode] {
+		// Read the body now, within the bound, so that a retry can reuse
+		// the connection; what was read stays readable, then the rest.
+		head, _ := io.ReadAll(io.LimitReader(resp.Body, DrainLimit)) // an error is the rest's to report
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	}
+	a.last = resp
+	return nil, a.cfg.statusError(r, resp)
 }
 
 // classify marks transport errors that a retry will not fix.
@@ -263,18 +456,9 @@ func classify(err error) error {
 	return err
 }
 
-// statusError reads a bounded excerpt of a failed response, drains and
-// closes its body, and returns the error for it.
-func (t *Transport) statusError(req *http.Request, resp *http.Response) error {
-	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(t.cfg.maxErrorBody)+1))
-	truncated := len(body) > t.cfg.maxErrorBody
-	if truncated {
-		body = body[:t.cfg.maxErrorBody]
-	} else if err == nil {
-		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
-	}
-	resp.Body.Close()
-
+// statusError returns the error for a failed answer, without reading its
+// body.
+func (c *config) statusError(req *http.Request, resp *http.Response) error {
 	u := *req.URL
 	u.User, u.RawQuery, u.Fragment = nil, "", ""
 	se := &StatusError{
@@ -283,15 +467,11 @@ func (t *Transport) statusError(req *http.Request, resp *http.Response) error {
 		Method:     req.Method,
 		URL:        u.String(),
 		Header:     resp.Header,
-		Body:       body,
-		Truncated:  truncated,
 		class:      resilience.ClassPermanent,
 		response:   resp,
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
 	switch {
-	case t.cfg.transient[resp.StatusCode]:
+	case c.transient[resp.StatusCode]:
 		se.class = resilience.ClassTransient
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 			return resilience.RetryAfter(se, d)
@@ -302,10 +482,12 @@ func (t *Transport) statusError(req *http.Request, resp *http.Response) error {
 	return se
 }
 
-// releaseBody releases a response's contexts when its body is closed.
+// releaseBody releases a response's contexts when its body is closed. A
+// failed answer's also carries the pipeline's error, for the Client.
 type releaseBody struct {
 	io.ReadCloser
 	release func()
+	err     error
 }
 
 func (b *releaseBody) Close() error {

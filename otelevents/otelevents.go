@@ -7,7 +7,8 @@
 //   - resilience.attempts: attempts, by outcome
 //   - resilience.retries: scheduled retries
 //   - resilience.giveups: calls that stopped retrying, by "reason"
-//     (retries_exhausted, quota_exhausted, time_budget_exceeded)
+//     (retries_exhausted, quota_exhausted, time_budget_exceeded,
+//     not_retried)
 //   - resilience.rejections: calls a breaker rejected
 //   - resilience.breaker.state: a breaker's state: 0 closed, 1 half-open,
 //     2 open
@@ -89,7 +90,7 @@ func (l *Listener) OnEvent(e resilience.Event) {
 		l.attempts.Add(ctx, 1, outcome())
 	case resilience.EventRetry:
 		l.retries.Add(ctx, 1, metric.WithAttributes(dep))
-	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted, resilience.EventTimeBudgetExceeded:
+	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted, resilience.EventTimeBudgetExceeded, resilience.EventNotRetried:
 		l.giveups.Add(ctx, 1, metric.WithAttributes(dep, attribute.String("reason", e.Kind.String())))
 	case resilience.EventRejected:
 		l.rejections.Add(ctx, 1, metric.WithAttributes(dep))

@@ -35,7 +35,8 @@ import (
 // [DoStream]. It is immutable and safe for concurrent use. A nil or zero
 // Pipeline runs each operation once, as it is.
 type Pipeline struct {
-	cfg config
+	cfg  config
+	opts []Option // what New was given, for With
 }
 
 // New returns a Pipeline with the stages that opts configure. Without
@@ -58,7 +59,16 @@ func New(opts ...Option) *Pipeline {
 	if cfg.retry != nil && cfg.listener != nil {
 		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
 	}
-	return &Pipeline{cfg: cfg}
+	return &Pipeline{cfg: cfg, opts: opts}
+}
+
+// With returns a new Pipeline with p's options and then opts, such as the
+// same stages with another breaker. p is unchanged; a nil p has none.
+func (p *Pipeline) With(opts ...Option) *Pipeline {
+	if p == nil {
+		return New(opts...)
+	}
+	return New(append(p.opts[:len(p.opts):len(p.opts)], opts...)...)
 }
 
 var zero Pipeline
@@ -97,46 +107,44 @@ func Do[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], opt
 }
 
 // DoStream is [Do] for a result that is still being read after op
-// returns, such as an HTTP response's body: on success the contexts of the
-// time budget and of the successful attempt stay alive until release is
-// called, which the caller must do once it is done with the result. On
-// error release is a no-op. release may be called more than once.
+// returns, such as an HTTP response's body: the contexts of the time budget
+// and of the last attempt stay alive until release is called, on error too
+// (an error may carry a result still to be read, such as an HTTP error
+// response), while those of earlier attempts are canceled as the next one
+// starts. The caller must call release once it is done with the result,
+// whatever the error; release may be called more than once. If op panics or
+// calls runtime.Goexit, every context is canceled at once.
 func DoStream[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], opts ...CallOption) (res T, release func(), err error) {
-	var kept keeper
-	ok := false
+	kept := new(keeper)
+	returned := false
 	defer func() {
-		if !ok { // an error, a panic or runtime.Goexit
+		if !returned { // a panic or runtime.Goexit
 			kept.release()
 		}
 	}()
-	res, err = run(ctx, p, op, &kept, opts)
-	if err != nil {
-		return res, func() {}, err
-	}
-	ok = true
-	return res, sync.OnceFunc(kept.release), nil
+	res, err = run(ctx, p, op, kept, opts)
+	returned = true
+	return res, kept.release, err
 }
 
-// keeper holds the cancel functions of contexts that a streamed result
-// still needs. A nil keeper keeps nothing.
+// keeper holds the cancel functions of the contexts that a streamed result
+// may still need: the time budget's and the last attempt's. A nil keeper
+// keeps nothing: its owner cancels its contexts when it returns.
 type keeper struct {
-	cancels []context.CancelFunc
+	budget, attempt context.CancelFunc
+	once            sync.Once
 }
 
-// done cancels c at once, unless the call succeeded and k keeps it.
-func (k *keeper) done(c context.CancelFunc, err error) {
-	if k == nil || err != nil {
-		c()
-		return
-	}
-	k.cancels = append(k.cancels, c)
-}
-
+// release cancels the contexts kept; it may be called more than once, from
+// any goroutine.
 func (k *keeper) release() {
-	for _, c := range k.cancels {
-		c()
-	}
-	k.cancels = nil
+	k.once.Do(func() {
+		for _, c := range []context.CancelFunc{k.budget, k.attempt} {
+			if c != nil {
+				c()
+			}
+		}
+	})
 }
 
 func run[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, opts []CallOption) (T, error) {
@@ -166,14 +174,11 @@ func execute[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 	if p.cfg.budget > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.budget)
-		completed := false
-		defer func() {
-			if !completed { // a panic or runtime.Goexit
-				err = errAborted
-			}
-			k.done(cancel, err)
-		}()
-		defer func() { completed = true }()
+		if k == nil {
+			defer cancel()
+		} else {
+			k.budget = cancel
+		}
 	}
 	b := p.cfg.breaker
 	if b == nil {
@@ -187,21 +192,17 @@ func execute[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 	return res, err
 }
 
-// errAborted stands for the outcome of an operation that panicked or
-// called runtime.Goexit, so that its contexts are canceled.
-var errAborted = errors.New("pipeline: operation aborted")
-
 // retry runs the retry stage; b, if set, guards each retry, and a call
 // admitted while b is not closed is a probe that makes one attempt.
 func retry[T any](ctx context.Context, p *Pipeline, b *breaker.Breaker, op resilience.Operation[T], k *keeper, c call) (T, error) {
 	if p.cfg.retry == nil || c.single || (b != nil && b.Check() != nil) {
-		return single(ctx, p, op, k)
+		return single(ctx, p, op, k, c)
 	}
 	var guard func() error
 	if b != nil {
 		guard = b.Check
 	}
-	if p.cfg.attemptTimeout <= 0 && k == nil {
+	if p.cfg.attemptTimeout <= 0 {
 		return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, op)
 	}
 	return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, func(ctx context.Context) (T, error) {
@@ -210,11 +211,13 @@ func retry[T any](ctx context.Context, p *Pipeline, b *breaker.Breaker, op resil
 }
 
 // single runs the only attempt of a call without a retry stage.
-func single[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper) (T, error) {
+func single[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call) (T, error) {
 	res, err := attempt(ctx, p, op, k)
 	p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
 	if err != nil && ctx.Err() != nil {
 		err = p.outOfTime(ctx, 1, err)
+	} else if err != nil && c.single && p.cfg.retry != nil && resilience.Classify(err).Retryable() {
+		p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventNotRetried, Attempt: 1, Err: err})
 	}
 	return res, err
 }
@@ -234,21 +237,20 @@ func (p *Pipeline) outOfTime(ctx context.Context, attempts int, last error) erro
 }
 
 // attempt runs op once within the attempt timeout, if any.
-func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper) (res T, err error) {
+func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper) (T, error) {
 	if p.cfg.attemptTimeout <= 0 {
 		return op(ctx)
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.attemptTimeout)
-	completed := false
-	defer func() {
-		if !completed {
-			err = errAborted
-		}
-		k.done(cancel, err)
-	}()
-	res, err = op(ctx)
-	completed = true
-	return res, err
+	if k == nil {
+		defer cancel()
+		return op(ctx)
+	}
+	if k.attempt != nil {
+		k.attempt() // the attempt before this one is over
+	}
+	k.attempt = cancel
+	return op(ctx)
 }
 
 // Option configures a [Pipeline]. Options are not tied to a result type.

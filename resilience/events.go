@@ -35,6 +35,10 @@ const (
 	// EventSharedStateRestored: a breaker reached its shared state store
 	// again.
 	EventSharedStateRestored
+	// EventNotRetried: a call made to have a single attempt (a write
+	// without an idempotency key, or a body that could not be kept) failed
+	// with Err, an error that would otherwise have been retried.
+	EventNotRetried
 )
 
 // String returns the kind's name in snake case, such as "retry".
@@ -60,6 +64,8 @@ func (k EventKind) String() string {
 		return "shared_state_unavailable"
 	case EventSharedStateRestored:
 		return "shared_state_restored"
+	case EventNotRetried:
+		return "not_retried"
 	default:
 		return "unknown"
 	}

@@ -37,7 +37,7 @@ func level(e resilience.Event) slog.Level {
 	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted,
 		resilience.EventTimeBudgetExceeded, resilience.EventSharedStateUnavailable:
 		return slog.LevelWarn
-	case resilience.EventSharedStateRestored:
+	case resilience.EventSharedStateRestored, resilience.EventNotRetried:
 		return slog.LevelInfo
 	}
 	return slog.LevelDebug
