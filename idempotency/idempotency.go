@@ -3,23 +3,46 @@
 //
 // A client sends the same unique key on every attempt of one logical
 // request. The first request with a key runs the handler; its status,
-// headers and body are stored under the key. A repeat with the same key
-// and the same payload gets that response replayed without running the
-// handler again, so a POST whose response was lost can be retried without
-// creating a second order. A repeat that arrives while the first is still
-// running gets 409 Conflict; one whose payload differs (method, path and
-// body, fingerprinted) gets 422 Unprocessable Content; on a route that
-// requires a key, a request without one gets 400 Bad Request. Records
-// expire after a TTL, 24 hours by default.
+// end-to-end headers and body are stored under the key. A repeat with the
+// same key and the same payload gets that response replayed, marked
+// Idempotent-Replayed: true, without running the handler again, so a POST
+// whose response was lost can be retried without creating a second order.
+// A repeat that arrives while the first is still running gets 409
+// Conflict; one whose payload differs (method, path, query and body,
+// fingerprinted) gets 422; on a route that requires a key, a request
+// without one gets 400. Keys are scoped per caller by default (a hash of
+// the Authorization header), so one caller never sees another's response.
 //
-// A [Store] holds the records: [MemoryStore] for one process, or the Redis
-// store in package redisstore for replicas that share keys. The claim of a
-// key is atomic in both, so concurrent repeats run the handler once.
+// The first request holds its key by a lease, not a lock: a claim lasts
+// [Lease] (30 s by default) and the middleware renews it while the handler
+// runs, so a slow handler keeps its key, and a crashed process's key is
+// free again one lease later. Each claim has a token, and a store completes,
+// renews or releases a claim only for the holder of its token (a fencing
+// token), so a request that lost its lease cannot overwrite the one that
+// took the key over: it learns that it lost it (an event, a log line, and
+// its context canceled).
 //
-// Every response is stored, errors included, except those that ask the
-// client to retry because the request was not processed (429, 502, 503,
-// 504; see [ReleaseStatus]): for those the key is freed, so the retry runs
-// the handler. If the handler panics, the key is freed too.
+// What is stored: every response, errors included (the draft's rule: the
+// stored result is replayed, success or error), except that the key is
+// freed, so that a retry runs the handler again, when
+//   - the status asks the client to retry because the request was not
+//     processed (429, 502, 503, 504; see [ReleaseStatus]);
+//   - the handler panicked;
+//   - the client went away (the request's context was canceled) and the
+//     status is 5xx: a handler that honours its context and failed with
+//     "context canceled" committed nothing;
+//   - the handler said so ([Claim.Abandon]).
+//
+// Nothing is dropped silently: a store that fails gets the request a 503
+// (and an event), saving the result is retried, and a result that still
+// could not be saved is reported ([resilience.EventNotStored]) while the
+// key stays claimed until its lease runs out.
+//
+// A [Store] holds the records: [MemoryStore] for one process, Redis (module
+// github.com/resiliencekit/resiliencekit/redis) for replicas, or SQL
+// (module .../resiliencekit/sql), whose completion can be written in the
+// handler's own transaction for exactly-once effects. docs/idempotency.md
+// says what each survives.
 package idempotency
 
 import (
@@ -29,11 +52,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/resiliencekit/resiliencekit/internal/safe"
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
 // Header is the request header that carries the key.
@@ -103,7 +135,8 @@ func parseQuoted(v string) (string, error) {
 type Record struct {
 	// Fingerprint identifies the request's payload (method, path, body).
 	Fingerprint string `json:"fp"`
-	// Token identifies the claim of the request that holds the key.
+	// Token identifies the claim of the request that holds the key: the
+	// fencing token.
 	Token string `json:"token,omitempty"`
 	// Done is false while the first request runs.
 	Done bool `json:"done,omitempty"`
@@ -116,18 +149,61 @@ type Record struct {
 	Truncated bool `json:"truncated,omitempty"`
 }
 
+// ErrFull is returned by a [Store]'s Begin when it has no room for another
+// claim: every entry is a request still running. The middleware answers
+// 503 with Retry-After.
+var ErrFull = errors.New("idempotency store full of requests in flight")
+
 // Store keeps records by key. Implementations are safe for concurrent use,
-// and Begin is atomic across every process sharing the store.
+// Begin is atomic across every process sharing the store, and every method
+// honours ctx's deadline. A claim held by claim.Token is the only one that
+// Renew, Complete and Release act on.
 type Store interface {
-	// Begin claims key with claim (not Done) for lockTTL if the key is
-	// free, and returns nil. Otherwise it returns the record found.
-	Begin(ctx context.Context, key string, claim Record, lockTTL time.Duration) (*Record, error)
+	// Begin claims key with claim (not Done) for lease if the key is free
+	// or its claim's lease has run out, and returns nil. Otherwise it
+	// returns the record found. It returns [ErrFull] if it has no room.
+	Begin(ctx context.Context, key string, claim Record, lease time.Duration) (*Record, error)
+	// Renew extends the lease of claim to lease from now. It returns
+	// [ErrNotOwner] if the key no longer holds claim.
+	Renew(ctx context.Context, key string, claim Record, lease time.Duration) error
 	// Complete replaces claim by the finished rec, kept for ttl. It returns
 	// [ErrNotOwner] if the key no longer holds claim.
 	Complete(ctx context.Context, key string, claim, rec Record, ttl time.Duration) error
 	// Release frees key if it still holds claim, so the request can be
-	// retried.
+	// retried. It returns [ErrNotOwner] if the key no longer holds claim.
 	Release(ctx context.Context, key string, claim Record) error
+}
+
+// Claim is the hold of a running request on its key, which its handler
+// finds with [FromContext]. Its methods are safe for concurrent use.
+type Claim struct {
+	// Key is the key as stored: scoped, so unique to the caller.
+	Key string
+	// Record is the claim as stored: its fingerprint and token.
+	Record Record
+	// TTL is how long the result is to be kept.
+	TTL time.Duration
+
+	abandoned, completed atomic.Bool
+}
+
+// Abandon tells the middleware that the request committed nothing: the key
+// is freed instead of the response stored, so a retry runs the handler
+// again. For a handler whose transaction failed.
+func (c *Claim) Abandon() { c.abandoned.Store(true) }
+
+// Completed tells the middleware that the handler stored the result under
+// the claim itself, in its own transaction (as the SQL store's CompleteTx
+// does), after that transaction committed: the middleware stores nothing.
+func (c *Claim) Completed() { c.completed.Store(true) }
+
+type claimKey struct{}
+
+// FromContext returns the claim of the request whose context ctx is, or
+// nil if the middleware did not run it under a key.
+func FromContext(ctx context.Context) *Claim {
+	c, _ := ctx.Value(claimKey{}).(*Claim)
+	return c
 }
 
 // Option configures [Middleware].
@@ -140,39 +216,53 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	required    bool
-	ttl         time.Duration
-	lockTTL     time.Duration
-	methods     []string
-	maxBody     int64
-	maxResponse int
-	scope       func(*http.Request) string
-	storeTime   time.Duration
-	release     map[int]bool
+	required     bool
+	ttl          time.Duration
+	lease        time.Duration
+	methods      []string
+	maxBody      int64
+	maxResponse  int
+	scope        func(*http.Request) string
+	storeTimeout time.Duration
+	release      map[int]bool
+	exclude      map[string]bool
+	listener     *safe.Listener
+	log          *slog.Logger
 }
 
 // Required makes a key mandatory on the covered methods: a request without
 // one gets 400. Default: requests without a key pass through unprotected.
 func Required() Option { return optionFunc(func(c *config) { c.required = true }) }
 
-// TTL sets how long a response is kept for replay. Default 24 h.
-func TTL(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.ttl = d
-		}
-	})
+// positive panics unless d > 0.
+func positive(name string, d time.Duration) {
+	if d <= 0 {
+		panic(fmt.Sprintf("idempotency: %s(%v): d must be more than 0", name, d))
+	}
 }
 
-// LockTTL sets how long a claim holds a key while its request runs, so a
-// key held by a crashed process frees itself. A handler running longer may
-// see the key claimed again. Default 5 min.
-func LockTTL(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.lockTTL = d
-		}
-	})
+// TTL sets how long a response is kept for replay. Default 24 h. It
+// panics if d is not positive.
+func TTL(d time.Duration) Option {
+	positive("TTL", d)
+	return optionFunc(func(c *config) { c.ttl = d })
+}
+
+// Lease sets how long a claim holds its key without a renewal; the
+// middleware renews it every third of it while the handler runs, so a
+// handler may run longer. A key held by a crashed process is free again
+// after one lease. Default 30 s. It panics if d is not positive.
+func Lease(d time.Duration) Option {
+	positive("Lease", d)
+	return optionFunc(func(c *config) { c.lease = d })
+}
+
+// StoreTimeout bounds each call to the store. Default 500 ms, so that a
+// frozen store gets a request its 503 within about a second. It panics if
+// d is not positive.
+func StoreTimeout(d time.Duration) Option {
+	positive("StoreTimeout", d)
+	return optionFunc(func(c *config) { c.storeTimeout = d })
 }
 
 // Methods sets the methods the middleware covers; others pass through.
@@ -182,24 +272,22 @@ func Methods(methods ...string) Option {
 }
 
 // MaxBody sets the largest request body fingerprinted; a larger one gets
-// 413. Default 1 MiB.
+// 413. Default 1 MiB. It panics if n < 1.
 func MaxBody(n int64) Option {
-	return optionFunc(func(c *config) {
-		if n > 0 {
-			c.maxBody = n
-		}
-	})
+	if n < 1 {
+		panic(fmt.Sprintf("idempotency: MaxBody(%d): n must be 1 or more", n))
+	}
+	return optionFunc(func(c *config) { c.maxBody = n })
 }
 
 // MaxResponse sets the largest response body stored for replay. A larger
 // response is sent in full, but a repeat of its key gets 500 rather than
-// running the handler again. Default 1 MiB.
+// running the handler again. Default 1 MiB. It panics if n < 1.
 func MaxResponse(n int) Option {
-	return optionFunc(func(c *config) {
-		if n > 0 {
-			c.maxResponse = n
-		}
-	})
+	if n < 1 {
+		panic(fmt.Sprintf("idempotency: MaxResponse(%d): n must be 1 or more", n))
+	}
+	return optionFunc(func(c *config) { c.maxResponse = n })
 }
 
 // ReleaseStatus sets the statuses that are not stored: the key is freed,
@@ -216,10 +304,58 @@ func ReleaseStatus(codes ...int) Option {
 }
 
 // Scope sets a function whose result namespaces keys, such as the
-// authenticated account, so that two clients cannot collide or read each
-// other's responses. Default: one namespace.
+// authenticated account, so that two callers cannot collide or read each
+// other's responses. Default: a hash of the request's Authorization header.
 func Scope(fn func(r *http.Request) string) Option {
-	return optionFunc(func(c *config) { c.scope = fn })
+	return optionFunc(func(c *config) {
+		if fn == nil {
+			panic("idempotency: Scope(nil): use SharedKeys for one namespace")
+		}
+		c.scope = fn
+	})
+}
+
+// SharedKeys puts every caller's keys in one namespace: a caller that
+// reuses another's key gets its response. For services whose callers are
+// one trusted party. Default: keys scoped per caller (see [Scope]).
+func SharedKeys() Option {
+	return optionFunc(func(c *config) { c.scope = func(*http.Request) string { return "" } })
+}
+
+// ReplayExclude sets the response headers that are neither stored nor
+// replayed. Default: the hop-by-hop headers (Connection, Keep-Alive,
+// Proxy-Authenticate, Proxy-Authorization, TE, Trailer, Transfer-Encoding,
+// Upgrade), Date and Set-Cookie. Headers that outer middleware set on the
+// repeat are kept whatever the stored response had.
+func ReplayExclude(headers ...string) Option {
+	return optionFunc(func(c *config) {
+		c.exclude = make(map[string]bool, len(headers))
+		for _, h := range headers {
+			c.exclude[http.CanonicalHeaderKey(h)] = true
+		}
+	})
+}
+
+// WithListener reports to l what the middleware cannot put in a response:
+// a store failure ([resilience.EventStoreFailed]), a lost lease
+// ([resilience.EventLeaseLost]) and a result that could not be stored
+// ([resilience.EventNotStored]), each named "idempotency". Default none;
+// each is logged too (see [WithLogger]).
+func WithListener(l resilience.Listener) Option {
+	return optionFunc(func(c *config) { c.listener = safe.New("idempotency", c.listener, l) })
+}
+
+// WithLogger sets where the middleware logs what goes wrong with its
+// store. Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.log = l })
+}
+
+// scopeByAuthorization is the default scope: a hash of the Authorization
+// header, so the header's secret is not in the key.
+func scopeByAuthorization(r *http.Request) string {
+	sum := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+	return hex.EncodeToString(sum[:8])
 }
 
 // Middleware returns middleware that makes covered requests with an
@@ -232,16 +368,21 @@ func Middleware(store Store, opts ...Option) func(http.Handler) http.Handler {
 		store = NewMemoryStore(0)
 	}
 	cfg := config{
-		ttl:         24 * time.Hour,
-		lockTTL:     5 * time.Minute,
-		methods:     []string{http.MethodPost, http.MethodPatch},
-		maxBody:     1 << 20,
-		maxResponse: 1 << 20,
-		storeTime:   5 * time.Second,
+		ttl:          24 * time.Hour,
+		lease:        30 * time.Second,
+		methods:      []string{http.MethodPost, http.MethodPatch},
+		maxBody:      1 << 20,
+		maxResponse:  1 << 20,
+		storeTimeout: 500 * time.Millisecond,
+		scope:        scopeByAuthorization,
 	}
 	ReleaseStatus(http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout).apply(&cfg)
+	ReplayExclude("Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
+		"Transfer-Encoding", "Upgrade", "Date", "Set-Cookie").apply(&cfg)
 	for _, o := range opts {
-		o.apply(&cfg)
+		if o != nil {
+			o.apply(&cfg)
+		}
 	}
 	return func(next http.Handler) http.Handler {
 		return &handler{cfg: cfg, store: store, next: next}
@@ -255,12 +396,24 @@ type handler struct {
 }
 
 func (h *handler) covers(method string) bool {
-	for _, m := range h.cfg.methods {
-		if m == method {
-			return true
-		}
+	return slices.Contains(h.cfg.methods, method)
+}
+
+// report sends an event and logs it.
+func (h *handler) report(kind resilience.EventKind, key string, err error) {
+	h.cfg.listener.Emit(resilience.Event{Kind: kind, Err: err})
+	log := h.cfg.log
+	if log == nil {
+		log = slog.Default()
 	}
-	return false
+	log.Warn("idempotency: "+kind.String(), "key", key, "error", err)
+}
+
+// storeCtx bounds one store call. It outlives the request's cancellation:
+// the store is written even if the client has gone, since that is when
+// the stored response matters most.
+func (h *handler) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.storeTimeout)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -292,19 +445,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if h.cfg.scope != nil {
-		key = h.cfg.scope(r) + "\x00" + key
-	}
-	claim := Record{Fingerprint: fingerprint(r, body), Token: rand.Text()}
+	key = h.cfg.scope(r) + "\x00" + key
+	claim := &Claim{Key: key, Record: Record{Fingerprint: fingerprint(r, body), Token: rand.Text()}, TTL: h.cfg.ttl}
 
-	found, err := h.store.Begin(r.Context(), key, claim, h.cfg.lockTTL)
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.storeTimeout)
+	found, err := h.store.Begin(ctx, key, claim.Record, h.cfg.lease)
+	cancel()
 	switch {
+	case errors.Is(err, ErrFull):
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "too many requests in flight", "the idempotency store has no room for another request")
 	case err != nil:
+		h.report(resilience.EventStoreFailed, key, err)
+		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "idempotency store unavailable", "")
-		return
 	case found == nil:
-		h.run(w, r, key, claim)
-	case found.Fingerprint != claim.Fingerprint:
+		h.run(w, r, claim)
+	case found.Fingerprint != claim.Record.Fingerprint:
 		problem(w, http.StatusUnprocessableEntity, "idempotency key reused", "this key was used for a different request")
 	case !found.Done:
 		w.Header().Set("Retry-After", "1")
@@ -312,47 +469,140 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case found.Truncated:
 		problem(w, http.StatusInternalServerError, "response not replayable", "the response to this key was too large to store")
 	default:
-		replay(w, found)
+		h.replay(w, found)
 	}
 }
 
-// run serves the first request of a key and stores its response.
-func (h *handler) run(w http.ResponseWriter, r *http.Request, key string, claim Record) {
-	// The store is written even if the client has gone: that is when the
-	// stored response matters most.
-	storeCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.storeTime)
-	}
+// errLeaseLost is the cause of a handler's canceled context when its
+// request lost the lease on its key.
+var errLeaseLost = errors.New("idempotency: the lease on the key was lost")
+
+// run serves the first request of a key, holding its lease, and stores
+// its response.
+func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), claimKey{}, claim))
+	defer cancel(nil)
+	stop := h.renew(r, claim, cancel)
 	rec := &recorder{ResponseWriter: w, max: h.cfg.maxResponse}
-	completed := false
+	finished := false
 	defer func() {
-		if !completed {
-			ctx, cancel := storeCtx()
-			defer cancel()
-			_ = h.store.Release(ctx, key, claim)
+		if !finished { // a panic or runtime.Goexit
+			stop()
+			h.release(r, claim)
 		}
 	}()
-	h.next.ServeHTTP(rec, r)
+	h.next.ServeHTTP(rec, r.WithContext(ctx))
+	finished = true
+	lost := stop()
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK)
 	}
-	if h.cfg.release[rec.status] {
-		return // the deferred release frees the key
+	switch {
+	case claim.completed.Load():
+		return
+	case lost:
+		h.report(resilience.EventNotStored, claim.Key, errLeaseLost)
+		return
+	case claim.abandoned.Load() || h.cfg.release[rec.status] ||
+		(rec.status >= 500 && r.Context().Err() != nil):
+		h.release(r, claim)
+		return
 	}
 	done := Record{
-		Fingerprint: claim.Fingerprint,
+		Fingerprint: claim.Record.Fingerprint,
 		Done:        true,
 		Status:      rec.status,
-		Header:      rec.header,
+		Header:      h.stored(rec.header),
 		Body:        rec.body,
 		Truncated:   rec.truncated,
 	}
-	ctx, cancel := storeCtx()
+	err := h.retry(r, func(ctx context.Context) error {
+		return h.store.Complete(ctx, claim.Key, claim.Record, done, h.cfg.ttl)
+	})
+	if err != nil {
+		// The claim stays until its lease runs out: repeats get 409 until
+		// then rather than a second run while this one's effect may stand.
+		h.report(resilience.EventNotStored, claim.Key, err)
+	}
+}
+
+// retry calls op on the store a few times within a bound, each call
+// bounded by the store timeout; a lost claim is not retried.
+func (h *handler) retry(r *http.Request, op func(ctx context.Context) error) error {
+	p := retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(h.cfg.storeTimeout/5),
+		retrypolicy.RetryIf(func(err error) bool { return !errors.Is(err, ErrNotOwner) }))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 4*h.cfg.storeTimeout)
 	defer cancel()
-	// A failed write leaves the claim to expire after LockTTL; repeats get
-	// 409 until then rather than a second run.
-	_ = h.store.Complete(ctx, key, claim, done, h.cfg.ttl)
-	completed = true
+	_, err := retrypolicy.Do(ctx, p, func(context.Context) (struct{}, error) {
+		c, cancel := h.storeCtx(r)
+		defer cancel()
+		return struct{}{}, op(c)
+	})
+	return err
+}
+
+// release frees claim's key, reporting a failure.
+func (h *handler) release(r *http.Request, claim *Claim) {
+	err := h.retry(r, func(ctx context.Context) error { return h.store.Release(ctx, claim.Key, claim.Record) })
+	if err != nil && !errors.Is(err, ErrNotOwner) {
+		h.report(resilience.EventStoreFailed, claim.Key, err)
+	}
+}
+
+// renew renews claim's lease every third of it until the returned stop is
+// called, which waits for it and reports whether the lease was lost. On a
+// loss it reports it and cancels the handler's context by cancel.
+func (h *handler) renew(r *http.Request, claim *Claim, cancel context.CancelCauseFunc) (stop func() (lost bool)) {
+	done := make(chan struct{})
+	exited := make(chan bool, 1)
+	go func() {
+		lost := false
+		defer func() { exited <- lost }()
+		t := time.NewTicker(h.cfg.lease / 3)
+		defer t.Stop()
+		held := time.Now().Add(h.cfg.lease)
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			ctx, c := h.storeCtx(r)
+			start := time.Now()
+			err := h.store.Renew(ctx, claim.Key, claim.Record, h.cfg.lease)
+			c()
+			switch {
+			case err == nil:
+				held = start.Add(h.cfg.lease)
+				continue
+			case errors.Is(err, ErrNotOwner):
+			case time.Now().Before(held):
+				h.report(resilience.EventStoreFailed, claim.Key, err)
+				continue // the lease still holds: try again
+			default:
+				err = fmt.Errorf("%w: renewal failed until it ran out: %w", errLeaseLost, err)
+			}
+			lost = true
+			h.report(resilience.EventLeaseLost, claim.Key, err)
+			cancel(errLeaseLost)
+			return
+		}
+	}()
+	return sync.OnceValue(func() bool {
+		close(done)
+		return <-exited
+	})
+}
+
+// stored returns the headers of h to store: all but the excluded ones.
+func (h *handler) stored(header http.Header) http.Header {
+	out := make(http.Header, len(header))
+	for k, vs := range header {
+		if !h.cfg.exclude[k] {
+			out[k] = vs
+		}
+	}
+	return out
 }
 
 func fingerprint(r *http.Request, body []byte) string {
@@ -367,12 +617,17 @@ func fingerprint(r *http.Request, body []byte) string {
 	return hex.EncodeToString(s.Sum(nil))
 }
 
-func replay(w http.ResponseWriter, rec *Record) {
-	h := w.Header()
+// replay writes a stored response: its headers but the excluded ones and
+// those already set on w (by outer middleware, for this request), its
+// status and body, marked as a replay.
+func (h *handler) replay(w http.ResponseWriter, rec *Record) {
+	out := w.Header()
 	for k, vs := range rec.Header {
-		h[k] = append([]string(nil), vs...)
+		if _, set := out[k]; !set && !h.cfg.exclude[k] {
+			out[k] = append([]string(nil), vs...)
+		}
 	}
-	h.Set(ReplayedHeader, "true")
+	out.Set(ReplayedHeader, "true")
 	w.WriteHeader(rec.Status)
 	_, _ = w.Write(rec.Body)
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/idempotency"
 	"github.com/resiliencekit/resiliencekit/idempotency/storetest"
+	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -254,25 +258,343 @@ func TestStoreFailureFailsClosed(t *testing.T) {
 	assert.Zero(t, s.runs.Load())
 }
 
-func TestMemoryStoreIsBounded(t *testing.T) {
+func TestMemoryStoreNeverEvictsAClaimInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := idempotency.NewMemoryStore(3)
 		ctx := t.Context()
-		for i := range 5 {
-			found, err := store.Begin(ctx, fmt.Sprint(i), idempotency.Record{Token: "t"}, time.Minute)
+		claim := idempotency.Record{Token: "t"}
+		done := idempotency.Record{Done: true, Status: 201}
+		for _, k := range []string{"a", "b"} {
+			found, err := store.Begin(ctx, k, claim, time.Minute)
 			require.NoError(t, err)
 			require.Nil(t, found)
+			require.NoError(t, store.Complete(ctx, k, claim, done, time.Hour))
 		}
-		assert.Equal(t, 3, store.Len())
-		found, _ := store.Begin(ctx, "0", idempotency.Record{Token: "t"}, time.Minute)
-		assert.Nil(t, found, "the oldest was evicted")
-		found, _ = store.Begin(ctx, "4", idempotency.Record{Token: "t"}, time.Minute)
-		assert.NotNil(t, found, "the newest was kept")
+		_, err := store.Begin(ctx, "c", claim, time.Minute) // in flight
+		require.NoError(t, err)
+		for _, k := range []string{"d", "e"} { // evict the records, oldest first
+			_, err := store.Begin(ctx, k, claim, time.Minute)
+			require.NoError(t, err)
+		}
+		found, err := store.Begin(ctx, "a", claim, time.Minute)
+		require.ErrorIs(t, err, idempotency.ErrFull, "full of requests in flight")
+		assert.Nil(t, found)
+		found, err = store.Begin(ctx, "c", claim, time.Minute)
+		require.NoError(t, err)
+		require.NotNil(t, found, "the claim in flight was kept")
+		assert.False(t, found.Done)
 
-		time.Sleep(time.Minute)
-		_, _ = store.Begin(ctx, "new", idempotency.Record{Token: "t"}, time.Minute)
-		assert.Equal(t, 1, store.Len(), "expired claims are dropped")
+		time.Sleep(time.Minute) // the leases run out
+		found, err = store.Begin(ctx, "new", claim, time.Minute)
+		require.NoError(t, err)
+		assert.Nil(t, found, "an expired claim makes room")
 	})
+}
+
+// TestFullMemoryStoreAnswers503AndNeverRunsTwice: at capacity with
+// requests in flight, a new key gets 503 with Retry-After, and a repeat of
+// an in-flight key gets 409, never a second run.
+func TestFullMemoryStoreAnswers503AndNeverRunsTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var runs sync.Map
+		h := idempotency.Middleware(idempotency.NewMemoryStore(5))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := runs.LoadOrStore(r.Header.Get(idempotency.Header), new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+			<-release
+			w.WriteHeader(http.StatusCreated)
+		}))
+		post := func(key string) *httptest.ResponseRecorder {
+			r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+			r.Header.Set(idempotency.Header, key)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w
+		}
+		for i := range 5 {
+			go post(fmt.Sprint("k", i))
+		}
+		synctest.Wait()
+		full := post("k-new")
+		assert.Equal(t, http.StatusServiceUnavailable, full.Code)
+		assert.Equal(t, "1", full.Header().Get("Retry-After"))
+		for i := range 5 {
+			assert.Equal(t, http.StatusConflict, post(fmt.Sprint("k", i)).Code)
+		}
+		close(release)
+		synctest.Wait()
+		runs.Range(func(k, n any) bool {
+			assert.EqualValues(t, 1, n.(*atomic.Int64).Load(), "%v ran once", k)
+			return true
+		})
+	})
+}
+
+// slowServer runs a handler that takes d, honouring its context, behind
+// the middleware, and counts its runs.
+type slowServer struct {
+	runs, canceled atomic.Int64
+	handler        http.Handler
+	events         *events
+}
+
+type events struct {
+	mu    sync.Mutex
+	kinds []string
+}
+
+func (e *events) OnEvent(ev resilience.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.kinds = append(e.kinds, ev.Kind.String())
+}
+
+func (e *events) list() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.kinds)
+}
+
+func newSlowServer(store idempotency.Store, d time.Duration, opts ...idempotency.Option) *slowServer {
+	s := &slowServer{events: &events{}}
+	opts = append(opts, idempotency.WithListener(s.events), idempotency.WithLogger(slog.New(slog.DiscardHandler)))
+	s.handler = idempotency.Middleware(store, opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := s.runs.Add(1)
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			s.canceled.Add(1)
+			http.Error(w, r.Context().Err().Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, `{"order":%d}`, n)
+	}))
+	return s
+}
+
+func (s *slowServer) post(ctx context.Context, key, auth string) *httptest.ResponseRecorder {
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
+	r.Header.Set(idempotency.Header, key)
+	if auth != "" {
+		r.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	s.handler.ServeHTTP(w, r)
+	return w
+}
+
+// TestHandlerSlowerThanTheLeaseRunsOnce: the lease is renewed while the
+// handler runs, so repeats get 409 and then the replay.
+func TestHandlerSlowerThanTheLeaseRunsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSlowServer(idempotency.NewMemoryStore(0), time.Second, idempotency.Lease(300*time.Millisecond))
+		go s.post(t.Context(), "k", "")
+		time.Sleep(500 * time.Millisecond)
+		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "still held after the lease")
+		time.Sleep(time.Second)
+		w := s.post(t.Context(), "k", "")
+		assert.Equal(t, http.StatusCreated, w.Code)
+		assert.Equal(t, "true", w.Header().Get(idempotency.ReplayedHeader))
+		for range 3 {
+			s.post(t.Context(), "k", "")
+		}
+		assert.EqualValues(t, 1, s.runs.Load())
+		assert.Empty(t, s.events.list())
+	})
+}
+
+// flakyStore fails the calls its switches say, after delegating nothing.
+type flakyStore struct {
+	idempotency.Store
+	failComplete, failRelease, failRenew atomic.Bool
+	stealOnRenew                         atomic.Bool
+}
+
+var errStoreDown = errors.New("store down")
+
+func (f *flakyStore) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) error {
+	if f.failComplete.Load() {
+		return errStoreDown
+	}
+	return f.Store.Complete(ctx, key, claim, rec, ttl)
+}
+
+func (f *flakyStore) Release(ctx context.Context, key string, claim idempotency.Record) error {
+	if f.failRelease.Load() {
+		return errStoreDown
+	}
+	return f.Store.Release(ctx, key, claim)
+}
+
+func (f *flakyStore) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
+	if f.stealOnRenew.Load() {
+		return idempotency.ErrNotOwner
+	}
+	if f.failRenew.Load() {
+		return errStoreDown
+	}
+	return f.Store.Renew(ctx, key, claim, lease)
+}
+
+// TestUnsavedResultIsReportedAndKeepsTheKeyForALease: a result that cannot
+// be stored is reported; repeats get 409 until the lease runs out.
+func TestUnsavedResultIsReportedAndKeepsTheKeyForALease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{Store: idempotency.NewMemoryStore(0)}
+		store.failComplete.Store(true)
+		s := newSlowServer(store, 10*time.Millisecond, idempotency.Lease(30*time.Second))
+		assert.Equal(t, http.StatusCreated, s.post(t.Context(), "k", "").Code)
+		assert.Contains(t, s.events.list(), "not_stored")
+		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "no second run while the first's effect may stand")
+		time.Sleep(30 * time.Second)
+		store.failComplete.Store(false)
+		assert.Equal(t, http.StatusCreated, s.post(t.Context(), "k", "").Code)
+		assert.EqualValues(t, 2, s.runs.Load(), "one lease later, the key is free again")
+	})
+}
+
+// TestPanicWhileTheStoreIsDownFreesTheKeyAfterOneLease: the release fails
+// and is reported; the key is runnable again one lease later, not minutes.
+func TestPanicWhileTheStoreIsDownFreesTheKeyAfterOneLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{Store: idempotency.NewMemoryStore(0)}
+		store.failRelease.Store(true)
+		ev := &events{}
+		h := idempotency.Middleware(store, idempotency.WithListener(ev), idempotency.WithLogger(slog.New(slog.DiscardHandler)))(
+			http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("handler bug") }))
+		post := func() (code int) {
+			defer func() { _ = recover() }()
+			r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+			r.Header.Set(idempotency.Header, "k")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w.Code
+		}
+		post()
+		assert.Contains(t, ev.list(), "store_failed")
+		assert.Equal(t, http.StatusConflict, post())
+		time.Sleep(30 * time.Second)
+		assert.Zero(t, post(), "the handler ran (and panicked) again")
+	})
+}
+
+// TestLostLeaseCancelsTheHandlerAndIsReported.
+func TestLostLeaseCancelsTheHandlerAndIsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{Store: idempotency.NewMemoryStore(0)}
+		store.stealOnRenew.Store(true)
+		s := newSlowServer(store, time.Minute, idempotency.Lease(3*time.Second))
+		w := s.post(t.Context(), "k", "")
+		assert.EqualValues(t, 1, s.canceled.Load(), "the handler's context was canceled")
+		assert.Equal(t, http.StatusInternalServerError, w.Code)
+		assert.Contains(t, s.events.list(), "lease_lost")
+
+		store.stealOnRenew.Store(false)
+		store.failRenew.Store(true) // the store cannot renew until the lease runs out
+		s2 := newSlowServer(store, time.Minute, idempotency.Lease(3*time.Second))
+		s2.post(t.Context(), "k2", "")
+		assert.Contains(t, s2.events.list(), "store_failed")
+		assert.Contains(t, s2.events.list(), "lease_lost")
+	})
+}
+
+// TestClientGoneWithNothingCommittedFreesTheKey: a context-aware handler
+// whose client dropped answers 5xx; the key is freed, and the retry runs
+// once.
+func TestClientGoneWithNothingCommittedFreesTheKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSlowServer(idempotency.NewMemoryStore(0), time.Second)
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(100*time.Millisecond, cancel) // the client drops
+		assert.Equal(t, http.StatusInternalServerError, s.post(ctx, "k", "").Code)
+		w := s.post(t.Context(), "k", "")
+		assert.Equal(t, http.StatusCreated, w.Code)
+		assert.Empty(t, w.Header().Get(idempotency.ReplayedHeader), "the retry ran")
+		s.post(t.Context(), "k", "")
+		assert.EqualValues(t, 2, s.runs.Load())
+	})
+}
+
+// TestKeysAreScopedPerCaller: the same key from two Authorization values
+// runs twice, and neither caller gets the other's response.
+func TestKeysAreScopedPerCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSlowServer(idempotency.NewMemoryStore(0), time.Millisecond)
+		alice := s.post(t.Context(), "same", "Bearer alice")
+		bob := s.post(t.Context(), "same", "Bearer bob")
+		assert.JSONEq(t, `{"order":1}`, alice.Body.String())
+		assert.JSONEq(t, `{"order":2}`, bob.Body.String())
+		assert.JSONEq(t, `{"order":1}`, s.post(t.Context(), "same", "Bearer alice").Body.String())
+		assert.JSONEq(t, `{"order":2}`, s.post(t.Context(), "same", "Bearer bob").Body.String())
+		assert.EqualValues(t, 2, s.runs.Load())
+
+		shared := newSlowServer(idempotency.NewMemoryStore(0), time.Millisecond, idempotency.SharedKeys())
+		shared.post(t.Context(), "same", "Bearer alice")
+		assert.Equal(t, "true", shared.post(t.Context(), "same", "Bearer bob").Header().Get(idempotency.ReplayedHeader), "one namespace, by choice")
+	})
+}
+
+// TestReplayKeepsThisRequestsHeaders: the replay carries the stored
+// end-to-end headers, never hop-by-hop ones, Date or Set-Cookie, and the
+// headers that outer middleware set on this request win.
+func TestReplayKeepsThisRequestsHeaders(t *testing.T) {
+	n := 0
+	inner := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n++
+		h := w.Header()
+		h.Set("Location", "/orders/1")
+		h.Set("Set-Cookie", "session=secret")
+		h.Set("Date", "Mon, 01 Jan 2024 00:00:00 GMT")
+		h.Set("Connection", "close")
+		h.Set("Keep-Alive", "timeout=5")
+		w.WriteHeader(http.StatusCreated)
+	}))
+	outer := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
+		w.Header().Set("Access-Control-Allow-Origin", r.Header.Get("Origin"))
+		inner.ServeHTTP(w, r)
+	})
+	post := func(id, origin string) http.Header {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+		r.Header.Set(idempotency.Header, "k")
+		r.Header.Set("X-Request-Id", id)
+		r.Header.Set("Origin", origin)
+		w := httptest.NewRecorder()
+		outer.ServeHTTP(w, r)
+		return w.Header()
+	}
+	post("req-1", "https://a.example")
+	h := post("req-2", "https://b.example")
+	assert.Equal(t, 1, n)
+	assert.Equal(t, "true", h.Get(idempotency.ReplayedHeader))
+	assert.Equal(t, "/orders/1", h.Get("Location"))
+	assert.Equal(t, "req-2", h.Get("X-Request-Id"), "this request's id, not the stored one")
+	assert.Equal(t, "https://b.example", h.Get("Access-Control-Allow-Origin"))
+	for _, never := range []string{"Set-Cookie", "Date", "Connection", "Keep-Alive"} {
+		assert.Empty(t, h.Get(never), never)
+	}
+}
+
+func TestAbandonedClaimFreesTheKey(t *testing.T) {
+	n := 0
+	h := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n++
+		c := idempotency.FromContext(r.Context())
+		require.NotNil(t, c)
+		if n == 1 {
+			c.Abandon() // say, its transaction failed
+			http.Error(w, "commit failed", http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	for range 3 {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+		r.Header.Set(idempotency.Header, "k")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	assert.Equal(t, 2, n, "abandoned once, then run and stored")
 }
 
 func TestRetryableStatusesFreeTheKey(t *testing.T) {

@@ -3,34 +3,40 @@ package idempotency
 import (
 	"container/list"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
 
 // MemoryStore is a [Store] in this process's memory, bounded in entries.
-// Expired records are dropped as new ones arrive; when the store is full
-// the oldest record is evicted, even before it expires. It is safe for
-// concurrent use; the zero value is not usable, call [NewMemoryStore].
+// It never evicts a claim still in flight: when it is full, expired
+// entries go first, then completed records, oldest first; a store full of
+// requests still running answers [ErrFull]. It is safe for concurrent use;
+// the zero value is not usable, call [NewMemoryStore].
 type MemoryStore struct {
-	mu      sync.Mutex
-	max     int
-	entries map[string]*list.Element // of *memEntry, oldest first in order
-	order   list.List
+	mu        sync.Mutex
+	max       int
+	entries   map[string]*memEntry
+	completed list.List // of *memEntry, oldest completion first
 }
 
 type memEntry struct {
 	key     string
 	rec     Record
 	expires time.Time
+	el      *list.Element // in completed, once Done
 }
 
 // NewMemoryStore returns an empty store holding at most maxEntries
-// records; maxEntries <= 0 means 10,000.
+// records; maxEntries 0 means 10,000. It panics if maxEntries < 0.
 func NewMemoryStore(maxEntries int) *MemoryStore {
-	if maxEntries <= 0 {
+	if maxEntries < 0 {
+		panic(fmt.Sprintf("idempotency: NewMemoryStore(%d): maxEntries must be 0 or more", maxEntries))
+	}
+	if maxEntries == 0 {
 		maxEntries = 10_000
 	}
-	return &MemoryStore{max: maxEntries, entries: make(map[string]*list.Element)}
+	return &MemoryStore{max: maxEntries, entries: make(map[string]*memEntry)}
 }
 
 // Len returns how many records the store holds, expired ones included until
@@ -42,81 +48,102 @@ func (s *MemoryStore) Len() int {
 }
 
 // Begin implements [Store].
-func (s *MemoryStore) Begin(ctx context.Context, key string, claim Record, lockTTL time.Duration) (*Record, error) {
+func (s *MemoryStore) Begin(ctx context.Context, key string, claim Record, lease time.Duration) (*Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if el, ok := s.entries[key]; ok {
-		e := el.Value.(*memEntry)
+	if e, ok := s.entries[key]; ok {
 		if now.Before(e.expires) {
 			rec := e.rec
 			return &rec, nil
 		}
-		s.remove(el)
+		s.remove(e)
 	}
-	s.dropExpired(now)
-	for len(s.entries) >= s.max {
-		s.remove(s.order.Front())
+	if len(s.entries) >= s.max && !s.makeRoom(now) {
+		return nil, ErrFull
 	}
-	s.entries[key] = s.order.PushBack(&memEntry{key: key, rec: claim, expires: now.Add(lockTTL)})
+	s.entries[key] = &memEntry{key: key, rec: claim, expires: now.Add(lease)}
 	return nil, nil
+}
+
+// makeRoom frees one entry, if it can without dropping a live claim:
+// an expired one, else the oldest completed record.
+func (s *MemoryStore) makeRoom(now time.Time) bool {
+	if front := s.completed.Front(); front != nil {
+		s.remove(front.Value.(*memEntry)) // expired or not, the oldest record
+		return true
+	}
+	for _, e := range s.entries { // all claims: find one whose lease ran out
+		if !now.Before(e.expires) {
+			s.remove(e)
+			return true
+		}
+	}
+	return false
+}
+
+// Renew implements [Store].
+func (s *MemoryStore) Renew(ctx context.Context, key string, claim Record, lease time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.held(key, claim)
+	if !ok {
+		return ErrNotOwner
+	}
+	e.expires = time.Now().Add(lease)
+	return nil
 }
 
 // Complete implements [Store].
 func (s *MemoryStore) Complete(ctx context.Context, key string, claim, rec Record, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	el, ok := s.held(key, claim)
+	e, ok := s.held(key, claim)
 	if !ok {
 		return ErrNotOwner
 	}
-	e := el.Value.(*memEntry)
 	e.rec = rec
 	e.expires = time.Now().Add(ttl)
-	s.order.MoveToBack(el)
+	e.el = s.completed.PushBack(e)
 	return nil
 }
 
 // Release implements [Store].
 func (s *MemoryStore) Release(ctx context.Context, key string, claim Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	el, ok := s.held(key, claim)
+	e, ok := s.held(key, claim)
 	if !ok {
 		return ErrNotOwner
 	}
-	s.remove(el)
+	s.remove(e)
 	return nil
 }
 
-// held returns key's entry if it is still claim, unexpired.
-func (s *MemoryStore) held(key string, claim Record) (*list.Element, bool) {
-	el, ok := s.entries[key]
-	if !ok {
+// held returns key's entry if it is still claim, its lease running.
+func (s *MemoryStore) held(key string, claim Record) (*memEntry, bool) {
+	e, ok := s.entries[key]
+	if !ok || e.rec.Done || e.rec.Token != claim.Token || !time.Now().Before(e.expires) {
 		return nil, false
 	}
-	e := el.Value.(*memEntry)
-	if e.rec.Done || e.rec.Token != claim.Token || !time.Now().Before(e.expires) {
-		return nil, false
-	}
-	return el, true
+	return e, true
 }
 
-// dropExpired removes expired records from the oldest end until it meets
-// a live one.
-func (s *MemoryStore) dropExpired(now time.Time) {
-	for el := s.order.Front(); el != nil; el = s.order.Front() {
-		if now.Before(el.Value.(*memEntry).expires) {
-			return
-		}
-		s.remove(el)
+func (s *MemoryStore) remove(e *memEntry) {
+	delete(s.entries, e.key)
+	if e.el != nil {
+		s.completed.Remove(e.el)
 	}
-}
-
-func (s *MemoryStore) remove(el *list.Element) {
-	delete(s.entries, el.Value.(*memEntry).key)
-	s.order.Remove(el)
 }

@@ -39,6 +39,18 @@ const (
 	// without an idempotency key, or a body that could not be kept) failed
 	// with Err, an error that would otherwise have been retried.
 	EventNotRetried
+	// EventStoreFailed: a store of shared state (such as idempotency
+	// records) failed; Err says how. The request got an error or went on
+	// without it.
+	EventStoreFailed
+	// EventLeaseLost: a request holding an idempotency key lost its lease
+	// (it expired and was claimed anew, or could not be renewed); Err says
+	// why. Its handler's context is canceled.
+	EventLeaseLost
+	// EventNotStored: a request's result could not be stored under its
+	// idempotency key (Err says why): the key stays claimed until its lease
+	// runs out, then a retry runs the request again.
+	EventNotStored
 )
 
 // String returns the kind's name in snake case, such as "retry".
@@ -66,6 +78,12 @@ func (k EventKind) String() string {
 		return "shared_state_restored"
 	case EventNotRetried:
 		return "not_retried"
+	case EventStoreFailed:
+		return "store_failed"
+	case EventLeaseLost:
+		return "lease_lost"
+	case EventNotStored:
+		return "not_stored"
 	default:
 		return "unknown"
 	}

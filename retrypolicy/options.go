@@ -130,11 +130,5 @@ func WithQuota(q *Quota) Option {
 // WithListener reports each attempt, scheduled retry and reason for giving
 // up to l, after any listener set before. Default none, at no cost.
 func WithListener(l resilience.Listener) Option {
-	return optionFunc(func(c *config) {
-		if c.listener == nil {
-			c.listener = safe.New("", l)
-		} else {
-			c.listener = safe.New("", c.listener, l)
-		}
-	})
+	return optionFunc(func(c *config) { c.listener = safe.New("", c.listener, l) })
 }

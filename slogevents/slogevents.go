@@ -35,7 +35,8 @@ func level(e resilience.Event) slog.Level {
 		}
 		return slog.LevelInfo
 	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted,
-		resilience.EventTimeBudgetExceeded, resilience.EventSharedStateUnavailable:
+		resilience.EventTimeBudgetExceeded, resilience.EventSharedStateUnavailable,
+		resilience.EventStoreFailed, resilience.EventLeaseLost, resilience.EventNotStored:
 		return slog.LevelWarn
 	case resilience.EventSharedStateRestored, resilience.EventNotRetried:
 		return slog.LevelInfo

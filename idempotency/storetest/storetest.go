@@ -22,11 +22,104 @@ import (
 // Run runs the contract's tests against stores made by newStore. Keys are
 // unique to the run, so a shared server needs no cleaning. It uses only
 // package testing, so it adds no dependency to the module that calls it.
-func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store, opts ...Option) {
+	o := options{sleep: time.Sleep}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	prefix := fmt.Sprintf("storetest-%d-", time.Now().UnixNano())
 	t.Run("ClaimCompleteReplay", func(t *testing.T) { claimCompleteReplay(t, newStore(t), prefix) })
 	t.Run("Release", func(t *testing.T) { release(t, newStore(t), prefix) })
 	t.Run("ConcurrentRequestsRunOnce", func(t *testing.T) { concurrentRequestsRunOnce(t, newStore(t), prefix) })
+	t.Run("LeaseRunsOutAndFences", func(t *testing.T) { leaseRunsOutAndFences(t, newStore(t), prefix, o.sleep) })
+	t.Run("RenewKeepsTheLease", func(t *testing.T) { renewKeepsTheLease(t, newStore(t), prefix, o.sleep) })
+	t.Run("HonoursTheContext", func(t *testing.T) { honoursTheContext(t, newStore(t), prefix) })
+}
+
+// Option changes how [Run] runs the contract.
+type Option func(*options)
+
+type options struct {
+	sleep func(time.Duration)
+}
+
+// Sleep sets how the lease cases let time pass on the store's clock.
+// Default time.Sleep; a fake server's fast-forward (miniredis's) for a
+// store whose clock does not run.
+func Sleep(fn func(time.Duration)) Option {
+	return func(o *options) { o.sleep = fn }
+}
+
+// lease is short, so that the lease cases take a fraction of a second of
+// real time: a store keeps time on its own clock (Redis's, the database's).
+const lease = 300 * time.Millisecond
+
+// leaseRunsOutAndFences: a claim whose lease ran out can be claimed anew,
+// and its first holder can then neither renew, complete nor release it.
+func leaseRunsOutAndFences(t *testing.T, s idempotency.Store, prefix string, sleep func(time.Duration)) {
+	ctx := context.Background()
+	key := prefix + "lease"
+	first := idempotency.Record{Fingerprint: "fp", Token: "first"}
+	if found, err := s.Begin(ctx, key, first, lease); err != nil || found != nil {
+		t.Fatalf("Begin = %+v, %v; want the claim", found, err)
+	}
+	sleep(lease + lease/2)
+	second := idempotency.Record{Fingerprint: "fp", Token: "second"}
+	if found, err := s.Begin(ctx, key, second, time.Minute); err != nil || found != nil {
+		t.Fatalf("Begin after the lease ran out = %+v, %v; want a new claim", found, err)
+	}
+	done := idempotency.Record{Fingerprint: "fp", Done: true, Status: 201}
+	if err := s.Renew(ctx, key, first, time.Minute); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Errorf("Renew by the first holder = %v; want ErrNotOwner", err)
+	}
+	if err := s.Complete(ctx, key, first, done, time.Hour); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Errorf("Complete by the first holder = %v; want ErrNotOwner: its token is fenced off", err)
+	}
+	if err := s.Release(ctx, key, first); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Errorf("Release by the first holder = %v; want ErrNotOwner", err)
+	}
+	if err := s.Complete(ctx, key, second, done, time.Hour); err != nil {
+		t.Errorf("Complete by the second holder = %v", err)
+	}
+	if err := s.Renew(ctx, key, second, time.Minute); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Errorf("Renew of a completed claim = %v; want ErrNotOwner", err)
+	}
+}
+
+// renewKeepsTheLease: a claim renewed before its lease runs out is still
+// held after the first lease.
+func renewKeepsTheLease(t *testing.T, s idempotency.Store, prefix string, sleep func(time.Duration)) {
+	ctx := context.Background()
+	key := prefix + "renew"
+	claim := idempotency.Record{Fingerprint: "fp", Token: "holder"}
+	if found, err := s.Begin(ctx, key, claim, lease); err != nil || found != nil {
+		t.Fatalf("Begin = %+v, %v; want the claim", found, err)
+	}
+	sleep(lease / 3)
+	if err := s.Renew(ctx, key, claim, 10*lease); err != nil {
+		t.Fatalf("Renew = %v", err)
+	}
+	sleep(lease + lease/2)
+	found, err := s.Begin(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "other"}, lease)
+	if err != nil || found == nil || found.Done {
+		t.Fatalf("Begin after the first lease = %+v, %v; want the renewed claim in flight", found, err)
+	}
+	if err := s.Complete(ctx, key, claim, idempotency.Record{Fingerprint: "fp", Done: true, Status: 200}, time.Hour); err != nil {
+		t.Errorf("Complete of the renewed claim = %v", err)
+	}
+}
+
+// honoursTheContext: a call with a context already done fails at once.
+func honoursTheContext(t *testing.T, s idempotency.Store, prefix string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if _, err := s.Begin(ctx, prefix+"ctx", idempotency.Record{Fingerprint: "fp", Token: "t"}, time.Minute); err == nil {
+		t.Errorf("Begin with a canceled context succeeded")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Begin with a canceled context took %v", d)
+	}
 }
 
 func claimCompleteReplay(t *testing.T, s idempotency.Store, prefix string) {

@@ -5,6 +5,7 @@ package safe
 
 import (
 	"log/slog"
+	"slices"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -23,6 +24,10 @@ type Listener struct {
 // events name, or nil if there is no listener. A single *Listener is
 // returned as it is if it has that name or name is empty.
 func New(name string, ls ...resilience.Listener) *Listener {
+	ls = slices.DeleteFunc(slices.Clone(ls), func(l resilience.Listener) bool {
+		s, ok := l.(*Listener)
+		return ok && s == nil // a stage's listener not set yet
+	})
 	l := resilience.Listeners(ls...)
 	if l == nil {
 		return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/redis/internal/timeouts"
 )
 
 // Store is an [idempotency.Store] on Redis. It is safe for concurrent use.
@@ -22,8 +23,11 @@ type Store struct {
 }
 
 // New returns a Store that keeps its records in c under keys starting with
-// prefix ("idempotency:" if empty).
+// prefix ("idempotency:" if empty). c must have ContextTimeoutEnabled, so
+// that the middleware's time bound on each call holds even against a frozen
+// server; New panics otherwise.
 func New(c redis.UniversalClient, prefix string) *Store {
+	timeouts.Check("idempotencystore.New", c)
 	if prefix == "" {
 		prefix = "idempotency:"
 	}
@@ -38,6 +42,13 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
+// renewIfHeld sets KEYS[1] to expire in ARGV[2] ms if it holds ARGV[1].
+var renewIfHeld = redis.NewScript(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+	return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0`)
+
 // deleteIfHeld deletes KEYS[1] if it holds ARGV[1].
 var deleteIfHeld = redis.NewScript(`
 if redis.call("GET", KEYS[1]) == ARGV[1] then
@@ -46,7 +57,7 @@ end
 return 0`)
 
 // Begin implements [idempotency.Store].
-func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record, lockTTL time.Duration) (*idempotency.Record, error) {
+func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
 	data, err := json.Marshal(claim)
 	if err != nil {
 		return nil, err
@@ -54,7 +65,7 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 	k := s.prefix + key
 	// A key can expire between a failed SET NX and the GET; try again then.
 	for range 3 {
-		ok, err := s.c.SetNX(ctx, k, data, lockTTL).Result()
+		ok, err := s.c.SetNX(ctx, k, data, lease).Result()
 		if err != nil {
 			return nil, err
 		}
@@ -88,6 +99,22 @@ func (s *Store) Complete(ctx context.Context, key string, claim, rec idempotency
 		return err
 	}
 	n, err := replaceIfHeld.Run(ctx, s.c, []string{s.prefix + key}, old, data, ttl.Milliseconds()).Int()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return idempotency.ErrNotOwner
+	}
+	return nil
+}
+
+// Renew implements [idempotency.Store].
+func (s *Store) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
+	old, err := json.Marshal(claim)
+	if err != nil {
+		return err
+	}
+	n, err := renewIfHeld.Run(ctx, s.c, []string{s.prefix + key}, old, lease.Milliseconds()).Int()
 	if err != nil {
 		return err
 	}

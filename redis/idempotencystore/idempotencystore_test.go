@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -18,10 +19,16 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestContractOnMiniredis(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) idempotency.Store {
-		c, _ := redistest.Mini(t)
-		return idempotencystore.New(c, "")
-	})
+	c, m := redistest.Mini(t)
+	storetest.Run(t, func(t *testing.T) idempotency.Store { return idempotencystore.New(c, "") },
+		storetest.Sleep(m.FastForward))
+}
+
+func TestNewRefusesAClientThatIgnoresDeadlines(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	assert.PanicsWithValue(t, "idempotencystore.New: the go-redis client must have ContextTimeoutEnabled: true, or no call is bounded by its context's deadline",
+		func() { idempotencystore.New(c, "") })
 }
 
 func TestContractOnRealRedis(t *testing.T) {

@@ -19,7 +19,7 @@ const EnvAddr = "RESILIENCEKIT_REDIS_ADDR"
 func Mini(t testing.TB) (*redis.Client, *miniredis.Miniredis) {
 	t.Helper()
 	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return c, m
 }
@@ -33,7 +33,7 @@ func Real(t testing.TB) *redis.Client {
 	if addr == "" {
 		t.Skipf("%s is not set: no real Redis server (.ci/run starts one)", EnvAddr)
 	}
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(t.Context()).Err(); err != nil {
 		t.Fatalf("redis at %s: %v", addr, err)
