@@ -445,7 +445,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	key = h.cfg.scope(r) + "\x00" + key
+	scope := h.cfg.scope(r)
+	key = strconv.Itoa(len(scope)) + ":" + scope + ":" + key // unambiguous, and text any store takes
 	claim := &Claim{Key: key, Record: Record{Fingerprint: fingerprint(r, body), Token: rand.Text()}, TTL: h.cfg.ttl}
 
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.storeTimeout)

@@ -189,7 +189,7 @@ func concurrentRequestsRunOnce(t *testing.T, s idempotency.Store, prefix string)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = fmt.Fprintf(w, `{"order":%d}`, n)
 	})
-	srv := httptest.NewServer(idempotency.Middleware(s)(orders))
+	srv := httptest.NewServer(idempotency.Middleware(s, idempotency.StoreTimeout(5*time.Second))(orders)) // correctness, not latency
 	defer srv.Close()
 
 	const clients = 200

@@ -1,0 +1,179 @@
+package idempotencystore_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/redis/idempotencystore"
+	"github.com/resiliencekit/resiliencekit/redis/redistest"
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// replica is one service process: a middleware with a store of its own
+// on the shared server, in front of a handler that takes d.
+func replica(t *testing.T, srv *redistest.Server, runs *atomic.Int64, d time.Duration, opts ...idempotency.Option) *httptest.Server {
+	store := idempotencystore.New(srv.Client(), "faults:")
+	opts = append(opts, idempotency.WithLogger(slog.New(slog.DiscardHandler)))
+	h := idempotency.Middleware(store, opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		time.Sleep(d)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, `{"order":%d}`, n)
+	}))
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func post(t *testing.T, url, key string) (int, string, string) {
+	req, _ := http.NewRequest(http.MethodPost, url+"/orders", strings.NewReader(`{"sku":"a"}`))
+	req.Header.Set(idempotency.Header, key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Error(err)
+		return 0, "", ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get(idempotency.ReplayedHeader), string(body)
+}
+
+// TestThreeReplicasOneKeySlowHandler: 3 replicas with stores of their own
+// on one real redis-server, 300 concurrent POSTs of one key, a handler 3
+// times slower than the lease: exactly one run; every other request gets
+// 409 until it gets the replay.
+func TestThreeReplicasOneKeySlowHandler(t *testing.T) {
+	srv := redistest.Start(t)
+	var runs atomic.Int64
+	const lease = 300 * time.Millisecond
+	var replicas []*httptest.Server
+	for range 3 {
+		replicas = append(replicas, replica(t, srv, &runs, 3*lease, idempotency.Lease(lease)))
+	}
+	var wg sync.WaitGroup
+	var created, replayed, conflicts atomic.Int64
+	for i := range 300 {
+		wg.Go(func() {
+			url := replicas[i%3].URL
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+				code, replay, body := post(t, url, "order-1")
+				switch {
+				case code == http.StatusConflict:
+					conflicts.Add(1)
+					time.Sleep(50 * time.Millisecond)
+					continue
+				case code == http.StatusCreated && replay == "true":
+					replayed.Add(1)
+				case code == http.StatusCreated:
+					created.Add(1)
+				default:
+					t.Errorf("unexpected %d: %s", code, body)
+				}
+				assert.JSONEq(t, `{"order":1}`, body)
+				return
+			}
+			t.Error("no answer but 409 for 10 s")
+		})
+	}
+	wg.Wait()
+	assert.EqualValues(t, 1, runs.Load(), "exactly one run")
+	assert.EqualValues(t, 1, created.Load())
+	assert.EqualValues(t, 299, replayed.Load())
+	assert.Positive(t, conflicts.Load(), "repeats while it ran got 409")
+}
+
+// TestRedisKilledMidHandlerWithAOF: the server is killed (SIGKILL) while
+// the handler runs and comes back from its append-only file: the result is
+// stored once the server is back, and a retry gets the replay.
+func TestRedisKilledMidHandlerWithAOF(t *testing.T) {
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	var runs atomic.Int64
+	rep := replica(t, srv, &runs, time.Second)
+	first := make(chan int)
+	go func() { code, _, _ := post(t, rep.URL, "k"); first <- code }()
+	time.Sleep(300 * time.Millisecond) // the handler runs, its claim is on disk
+	srv.Kill()
+	code, _, _ := post(t, rep.URL, "k")
+	assert.Equal(t, http.StatusServiceUnavailable, code, "no store, no run")
+	srv.Restart()
+	assert.Equal(t, http.StatusCreated, <-first)
+	code, replay, body := post(t, rep.URL, "k")
+	assert.Equal(t, http.StatusCreated, code)
+	assert.Equal(t, "true", replay)
+	assert.JSONEq(t, `{"order":1}`, body)
+	assert.EqualValues(t, 1, runs.Load(), "no second run")
+}
+
+// TestRedisFrozen: a server stopped with SIGSTOP for 5 s gets each keyed
+// request a 503 within a second; nothing runs twice; the service recovers
+// when the server resumes.
+func TestRedisFrozen(t *testing.T) {
+	srv := redistest.Start(t)
+	var runs atomic.Int64
+	var failed atomic.Int64
+	rec := resilience.ListenerFunc(func(e resilience.Event) {
+		if e.Kind == resilience.EventStoreFailed {
+			failed.Add(1)
+		}
+	})
+	rep := replica(t, srv, &runs, 10*time.Millisecond, idempotency.WithListener(rec))
+	code, _, _ := post(t, rep.URL, "before")
+	require.Equal(t, http.StatusCreated, code)
+
+	srv.Freeze()
+	var worst time.Duration
+	for i := range 5 {
+		start := time.Now()
+		code, _, _ := post(t, rep.URL, fmt.Sprint("frozen-", i))
+		worst = max(worst, time.Since(start))
+		assert.Equal(t, http.StatusServiceUnavailable, code)
+		time.Sleep(time.Second - time.Since(start)) // one a second, over the 5 s
+	}
+	assert.Less(t, worst, time.Second, "each 503 within a second")
+	assert.EqualValues(t, 5, failed.Load(), "each store failure reported")
+	srv.Thaw()
+
+	require.Eventually(t, func() bool { c, _, _ := post(t, rep.URL, "after"); return c == http.StatusCreated }, 5*time.Second, 100*time.Millisecond)
+	code, replay, _ := post(t, rep.URL, "before")
+	assert.Equal(t, http.StatusCreated, code)
+	assert.Equal(t, "true", replay)
+	assert.EqualValues(t, 2, runs.Load(), "before and after: nothing ran twice, nothing ran while frozen")
+}
+
+// TestFullRedisIsA503: a server out of memory (maxmemory, noeviction)
+// refuses the claim: the request gets 503 and the failure is reported.
+func TestFullRedisIsA503(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+	c := srv.Client()
+	ctx := context.Background()
+	for i := 0; ; i++ { // fill it
+		if err := c.Set(ctx, fmt.Sprint("ballast-", i), strings.Repeat("x", 64<<10), 0).Err(); err != nil {
+			break
+		}
+		require.Less(t, i, 1000, "maxmemory not enforced")
+	}
+	var runs, failed atomic.Int64
+	rec := resilience.ListenerFunc(func(e resilience.Event) {
+		if e.Kind == resilience.EventStoreFailed {
+			failed.Add(1)
+		}
+	})
+	rep := replica(t, srv, &runs, 0, idempotency.WithListener(rec))
+	code, _, _ := post(t, rep.URL, "k")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Zero(t, runs.Load())
+	assert.EqualValues(t, 1, failed.Load())
+}

@@ -1,0 +1,173 @@
+// Package idempotencystore keeps idempotency records in a SQL database
+// (PostgreSQL), through database/sql with any driver.
+//
+// Its distinction is exactly-once: a handler can write its result under
+// its key in its own transaction ([Store.CompleteTx]), so that the effect
+// of the request and the record that it happened commit together or not at
+// all. A crash after the commit leaves both, and a retry gets the replay; a
+// crash or a failed commit before it leaves neither, and a retry runs the
+// request again. The other stores can only record the result after the
+// effect, with a window between the two.
+//
+// A claim is a row inserted, or taken over once its lease has run out, by
+// one INSERT ... ON CONFLICT DO UPDATE ... WHERE, atomic across replicas;
+// renewing, completing and releasing act only on the row that still holds
+// the claim's token (the fencing token). Time is the database's (now()),
+// so replicas' clocks do not matter. Expired rows stay until
+// [Store.DeleteExpired] removes them.
+package idempotencystore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/idempotency"
+)
+
+// Store is an [idempotency.Store] in a PostgreSQL table. It is safe for
+// concurrent use. Every call honours its context, as database/sql does.
+type Store struct {
+	db    *sql.DB
+	table string
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// New returns a Store keeping its records in db's table (created by
+// [Store.CreateTable]). It panics if table is not a plain SQL identifier.
+func New(db *sql.DB, table string) *Store {
+	if !identifier.MatchString(table) {
+		panic(fmt.Sprintf("idempotencystore: New: table %q is not a plain identifier", table))
+	}
+	return &Store{db: db, table: table}
+}
+
+// CreateTable creates the table if it does not exist.
+func (s *Store) CreateTable(ctx context.Context) error {
+	_, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
+		key        text PRIMARY KEY,
+		token      text NOT NULL,
+		record     bytea NOT NULL,
+		done       boolean NOT NULL DEFAULT false,
+		expires_at timestamptz NOT NULL
+	)`)
+	return err
+}
+
+// ms is a duration in whole milliseconds, as the queries take it.
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// Begin implements [idempotency.Store].
+func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
+	data, err := json.Marshal(claim)
+	if err != nil {
+		return nil, err
+	}
+	for range 3 { // a row may expire between the insert and the select
+		var claimed bool
+		err := s.db.QueryRowContext(ctx, `INSERT INTO `+s.table+` (key, token, record, done, expires_at)
+			VALUES ($1, $2, $3, false, now() + $4 * interval '1 millisecond')
+			ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, record = EXCLUDED.record,
+				done = false, expires_at = EXCLUDED.expires_at
+			WHERE `+s.table+`.expires_at <= now()
+			RETURNING true`, key, claim.Token, data, ms(lease)).Scan(&claimed)
+		switch {
+		case err == nil:
+			return nil, nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, err
+		}
+		var found []byte
+		err = s.db.QueryRowContext(ctx, `SELECT record FROM `+s.table+` WHERE key = $1 AND expires_at > now()`, key).Scan(&found)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var rec idempotency.Record
+		if err := json.Unmarshal(found, &rec); err != nil {
+			return nil, err
+		}
+		return &rec, nil
+	}
+	return nil, errors.New("idempotencystore: key kept expiring while claimed")
+}
+
+// held is the condition of a row that still holds the claim of token $2.
+const held = `key = $1 AND token = $2 AND NOT done AND expires_at > now()`
+
+// execHeld runs an update or delete of a held row on q, and returns
+// ErrNotOwner if no row held the claim.
+func execHeld(ctx context.Context, q interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, query string, args ...any) error {
+	res, err := q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return idempotency.ErrNotOwner
+	}
+	return nil
+}
+
+// Renew implements [idempotency.Store].
+func (s *Store) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
+	return execHeld(ctx, s.db, `UPDATE `+s.table+` SET expires_at = now() + $3 * interval '1 millisecond' WHERE `+held,
+		key, claim.Token, ms(lease))
+}
+
+// Complete implements [idempotency.Store].
+func (s *Store) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) error {
+	return s.complete(ctx, s.db, key, claim, rec, ttl)
+}
+
+func (s *Store) complete(ctx context.Context, q interface {
+	ExecContext(context.Context, string, ...any) (sql.Result, error)
+}, key string, claim, rec idempotency.Record, ttl time.Duration) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return execHeld(ctx, q, `UPDATE `+s.table+` SET record = $3, done = true, expires_at = now() + $4 * interval '1 millisecond' WHERE `+held,
+		key, claim.Token, data, ms(ttl))
+}
+
+// CompleteTx records the response of the request holding c in tx, the
+// handler's own transaction, so that it commits with the request's effect
+// or not at all. After tx commits, the handler calls c.Completed(), and the
+// middleware stores nothing more; if it does not commit, the handler calls
+// c.Abandon(), so that the key is freed. The response should be the one
+// the handler then writes. It returns [idempotency.ErrNotOwner] if the key
+// no longer holds the claim (its lease ran out): the handler should then
+// roll back.
+func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, c *idempotency.Claim, status int, header http.Header, body []byte) error {
+	rec := idempotency.Record{Fingerprint: c.Record.Fingerprint, Done: true, Status: status, Header: header, Body: body}
+	return s.complete(ctx, tx, c.Key, c.Record, rec, c.TTL)
+}
+
+// Release implements [idempotency.Store].
+func (s *Store) Release(ctx context.Context, key string, claim idempotency.Record) error {
+	return execHeld(ctx, s.db, `DELETE FROM `+s.table+` WHERE `+held, key, claim.Token)
+}
+
+// DeleteExpired removes the rows whose lease or TTL has run out, and
+// returns how many it removed. Call it from time to time.
+func (s *Store) DeleteExpired(ctx context.Context) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM `+s.table+` WHERE expires_at <= now()`)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
