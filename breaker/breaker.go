@@ -133,6 +133,7 @@ func New(name string, opts ...Option) *Breaker {
 			o.apply(&cfg)
 		}
 	}
+
 	b := &Breaker{
 		cfg:     cfg,
 		errOpen: &rejection{name: name, sentinel: ErrOpen},

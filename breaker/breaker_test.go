@@ -245,6 +245,7 @@ func TestNonsenseOptionsPanicNamingTheOption(t *testing.T) {
 		{"too many buckets", func() { breaker.Window(time.Second, 20_000) }, "Window(1s, 20000)"},
 		{"no bucket", func() { breaker.Window(time.Second, 0) }, "Window(1s, 0)"},
 		{"negative window", func() { breaker.Window(-time.Second, 10) }, "Window(-1s, 10)"},
+		{"buckets under a millisecond", func() { breaker.Window(5*time.Millisecond, 10) }, "Window(5ms, 10)"},
 		{"zero open timeout", func() { breaker.OpenTimeout(0) }, "OpenTimeout(0s)"},
 		{"zero shared retry", func() { breaker.SharedRetryInterval(0) }, "SharedRetryInterval(0s)"},
 	}

@@ -57,7 +57,8 @@ func (c *config) readyToTrip(n gobreaker.Counts) bool {
 }
 
 // ConsecutiveFailures opens the breaker after n failures in a row. Default
-// 5; n = 0 turns this threshold off (use [FailureRate] then).
+// 5; n = 0 turns this threshold off: without [FailureRate] too, the breaker
+// never opens (it still counts, for tests and measurements).
 func ConsecutiveFailures(n uint32) Option {
 	return optionFunc(func(c *config) { c.consecutive = n })
 }
@@ -85,9 +86,10 @@ const MaxBuckets = 100
 // outcomes, as buckets slices of d: the oldest slice drops out as time
 // passes. Default 60 s in 6 buckets; d = 0 counts without a window (only a
 // state change clears the counts); 1 bucket clears all counts every d. It
-// panics if d is negative or buckets is not from 1 to [MaxBuckets].
+// panics if d is negative, buckets is not from 1 to [MaxBuckets], or a
+// bucket would be under a millisecond.
 func Window(d time.Duration, buckets int) Option {
-	if d < 0 || buckets < 1 || buckets > MaxBuckets {
+	if d < 0 || buckets < 1 || buckets > MaxBuckets || (d > 0 && d < time.Duration(buckets)*time.Millisecond) {
 		panic(fmt.Sprintf("breaker: Window(%v, %d): d must be 0 or more and buckets from 1 to %d", d, buckets, MaxBuckets))
 	}
 	return optionFunc(func(c *config) {

@@ -83,10 +83,21 @@ func (b *Backend) SetHealthy() {
 func (b *Backend) SetDown(down bool) { b.set(func() { b.down = down }) }
 
 // SetErrorRate makes each request get 503 with probability p.
-func (b *Backend) SetErrorRate(p float64) { b.set(func() { b.errorRate = p }) }
+//
+// It panics unless 0 <= p <= 1.
+func (b *Backend) SetErrorRate(p float64) {
+	if !(p >= 0 && p <= 1) {
+		panic(fmt.Sprintf("chaos: SetErrorRate(%v): p must be from 0 to 1", p))
+	}
+	b.set(func() { b.errorRate = p })
+}
 
 // SetLatency delays each answer by fixed plus a random share of jitter.
+// It panics if either is negative.
 func (b *Backend) SetLatency(fixed, jitter time.Duration) {
+	if fixed < 0 || jitter < 0 {
+		panic(fmt.Sprintf("chaos: SetLatency(%v, %v): durations must be 0 or more", fixed, jitter))
+	}
 	b.set(func() { b.latency, b.jitter = fixed, jitter })
 }
 

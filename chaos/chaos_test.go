@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"syscall"
@@ -155,4 +156,11 @@ func TestRealConnectionsAreResetAndDropped(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, 200, resp.StatusCode)
+}
+
+func TestNonsenseFaultsPanic(t *testing.T) {
+	b := chaos.New(time.Second, nil)
+	assert.Panics(t, func() { b.SetErrorRate(math.NaN()) })
+	assert.Panics(t, func() { b.SetErrorRate(1.5) })
+	assert.Panics(t, func() { b.SetLatency(-time.Second, 0) })
 }

@@ -276,3 +276,136 @@ func TestStreamedBodyWithOnlyTheCallersDeadline(t *testing.T) {
 		})
 	}
 }
+
+// countingBody counts its Close calls.
+type countingBody struct {
+	io.Reader
+	closes atomic.Int64
+}
+
+func (b *countingBody) Close() error { b.closes.Add(1); return nil }
+
+func TestTheCallersBodyIsClosed(t *testing.T) {
+	f := &flaky{failures: 1}
+	srv := newServer(t, f)
+	for name, getBody := range map[string]bool{"with GetBody": true, "without": false} {
+		t.Run(name, func(t *testing.T) {
+			body := &countingBody{Reader: strings.NewReader("{}")}
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL, body)
+			if getBody {
+				req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader("{}")), nil }
+			}
+			resp, err := httpclient.NewTransport(fastRetry()).RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.EqualValues(t, 1, body.closes.Load())
+		})
+	}
+}
+
+// TestSlowTransientBodyOfTheLastAnswerIsNotWaitedFor: a 503 whose body is
+// slow, on a request that is not retried, comes back with its headers.
+func TestSlowTransientBodyOfTheLastAnswerIsNotWaitedFor(t *testing.T) {
+	release := make(chan struct{})
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.(http.Flusher).Flush()
+		<-release
+		_, _ = io.WriteString(w, "busy")
+	}))
+	defer close(release)
+	start := time.Now()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, strings.NewReader("{}")) // no key: one attempt
+	resp, err := httpclient.NewTransport(fastRetry()).RoundTrip(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Less(t, time.Since(start), time.Second)
+}
+
+// TestErrorBodyOfExactlyDrainLimitIsReused: a chunked 503 body of exactly
+// DrainLimit bytes is read to its end, so the connection is reused.
+func TestErrorBodyOfExactlyDrainLimitIsReused(t *testing.T) {
+	var calls atomic.Int64
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable) // no Content-Length: chunked
+		_, _ = io.WriteString(w, strings.Repeat("e", httpclient.DrainLimit))
+	}))
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	var reused atomic.Int64
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		if i.Reused {
+			reused.Add(1)
+		}
+	}}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodGet, srv.URL, nil)
+	resp, err := httpclient.NewTransport(httpclient.Base(base), fastRetry()).RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.EqualValues(t, 4, calls.Load())
+	assert.EqualValues(t, 3, reused.Load())
+}
+
+func TestBreakerPerHostBoundHoldsUnderConcurrency(t *testing.T) {
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, `{}`) }))
+	port := strings.TrimPrefix(srv.URL, "http://127.0.0.1")
+	var made atomic.Int64
+	c := httpclient.New(httpclient.MaxHosts(2), httpclient.BreakerPerHost(func(string) *breaker.Breaker {
+		made.Add(1)
+		time.Sleep(10 * time.Millisecond) // a breaker on a shared store takes a while
+		return breaker.New("host")
+	}))
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() { _ = c.GetJSON(t.Context(), fmt.Sprintf("http://127.0.0.%d%s", i%16+1, port), nil) })
+	}
+	wg.Wait()
+	assert.EqualValues(t, 2, made.Load())
+}
+
+func TestBodyNotRetriedErrorOnlyWhenTheBodyWasWhy(t *testing.T) {
+	hc := &http.Client{Transport: httpclient.NewTransport(fastRetry(), httpclient.MaxBufferedBody(10))}
+	long := func() io.Reader { return onceReader{strings.NewReader(strings.Repeat("b", 100))} }
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/", long()) // POST without key: never retried
+	_, err := hc.Do(req)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, httpclient.ErrBodyNotRetried)
+
+	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPut, "http://127.0.0.1:1/", long()) // a PUT would be retried
+	_, err = hc.Do(req)
+	require.ErrorIs(t, err, httpclient.ErrBodyNotRetried)
+}
+
+// TestUpgradeKeepsTheConnectionWritable: a 101 Switching Protocols body is
+// the upgraded connection, readable and writable.
+func TestUpgradeKeepsTheConnectionWritable(t *testing.T) {
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		_ = rw.Flush()
+		line, _ := rw.ReadString('\n')
+		_, _ = rw.WriteString(line)
+		_ = rw.Flush()
+	}))
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := httpclient.NewTransport(fastRetry()).RoundTrip(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	rw, ok := resp.Body.(io.ReadWriteCloser)
+	require.True(t, ok, "the upgraded connection is writable")
+	defer rw.Close()
+	_, err = io.WriteString(rw, "ping\n")
+	require.NoError(t, err)
+	buf := make([]byte, 5)
+	_, err = io.ReadFull(rw, buf)
+	require.NoError(t, err)
+	assert.Equal(t, "ping\n", string(buf))
+}

@@ -37,7 +37,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,8 +50,9 @@ import (
 )
 
 // DrainLimit is how much of a failed response's body is read to let its
-// connection be reused: an error body up to this size is read whole before
-// a retry, a longer one is cut and its connection closed.
+// connection be reused: before a retry, an error body up to this size is
+// read whole, a longer one is cut and its connection closed. The last
+// answer is not read: it is handed back as it came.
 const DrainLimit = 256 << 10
 
 // ErrBodyNotRetried is joined to the error of a request whose body could
@@ -253,8 +253,9 @@ var defaultConfig = newConfig(nil)
 // use. The zero Transport works as NewTransport().
 type Transport struct {
 	cfg   *config
-	hosts sync.Map     // authority -> *pipeline.Pipeline, with BreakerPerHost
-	nhost atomic.Int64 // entries in hosts
+	hosts sync.Map   // authority -> *pipeline.Pipeline, with BreakerPerHost
+	mu    sync.Mutex // guards adding to hosts
+	nhost int        // entries in hosts
 }
 
 // NewTransport returns a Transport configured by opts.
@@ -291,34 +292,35 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	if key == "" && cfg.autoKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		key = uuid.NewString()
 	}
+	retryable := cfg.retryMethods[req.Method] || key != ""
 	a := attempt{cfg: cfg, req: req, key: key}
-	if err := a.bufferBody(); err != nil {
+	if err := a.bufferBody(retryable); err != nil {
 		return nil, err
 	}
 	var once []pipeline.CallOption
-	if (!cfg.retryMethods[req.Method] && key == "") || !a.rewindable {
+	if !retryable || !a.rewindable {
 		once = []pipeline.CallOption{pipeline.SingleAttempt()}
 	}
 	resp, release, err := pipeline.DoStream(req.Context(), t.pipelineFor(req.URL), a.run, once...)
+	if a.hasBody {
+		req.Body.Close() // a RoundTripper always closes the body; the attempts sent copies
+	}
+	if retryable && a.tooLong && err != nil && resilience.Classify(err).Retryable() {
+		err = errors.Join(err, ErrBodyNotRetried) // the body was why it was not retried
+	}
 	if err == nil {
-		resp.Body = &releaseBody{ReadCloser: resp.Body, release: release}
+		resp.Body = newReleaseBody(resp.Body, release, nil)
 		return resp, nil
 	}
 	if se := (*StatusError)(nil); errors.As(err, &se) && se.response == a.last && req.Context().Err() == nil {
 		resp = se.response // the last answer, handed back as it came
-		resp.Body = &releaseBody{ReadCloser: resp.Body, release: release, err: err}
+		resp.Body = newReleaseBody(resp.Body, release, err)
 		return resp, err
 	}
 	if a.last != nil {
 		a.last.Body.Close()
 	}
 	release()
-	if a.n == 0 && a.hasBody {
-		req.Body.Close() // a RoundTripper always closes the body
-	}
-	if a.tooLong && resilience.Classify(err).Retryable() {
-		err = errors.Join(err, ErrBodyNotRetried)
-	}
 	return nil, err
 }
 
@@ -333,14 +335,18 @@ func (t *Transport) pipelineFor(u *url.URL) *pipeline.Pipeline {
 	if p, ok := t.hosts.Load(auth); ok {
 		return p.(*pipeline.Pipeline)
 	}
-	if t.nhost.Load() >= int64(cfg.maxHosts) {
+	t.mu.Lock() // a new authority: rare, and the bound must hold
+	defer t.mu.Unlock()
+	if p, ok := t.hosts.Load(auth); ok {
+		return p.(*pipeline.Pipeline)
+	}
+	if t.nhost >= cfg.maxHosts {
 		return cfg.pipeline
 	}
-	p, loaded := t.hosts.LoadOrStore(auth, cfg.pipeline.With(pipeline.WithBreaker(cfg.perHost(auth))))
-	if !loaded {
-		t.nhost.Add(1)
-	}
-	return p.(*pipeline.Pipeline)
+	p := cfg.pipeline.With(pipeline.WithBreaker(cfg.perHost(auth)))
+	t.hosts.Store(auth, p)
+	t.nhost++
+	return p
 }
 
 // authority returns scheme://host:port of u, with the scheme's default
@@ -370,41 +376,49 @@ type attempt struct {
 	last       *http.Response // the last failed answer, body not yet closed
 }
 
-// bufferBody makes the request's body rewindable: by its GetBody, or by
-// keeping it in memory if it is at most MaxBufferedBody long.
-func (a *attempt) bufferBody() error {
+// bufferBody makes the request's body rewindable, if it may be retried:
+// by its GetBody, or by keeping it in memory if it is at most
+// MaxBufferedBody long. The attempts send copies; the caller's body is
+// closed when the request is done.
+func (a *attempt) bufferBody(retryable bool) error {
 	r := a.req
 	a.hasBody = r.Body != nil && r.Body != http.NoBody
 	a.rewindable = true
-	if !a.hasBody {
+	switch {
+	case !a.hasBody:
 		return nil
-	}
-	if r.GetBody != nil {
+	case r.GetBody != nil:
 		a.getBody = r.GetBody
+		return nil
+	case !retryable: // sent once, as it is
+		a.rewindable = false
+		a.getBody = onceBody(io.NopCloser(r.Body))
 		return nil
 	}
 	head, err := io.ReadAll(io.LimitReader(r.Body, a.cfg.maxBuffered+1))
 	if err != nil {
 		r.Body.Close()
-		return fmt.Errorf("httpclient: read request body: %w", err)
+		// The caller's reader failed: nothing was sent, and the dependency
+		// is not at fault.
+		return resilience.Permanent(fmt.Errorf("httpclient: read request body: %w", err))
 	}
 	if int64(len(head)) <= a.cfg.maxBuffered {
-		r.Body.Close()
 		a.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(head)), nil }
 		return nil
 	}
 	a.rewindable, a.tooLong = false, true
-	body := struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
-	a.getBody = func() (io.ReadCloser, error) { return body, nil } // once
+	a.getBody = onceBody(io.NopCloser(io.MultiReader(bytes.NewReader(head), r.Body)))
 	return nil
 }
 
+// onceBody returns a GetBody for a body that can be sent only once.
+func onceBody(body io.ReadCloser) func() (io.ReadCloser, error) {
+	return func() (io.ReadCloser, error) { return body, nil }
+}
+
 func (a *attempt) run(ctx context.Context) (*http.Response, error) {
-	if a.last != nil { // drained when it came, if it could be
-		a.last.Body.Close()
+	if a.last != nil {
+		drain(ctx, a.last.Body)
 		a.last = nil
 	}
 	var r *http.Request
@@ -432,17 +446,18 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if resp.StatusCode < 400 && !a.cfg.transient[resp.StatusCode] {
 		return resp, nil
 	}
-	if a.cfg.transient[resp.StatusCode] {
-		// Read the body now, within the bound, so that a retry can reuse
-		// the connection; what was read stays readable, then the rest.
-		head, _ := io.ReadAll(io.LimitReader(resp.Body, DrainLimit)) // an error is the rest's to report
-		resp.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
-	}
-	a.last = resp
+	a.last = resp // unread: handed back as it came if no attempt follows
 	return nil, a.cfg.statusError(r, resp)
+}
+
+// drain reads what is left of the body of an answer that is being retried,
+// up to DrainLimit bytes and while ctx lasts, so that its connection can be
+// reused, and closes it.
+func drain(ctx context.Context, body io.ReadCloser) {
+	stop := context.AfterFunc(ctx, func() { body.Close() })
+	defer stop()
+	_, _ = io.CopyN(io.Discard, body, DrainLimit+1) // +1: to see the end of a body of DrainLimit bytes
+	body.Close()
 }
 
 // classify marks transport errors that a retry will not fix.
@@ -494,6 +509,23 @@ func (b *releaseBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.release()
 	return err
+}
+
+// releaseRWBody is a releaseBody that keeps the io.Writer of the body of a
+// 101 Switching Protocols answer (the upgraded connection).
+type releaseRWBody struct {
+	*releaseBody
+	io.Writer
+}
+
+// newReleaseBody wraps body to release when closed, keeping its Write if
+// it has one.
+func newReleaseBody(body io.ReadCloser, release func(), err error) io.ReadCloser {
+	rb := &releaseBody{ReadCloser: body, release: release, err: err}
+	if w, ok := body.(io.Writer); ok {
+		return releaseRWBody{rb, w}
+	}
+	return rb
 }
 
 // ParseRetryAfter reads a Retry-After header value (RFC 9110 section

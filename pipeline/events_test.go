@@ -214,3 +214,13 @@ func TestPanickingListenerChangesNoOutcome(t *testing.T) {
 	assert.Contains(t, logged.String(), "listener bug on attempt", "the panic is logged, not lost")
 	assert.Contains(t, logged.String(), "callback bug")
 }
+
+func TestPanickingListenerSilencesNoOtherListener(t *testing.T) {
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.DiscardHandler))
+	rec := &recorder{}
+	panicky := resilience.ListenerFunc(func(resilience.Event) { panic("listener bug") })
+	p := pipeline.New(pipeline.WithName("dep"), pipeline.WithListener(panicky), pipeline.WithListener(rec))
+	_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
+	assert.Equal(t, []string{"dep attempt 1 ok=true", "dep call_done ok=true"}, withoutDurations(rec.take()))
+}

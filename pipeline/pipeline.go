@@ -111,7 +111,7 @@ func Do[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], opt
 // and of the last attempt stay alive until release is called, on error too
 // (an error may carry a result still to be read, such as an HTTP error
 // response), while those of earlier attempts are canceled as the next one
-// starts. The caller must call release once it is done with the result,
+// ends. The caller must call release once it is done with the result,
 // whatever the error; release may be called more than once. If op panics or
 // calls runtime.Goexit, every context is canceled at once.
 func DoStream[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], opts ...CallOption) (res T, release func(), err error) {
@@ -246,10 +246,14 @@ func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 		defer cancel()
 		return op(ctx)
 	}
-	if k.attempt != nil {
-		k.attempt() // the attempt before this one is over
-	}
+	prev := k.attempt
 	k.attempt = cancel
+	if prev != nil {
+		// The attempt before this one is over once this one has ended:
+		// until then op may still read what it left, such as an error
+		// body to drain so that its connection is reused.
+		defer prev()
+	}
 	return op(ctx)
 }
 

@@ -23,8 +23,8 @@ var ErrQuotaExhausted = errors.New("retry quota exhausted")
 //
 // One Quota is shared by every [Policy] calling the same dependency. It is
 // safe for concurrent use and takes no lock: a call adds to an atomic
-// counter, and reads the clock only once in 64 calls; only a retry reads it
-// every time. The zero Quota sets no limit; make one with [NewQuota].
+// counter, and reads the clock only once in up to 64 calls while calls are
+// frequent (every call while they are rare); a retry reads it every time. The zero Quota sets no limit; make one with [NewQuota].
 type Quota struct {
 	limited bool
 	ratio   float64
@@ -33,6 +33,7 @@ type Quota struct {
 	start   time.Time
 
 	epoch atomic.Int64 // the latest bucket of time seen since start
+	every atomic.Int64 // calls between clock reads of deposit: 1 to maxEvery
 	// Rings of counters, one slot per bucket of time: a slot packs the
 	// bucket it counts (its epoch, mod 2^tagBits) with the count, so that
 	// a stale slot is reset and counted in one compare-and-swap.
@@ -41,17 +42,18 @@ type Quota struct {
 
 const (
 	quotaBuckets = 10
-	tagBits      = 24
+	tagBits      = 32 // a slot's bucket, mod 2^32: years of buckets before it wraps
 	countBits    = 64 - tagBits
 	countMask    = 1<<countBits - 1
 	tagMask      = 1<<tagBits - 1
-	refreshEvery = 64 // calls between clock reads of deposit
+	maxEvery     = 64 // most calls between clock reads of deposit
 )
 
 // NewQuota returns a Quota allowing retries of up to ratio (for example
 // 0.1) of the calls plus floorPerSecond retries per second, over a sliding
 // window of window (10 s if window is 0), kept in 10 buckets. It panics if
-// ratio or floorPerSecond is negative, infinite or NaN, or window negative.
+// ratio or floorPerSecond is negative, infinite or NaN, or window is
+// negative or under 10 ms.
 func NewQuota(ratio float64, floorPerSecond float64, window time.Duration) *Quota {
 	if !finite(ratio) || ratio < 0 {
 		panic(fmt.Sprintf("retrypolicy: NewQuota ratio %v is not a finite number >= 0", ratio))
@@ -59,31 +61,39 @@ func NewQuota(ratio float64, floorPerSecond float64, window time.Duration) *Quot
 	if !finite(floorPerSecond) || floorPerSecond < 0 {
 		panic(fmt.Sprintf("retrypolicy: NewQuota floorPerSecond %v is not a finite number >= 0", floorPerSecond))
 	}
-	if window < 0 {
-		panic(fmt.Sprintf("retrypolicy: NewQuota window %v is negative", window))
+	if window < 0 || (window > 0 && window < 10*time.Millisecond) {
+		panic(fmt.Sprintf("retrypolicy: NewQuota window %v is negative or under 10ms", window))
 	}
 	if window == 0 {
 		window = 10 * time.Second
 	}
-	return &Quota{
+	q := &Quota{
 		limited: true,
 		ratio:   ratio,
 		floor:   floorPerSecond * window.Seconds(),
 		bucket:  max(int64(window/quotaBuckets), 1),
 		start:   time.Now(),
 	}
+	q.every.Store(1)
+	return q
 }
 
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
-// age returns how many buckets of time slot word w is behind epoch e:
-// negative if it is ahead (another goroutine saw a later clock).
+// age returns how many buckets of time slot word w is behind epoch e. A
+// slot a little ahead (another goroutine read a later clock) is of age 0;
+// one that seems far ahead is a slot so old its tag wrapped around, and
+// counts as older than the window.
 func age(w uint64, e int64) int64 {
-	d := (uint64(e) - w>>countBits) & tagMask
-	if d >= 1<<(tagBits-1) {
-		return int64(d) - 1<<tagBits
+	d := int64(int32(uint32(uint64(e) - w>>countBits))) // signed distance, mod 2^32
+	switch {
+	case d >= 0:
+		return d
+	case d > -quotaBuckets:
+		return 0
+	default:
+		return math.MaxInt64
 	}
-	return int64(d)
 }
 
 // bump returns w counting one more in bucket e: reset if w counts an
@@ -106,14 +116,34 @@ func add(ring *[quotaBuckets]atomic.Uint64, e int64) uint64 {
 	}
 }
 
-// now reads the clock and returns the current bucket of time.
+// now reads the clock and returns the current bucket of time. It also
+// sets how often deposit reads the clock: often enough that the calls
+// counted in a bucket already over (those between a bucket's start and the
+// first read in it) are at most a sixteenth of a bucket's calls, and every
+// call when calls are rare.
 func (q *Quota) now() int64 {
-	e := int64(time.Since(q.start)) / q.bucket
+	elapsed := int64(time.Since(q.start))
+	e := elapsed / q.bucket
 	for {
 		seen := q.epoch.Load()
-		if e <= seen || q.epoch.CompareAndSwap(seen, e) {
-			return max(e, seen)
+		if e > seen && !q.epoch.CompareAndSwap(seen, e) {
+			continue
 		}
+		if e < seen {
+			return seen
+		}
+		// Calls a bucket: the last bucket's, or this one's so far, scaled.
+		var perBucket uint64
+		if w := q.calls[(e+quotaBuckets-1)%quotaBuckets].Load(); age(w, e) == 1 {
+			perBucket = w & countMask
+		}
+		if w := q.calls[e%quotaBuckets].Load(); age(w, e) == 0 {
+			if into := elapsed % q.bucket; into >= q.bucket/4 { // enough of it to scale
+				perBucket = max(perBucket, uint64(float64(w&countMask)*float64(q.bucket)/float64(into)))
+			}
+		}
+		q.every.Store(int64(min(max(perBucket/16, 1), maxEvery)))
+		return e
 	}
 }
 
@@ -122,7 +152,7 @@ func sum(ring *[quotaBuckets]atomic.Uint64, e int64) uint64 {
 	var n uint64
 	for i := range ring {
 		w := ring[i].Load()
-		if a := age(w, e); a >= 0 && a < quotaBuckets {
+		if age(w, e) < quotaBuckets {
 			n += w & countMask
 		}
 	}
@@ -139,7 +169,7 @@ func (q *Quota) deposit() {
 	if !q.limited {
 		return
 	}
-	if add(&q.calls, q.epoch.Load())%refreshEvery == 0 {
+	if add(&q.calls, q.epoch.Load())%uint64(q.every.Load()) == 0 {
 		q.now()
 	}
 }

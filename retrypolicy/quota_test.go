@@ -89,3 +89,45 @@ func TestNewQuotaRejectsNonsense(t *testing.T) {
 			func() { retrypolicy.NewQuota(0.1, v, time.Second) })
 	}
 }
+
+// TestQuotaHoldsAtAnyUptime: the slots' bucket tags wrap around after 2^32
+// buckets; a slot left that long must count as old, not as current.
+func TestQuotaHoldsAtAnyUptime(t *testing.T) {
+	for _, later := range []time.Duration{0, (1<<23 + 5) * time.Second, (1<<31 + 5) * time.Second} {
+		t.Run(later.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				quota := retrypolicy.NewQuota(0, 1, 10*time.Second)
+				p := retrypolicy.New(retrypolicy.WithQuota(quota), retrypolicy.WithSleep(noSleep), retrypolicy.MaxAttempts(1000))
+				var calls atomic.Int64
+				_, _ = retrypolicy.Do(t.Context(), p, failing(&calls, errBlip))
+				require.EqualValues(t, 11, calls.Load())
+				time.Sleep(later)
+				calls.Store(0)
+				_, _ = retrypolicy.Do(t.Context(), p, failing(&calls, errBlip))
+				if later == 0 {
+					assert.EqualValues(t, 1, calls.Load(), "the floor is spent")
+				} else {
+					assert.EqualValues(t, 11, calls.Load(), "a new window: the floor again, and no more")
+				}
+			})
+		})
+	}
+}
+
+// TestQuotaCountsRareCalls: calls a second apart all count.
+func TestQuotaCountsRareCalls(t *testing.T) {
+	for _, perSecond := range []int{1, 5, 20} {
+		t.Run(fmt.Sprint(perSecond, "/s"), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				quota := retrypolicy.NewQuota(0.5, 0, 10*time.Second)
+				p := retrypolicy.New(retrypolicy.WithQuota(quota))
+				for range 30 * perSecond {
+					_, _ = retrypolicy.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
+					time.Sleep(time.Second / time.Duration(perSecond))
+				}
+				want := 0.5 * 10 * float64(perSecond) // half the calls of the last 10 s
+				assert.InDelta(t, want, quota.Available(), want/10+1)
+			})
+		})
+	}
+}

@@ -33,6 +33,7 @@ import (
 	"iter"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -219,7 +220,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 		}
 		cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: attempt, Delay: delay, Err: err})
 		if cfg.onRetry != nil {
-			cfg.onRetry(attempt, err, delay)
+			safe.Call("retrypolicy OnRetry function", func() { cfg.onRetry(attempt, err, delay) })
 		}
 		if serr := cfg.sleep(ctx, delay); serr != nil {
 			reason := serr

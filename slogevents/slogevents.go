@@ -44,10 +44,10 @@ func level(e resilience.Event) slog.Level {
 	return slog.LevelDebug
 }
 
-// Wants reports whether the logger is enabled for events of kind k (for a
-// state change, at the lowest level one can have).
+// Wants reports whether the logger is enabled for events of kind k at
+// the highest level they can have (a state change: Warn, for an opening).
 func (l *Listener) Wants(k resilience.EventKind) bool {
-	return l.logger().Enabled(context.Background(), level(resilience.Event{Kind: k, To: resilience.StateClosed}))
+	return l.logger().Enabled(context.Background(), level(resilience.Event{Kind: k, To: resilience.StateOpen}))
 }
 
 // New returns a Listener logging to l (slog.Default() if nil).

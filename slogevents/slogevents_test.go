@@ -2,6 +2,7 @@ package slogevents_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/slogevents"
 )
@@ -50,4 +53,14 @@ func TestZeroListenerLogsToTheDefault(t *testing.T) {
 	var l slogevents.Listener
 	l.OnEvent(resilience.Event{Kind: resilience.EventRetriesExhausted, Name: "db"})
 	assert.Contains(t, buf.String(), "retries_exhausted")
+}
+
+func TestWarnLoggerHearsTheBreakerOpen(t *testing.T) {
+	var buf bytes.Buffer
+	l := slogevents.New(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	b := breaker.New("db", breaker.ConsecutiveFailures(1))
+	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(l))
+	_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, resilience.Terminal(errors.New("down")) })
+	assert.Equal(t, breaker.Open, b.State())
+	assert.Contains(t, buf.String(), "to=open")
 }

@@ -1,79 +1,92 @@
 // Package safe keeps a user's callback from changing the outcome of a call:
-// a listener or state-change function that panics is reported, not let
-// through into the breaker's counts or the caller's result.
+// a listener or callback that panics is reported, not let through into the
+// breaker's counts or the caller's result, nor to the other listeners.
 package safe
 
 import (
 	"log/slog"
-	"slices"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
-// Listener passes events to the listeners it was made of, recovering their
-// panics, and names the events that lack a name. Its methods are cheap on
-// a nil *Listener, which wants nothing; the stages hold one, not an
-// interface, so that asking it costs no dynamic call.
+// Listener passes events to the listeners it was made of, each on its own
+// (a panic in one is logged, and the others still hear the event), and
+// names the events that lack a name. Its methods are cheap on a nil
+// *Listener, which wants nothing; the stages hold one, not an interface,
+// so that asking it costs no dynamic call.
 type Listener struct {
-	l      resilience.Listener
-	name   string
-	filter resilience.Filter // nil: every event is wanted
+	ls       []resilience.Listener
+	name     string
+	filtered bool // some listener is a Filter
 }
 
 // New returns a Listener of ls (nil ones skipped) that names unnamed
 // events name, or nil if there is no listener. A single *Listener is
 // returned as it is if it has that name or name is empty.
 func New(name string, ls ...resilience.Listener) *Listener {
-	ls = slices.DeleteFunc(slices.Clone(ls), func(l resilience.Listener) bool {
-		s, ok := l.(*Listener)
-		return ok && s == nil // a stage's listener not set yet
-	})
-	l := resilience.Listeners(ls...)
-	if l == nil {
+	s := &Listener{name: name}
+	for _, l := range ls {
+		switch l := l.(type) {
+		case nil:
+			continue
+		case *Listener:
+			if l == nil {
+				continue // a stage's listener not set yet
+			}
+			s.filtered = s.filtered || l.filtered
+		case resilience.Filter:
+			s.filtered = true
+		}
+		s.ls = append(s.ls, l)
+	}
+	switch {
+	case len(s.ls) == 0:
 		return nil
-	}
-	if s, ok := l.(*Listener); ok && (name == "" || s.name == name) {
-		return s
-	}
-	s := &Listener{l: l, name: name}
-	for _, each := range ls {
-		if filters(each) {
-			s.filter = l.(resilience.Filter) // what Listeners returns for several
-			break
+	case len(s.ls) == 1:
+		if one, ok := s.ls[0].(*Listener); ok && (name == "" || one.name == name) {
+			return one
 		}
 	}
 	return s
 }
 
-// filters reports whether l may not want every event.
-func filters(l resilience.Listener) bool {
-	if s, ok := l.(*Listener); ok {
-		return s.filter != nil
-	}
-	_, ok := l.(resilience.Filter)
-	return ok
-}
-
-// OnEvent passes e on, named.
+// OnEvent passes e, named, to every listener that wants it.
 func (s *Listener) OnEvent(e resilience.Event) {
 	if e.Name == "" {
 		e.Name = s.name
 	}
+	for _, l := range s.ls {
+		if !s.filtered || wants(l, e.Kind) {
+			deliver(l, e)
+		}
+	}
+}
+
+func deliver(l resilience.Listener, e resilience.Event) {
 	defer recoverEvent("listener", e.Kind)
-	s.l.OnEvent(e)
+	l.OnEvent(e)
 }
 
 // Wants reports whether any listener wants events of kind k; a panic in a
 // listener's Wants counts as no.
-func (s *Listener) Wants(k resilience.EventKind) (yes bool) {
+func (s *Listener) Wants(k resilience.EventKind) bool {
 	if s == nil {
 		return false
 	}
-	if s.filter == nil {
+	if !s.filtered {
 		return true
 	}
+	for _, l := range s.ls {
+		if wants(l, k) {
+			return true
+		}
+	}
+	return false
+}
+
+func wants(l resilience.Listener, k resilience.EventKind) (yes bool) {
 	defer recoverEvent("listener's Wants", k)
-	return s.filter.Wants(k)
+	return resilience.Wants(l, k)
 }
 
 // Emit passes e on if s wants it; a nil s does nothing.
