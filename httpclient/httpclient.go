@@ -22,6 +22,11 @@
 //
 // With [BreakerPerHost], each scheme, host and port gets a breaker of its
 // own, so that one dead host does not open the breaker for the others.
+//
+// Each attempt also says which it is (retrysignal.AttemptHeader), and an
+// answer from a trusted service that asks not to be retried
+// (retrysignal.NoRetryHeader, see [TrustNoRetry]) is not: retries happen
+// at one layer of a chain of services, not at every one.
 package httpclient
 
 import (
@@ -47,6 +52,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/retrysignal"
 )
 
 // DrainLimit is how much of a failed response's body is read to let its
@@ -112,6 +118,7 @@ type config struct {
 	maxBuffered  int64
 	perHost      func(authority string) *breaker.Breaker
 	maxHosts     int
+	trustNoRetry func(*url.URL) bool
 	jar          http.CookieJar
 	redirect     func(req *http.Request, via []*http.Request) error
 }
@@ -214,6 +221,31 @@ func MaxBufferedBody(n int64) Option {
 	return optionFunc(func(c *config) { c.maxBuffered = n })
 }
 
+// TrustNoRetry sets which services' "don't retry" signal
+// (retrysignal.NoRetryHeader) is honoured: an answer that carries it from a
+// service for whose URL fn reports true is not retried (it is terminal for
+// the call: still a breaker failure, its Retry-After ignored). Default: the
+// services of the same network, whose host is a loopback or private IP
+// address, "localhost", a name without a dot, or a name under .local,
+// .internal or .svc.cluster.local; never an arbitrary internet server.
+// Opt out with a function that reports false.
+func TrustNoRetry(fn func(u *url.URL) bool) Option {
+	if fn == nil {
+		panic("httpclient: TrustNoRetry(nil)")
+	}
+	return optionFunc(func(c *config) { c.trustNoRetry = fn })
+}
+
+// sameNetwork is TrustNoRetry's default: a host of the same network.
+func sameNetwork(u *url.URL) bool {
+	host := strings.ToLower(u.Hostname())
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback() || ip.IsPrivate()
+	}
+	return host == "localhost" || !strings.Contains(host, ".") ||
+		strings.HasSuffix(host, ".local") || strings.HasSuffix(host, ".internal") || strings.HasSuffix(host, ".svc.cluster.local")
+}
+
 // WithJar sets the cookie jar of the [Client]'s *http.Client. Default none.
 func WithJar(jar http.CookieJar) Option {
 	return optionFunc(func(c *config) { c.jar = jar })
@@ -235,6 +267,7 @@ func newConfig(opts []Option) *config {
 		maxErrorBody: 64 << 10,
 		maxBuffered:  1 << 20,
 		maxHosts:     1024,
+		trustNoRetry: sameNetwork,
 	}
 	RetryMethods(http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete).apply(c)
 	TransientStatus(http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout).apply(c)
@@ -301,7 +334,9 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	if !retryable || !a.rewindable {
 		once = []pipeline.CallOption{pipeline.SingleAttempt()}
 	}
-	resp, release, err := pipeline.DoStream(req.Context(), t.pipelineFor(req.URL), a.run, once...)
+	p := t.pipelineFor(req.URL)
+	a.max = p.MaxAttempts(once...)
+	resp, release, err := pipeline.DoStream(req.Context(), p, a.run, once...)
 	if a.hasBody {
 		req.Body.Close() // a RoundTripper always closes the body; the attempts sent copies
 	}
@@ -372,7 +407,7 @@ type attempt struct {
 	rewindable bool
 	tooLong    bool
 	getBody    func() (io.ReadCloser, error)
-	n          int
+	n, max     int            // attempts made, and the most there will be
 	last       *http.Response // the last failed answer, body not yet closed
 }
 
@@ -421,16 +456,13 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 		drain(ctx, a.last.Body)
 		a.last = nil
 	}
-	var r *http.Request
-	if _, ok := ctx.Deadline(); ok || a.key != "" || a.req.Header.Get(deadline.Header) != "" {
-		r = a.req.Clone(ctx) // headers to set: the caller's are not changed
-		if a.key != "" {
-			r.Header.Set(idempotency.Header, a.key)
-		}
-		deadline.Inject(ctx, r.Header)
-	} else {
-		r = a.req.WithContext(ctx) // the headers, unchanged, are shared
+	a.n++
+	r := a.req.Clone(ctx) // headers to set: the caller's are not changed
+	if a.key != "" {
+		r.Header.Set(idempotency.Header, a.key)
 	}
+	deadline.Inject(ctx, r.Header)
+	r.Header.Set(retrysignal.AttemptHeader, retrysignal.Attempt{N: a.n, Max: a.max}.String())
 	if a.hasBody {
 		body, err := a.getBody()
 		if err != nil {
@@ -438,7 +470,6 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 		}
 		r.Body = body
 	}
-	a.n++
 	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
 		return nil, classify(err)
@@ -486,6 +517,8 @@ func (c *config) statusError(req *http.Request, resp *http.Response) error {
 		response:   resp,
 	}
 	switch {
+	case retrysignal.NoRetry(resp.Header) && c.trustNoRetry(req.URL):
+		se.class = resilience.ClassTerminal // retried below already: not here, Retry-After or not
 	case c.transient[resp.StatusCode]:
 		se.class = resilience.ClassTransient
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {

@@ -62,6 +62,22 @@ func New(opts ...Option) *Pipeline {
 	return &Pipeline{cfg: cfg, opts: opts}
 }
 
+// MaxAttempts returns the most attempts a call through p makes: 1 without
+// a retry stage (or for a [SingleAttempt] call), else its policy's limit,
+// 0 for none but the time budget.
+func (p *Pipeline) MaxAttempts(opts ...CallOption) int {
+	var c call
+	for _, o := range opts {
+		if o != nil {
+			c = o.applyCall(c)
+		}
+	}
+	if p == nil || p.cfg.retry == nil || c.single {
+		return 1
+	}
+	return p.cfg.retry.MaxAttempts()
+}
+
 // With returns a new Pipeline with p's options and then opts, such as the
 // same stages with another breaker. p is unchanged; a nil p has none.
 func (p *Pipeline) With(opts ...Option) *Pipeline {

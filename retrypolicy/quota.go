@@ -138,9 +138,13 @@ func (q *Quota) now() int64 {
 			perBucket = w & countMask
 		}
 		if w := q.calls[e%quotaBuckets].Load(); age(w, e) == 0 {
-			if into := elapsed % q.bucket; into >= q.bucket/4 { // enough of it to scale
-				perBucket = max(perBucket, uint64(float64(w&countMask)*float64(q.bucket)/float64(into)))
+			// Enough calls over enough of the bucket to scale up to it.
+			if n, into := w&countMask, elapsed%q.bucket; n >= 16 && into >= min(q.bucket/4, int64(time.Millisecond)) {
+				perBucket = max(perBucket, uint64(float64(n)*float64(q.bucket)/float64(into)))
 			}
+		}
+		if e > seen+1 {
+			perBucket = 0 // a bucket went by unseen: calls are rare now
 		}
 		q.every.Store(int64(min(max(perBucket/16, 1), maxEvery)))
 		return e

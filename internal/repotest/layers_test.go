@@ -39,7 +39,7 @@ func layer(pkg string) (int, bool) {
 		return 2, true
 	case pkg == "pipeline":
 		return 3, true
-	case top == "httpclient", top == "idempotency", top == "deadline", top == "chaos", top == "slogevents",
+	case top == "httpclient", top == "idempotency", top == "deadline", top == "chaos", top == "slogevents", top == "retrysignal",
 		top == "redis", top == "sql", top == "otelevents":
 		return 4, true
 	case top == "examples", top == "integration", top == "benchmarks", top == "internal":
