@@ -33,37 +33,33 @@ func benchGet(b *testing.B, hc *http.Client) {
 	})
 }
 
-// The baseline: a plain http.Client on its own transport. Compare
-// BenchmarkTransport with it as a ratio.
-func BenchmarkPlainClient(b *testing.B) {
-	base := &http.Transport{MaxIdleConnsPerHost: 64}
-	defer base.CloseIdleConnections()
-	benchGet(b, &http.Client{Transport: base})
-}
-
-// BenchmarkTransport is the same through a Transport with a breaker and a
-// retry.
-func BenchmarkTransport(b *testing.B) {
-	base := &http.Transport{MaxIdleConnsPerHost: 64}
-	defer base.CloseIdleConnections()
+// BenchmarkHTTP gets a 200 over loopback, in parallel: PlainClient, a
+// plain http.Client, is the baseline of the others, which go through a
+// Transport with a breaker and a retry (and a time budget: then each
+// request has a deadline, which net/http watches at some cost of its own;
+// PlainClientTimeout is a plain client paying that cost).
+func BenchmarkHTTP(b *testing.B) {
 	p := pipeline.New(pipeline.WithBreaker(breaker.New("bench")), pipeline.WithRetry(retrypolicy.New()))
-	benchGet(b, &http.Client{Transport: httpclient.NewTransport(httpclient.Base(base), httpclient.WithPipeline(p))})
-}
-
-// BenchmarkTransportTimeBudget adds a time budget: each request then has
-// a deadline, which net/http watches at some cost of its own.
-func BenchmarkTransportTimeBudget(b *testing.B) {
-	base := &http.Transport{MaxIdleConnsPerHost: 64}
-	defer base.CloseIdleConnections()
-	p := pipeline.New(pipeline.WithBreaker(breaker.New("bench")), pipeline.WithRetry(retrypolicy.New()),
-		pipeline.WithTimeBudget(10*time.Second))
-	benchGet(b, &http.Client{Transport: httpclient.NewTransport(httpclient.Base(base), httpclient.WithPipeline(p))})
-}
-
-// BenchmarkPlainClientTimeout is the baseline of BenchmarkTransportTimeBudget:
-// a plain client whose requests have a deadline.
-func BenchmarkPlainClientTimeout(b *testing.B) {
-	base := &http.Transport{MaxIdleConnsPerHost: 64}
-	defer base.CloseIdleConnections()
-	benchGet(b, &http.Client{Transport: base, Timeout: 10 * time.Second})
+	timed := p.With(pipeline.WithTimeBudget(10 * time.Second))
+	for _, s := range []struct {
+		name string
+		hc   func(base http.RoundTripper) *http.Client
+	}{
+		{"PlainClient", func(base http.RoundTripper) *http.Client { return &http.Client{Transport: base} }},
+		{"Transport", func(base http.RoundTripper) *http.Client {
+			return &http.Client{Transport: httpclient.NewTransport(httpclient.Base(base), httpclient.WithPipeline(p))}
+		}},
+		{"PlainClientTimeout", func(base http.RoundTripper) *http.Client {
+			return &http.Client{Transport: base, Timeout: 10 * time.Second}
+		}},
+		{"TransportTimeBudget", func(base http.RoundTripper) *http.Client {
+			return &http.Client{Transport: httpclient.NewTransport(httpclient.Base(base), httpclient.WithPipeline(timed))}
+		}},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			base := &http.Transport{MaxIdleConnsPerHost: 64}
+			defer base.CloseIdleConnections()
+			benchGet(b, s.hc(base))
+		})
+	}
 }

@@ -1,14 +1,16 @@
 // Command ratios prints the benchmark figures of docs/benchmarks.md: it
-// runs the peer benchmarks of this module in rounds, each round running
-// every subject once, so that a machine whose load drifts slows all
-// subjects of a round alike; and it reports each subject as a ratio to the
-// bare gobreaker of the same round: the median over the rounds and the
-// range. The raw output goes to a file for benchstat.
+// runs a package's benchmarks (by default the peer comparisons of this
+// module) in rounds, each round running every subject once, so that a
+// machine whose load drifts slows all subjects of a round alike; and it
+// reports each subject as a ratio to the baseline of the same round (a
+// bare gobreaker by default): the median over the rounds and the range.
+// The raw output goes to a file for benchstat.
 //
 // Run from the benchmarks folder:
 //
-//	go run ./ratios                 # 10 rounds, -cpu 1,16
+//	go run ./ratios                 # 10 rounds, -cpu 1,16, × gobreaker
 //	go run ./ratios -rounds 20 -out bench.txt
+//	go run ./ratios -pkg ../httpclient -bench HTTP -baseline PlainClient -cpu 2
 package main
 
 import (
@@ -25,8 +27,6 @@ import (
 	"strings"
 )
 
-const baseline = "Gobreaker"
-
 // sample is one benchmark line.
 type sample struct {
 	group, subject, cpu string
@@ -39,6 +39,8 @@ func main() {
 	benchtime := flag.String("benchtime", "300ms", "go test -benchtime per benchmark and round")
 	bench := flag.String("bench", ".", "go test -bench pattern")
 	out := flag.String("out", "bench.txt", "file for the raw output, for benchstat")
+	pkg := flag.String("pkg", ".", "the package whose benchmarks to run")
+	baseline := flag.String("baseline", "Gobreaker", "the subject the others are divided by")
 	flag.Parse()
 
 	raw, err := os.Create(*out)
@@ -50,7 +52,7 @@ func main() {
 	for r := range *rounds {
 		fmt.Fprintf(os.Stderr, "round %d/%d\n", r+1, *rounds)
 		cmd := exec.Command("go", "test", "-run", "^$", "-bench", *bench, "-benchmem", "-count", "1",
-			"-cpu", *cpu, "-benchtime", *benchtime, ".")
+			"-cpu", *cpu, "-benchtime", *benchtime, *pkg)
 		cmd.Stderr = os.Stderr
 		b, err := cmd.Output()
 		if err != nil {
@@ -67,7 +69,7 @@ func main() {
 		}
 		samples = append(samples, parse(bytes.NewReader(b))...)
 	}
-	report(os.Stdout, samples, *rounds)
+	report(os.Stdout, samples, *rounds, *baseline)
 	fmt.Printf("\nRaw output in %s: go run golang.org/x/perf/cmd/benchstat@latest %s\n", *out, *out)
 }
 
@@ -118,7 +120,7 @@ func median(v []float64) float64 {
 	return 0
 }
 
-func report(w io.Writer, samples []sample, rounds int) {
+func report(w io.Writer, samples []sample, rounds int, baseline string) {
 	type key struct{ group, cpu string }
 	var keys []key
 	bySubject := map[key]map[string][]sample{}
@@ -139,7 +141,7 @@ func report(w io.Writer, samples []sample, rounds int) {
 		base := subs[baseline]
 		fmt.Fprintf(w, "\n%s, %s goroutine(s) (GOMAXPROCS=%s), %d rounds\n\n", k.group, k.cpu, k.cpu, rounds)
 		if len(base) > 0 {
-			fmt.Fprintf(w, "| subject | ns/op (median) | × gobreaker (median) | × gobreaker (range) | allocs/op |\n| --- | ---: | ---: | ---: | ---: |\n")
+			fmt.Fprintf(w, "| subject | ns/op (median) | × %s (median) | × %s (range) | allocs/op |\n| --- | ---: | ---: | ---: | ---: |\n", baseline, baseline)
 		} else {
 			fmt.Fprintf(w, "| subject | ns/op (median) | allocs/op |\n| --- | ---: | ---: |\n")
 		}

@@ -1,0 +1,139 @@
+package retrysignal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/retrysignal"
+)
+
+func TestParseAttempt(t *testing.T) {
+	tests := []struct {
+		in   string
+		want retrysignal.Attempt
+		ok   bool
+	}{
+		{"1/3", retrysignal.Attempt{N: 1, Max: 3}, true},
+		{"3/3", retrysignal.Attempt{N: 3, Max: 3}, true},
+		{" 2/0 ", retrysignal.Attempt{N: 2, Max: 0}, true},
+		{"7", retrysignal.Attempt{N: 7}, true},
+		{"4/3", retrysignal.Attempt{}, false},
+		{"0/3", retrysignal.Attempt{}, false},
+		{"-1/3", retrysignal.Attempt{}, false},
+		{"1/-3", retrysignal.Attempt{}, false},
+		{"", retrysignal.Attempt{}, false},
+		{"a/b", retrysignal.Attempt{}, false},
+		{"1/3/5", retrysignal.Attempt{}, false},
+		{"99999999999999999999/1", retrysignal.Attempt{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := retrysignal.ParseAttempt(tt.in)
+		assert.Equal(t, tt.ok, ok, "%q", tt.in)
+		assert.Equal(t, tt.want, got, "%q", tt.in)
+	}
+}
+
+func FuzzParseAttempt(f *testing.F) {
+	for _, s := range []string{"1/3", "3/3", "7", "0/0", "4/3", " 2/0", "1/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, ok := retrysignal.ParseAttempt(s)
+		if !ok {
+			return
+		}
+		assert.GreaterOrEqual(t, a.N, 1)
+		assert.GreaterOrEqual(t, a.Max, 0)
+		back, ok := retrysignal.ParseAttempt(a.String())
+		assert.True(t, ok, "what String writes, ParseAttempt reads")
+		assert.Equal(t, a, back)
+	})
+}
+
+func TestWillRetry(t *testing.T) {
+	assert.True(t, retrysignal.Attempt{N: 1, Max: 3}.WillRetry())
+	assert.False(t, retrysignal.Attempt{N: 3, Max: 3}.WillRetry())
+	assert.True(t, retrysignal.Attempt{N: 9, Max: 0}.WillRetry(), "no limit but the time budget")
+	assert.False(t, retrysignal.Attempt{N: 1, Max: 1}.WillRetry(), "a single attempt")
+}
+
+func TestMiddlewarePutsTheAttemptInTheContext(t *testing.T) {
+	var got retrysignal.Attempt
+	var ok bool
+	h := retrysignal.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok = retrysignal.FromContext(r.Context())
+	}))
+	for _, tt := range []struct {
+		header []string
+		want   retrysignal.Attempt
+		ok     bool
+	}{
+		{[]string{"2/3"}, retrysignal.Attempt{N: 2, Max: 3}, true},
+		{nil, retrysignal.Attempt{}, false},
+		{[]string{"2/3", "1/3"}, retrysignal.Attempt{}, false},
+		{[]string{"junk"}, retrysignal.Attempt{}, false},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header[retrysignal.AttemptHeader] = tt.header
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		assert.Equal(t, tt.ok, ok, "%q", tt.header)
+		assert.Equal(t, tt.want, got, "%q", tt.header)
+	}
+}
+
+func TestStatusKeepsItsMeaning(t *testing.T) {
+	open := breaker.New("dep", breaker.ConsecutiveFailures(1))
+	_ = open.Execute(context.Background(), func(context.Context) error { return errors.New("down") })
+	rejected := open.Execute(context.Background(), func(context.Context) error { return nil })
+	tests := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"breaker open", rejected, http.StatusServiceUnavailable},
+		{"retries used up on a 503", &retrypolicy.Error{Attempts: 3, Reason: retrypolicy.ErrMaxAttempts, Last: errors.New("503")}, http.StatusServiceUnavailable},
+		{"quota spent", &retrypolicy.Error{Attempts: 1, Reason: retrypolicy.ErrQuotaExhausted, Last: errors.New("reset")}, http.StatusServiceUnavailable},
+		{"time budget spent", &retrypolicy.Error{Attempts: 2, Reason: retrypolicy.ErrOutOfTime, Last: errors.New("slow")}, http.StatusGatewayTimeout},
+		{"a dependency's 500", resilience.Terminal(errors.New("500")), http.StatusBadGateway},
+		{"our request was bad", resilience.Permanent(errors.New("400")), http.StatusInternalServerError},
+		{"the caller went away", fmt.Errorf("get: %w", context.Canceled), http.StatusServiceUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, retrysignal.Status(tt.err))
+			w := httptest.NewRecorder()
+			retrysignal.WriteError(w, tt.err)
+			assert.Equal(t, tt.want, w.Code)
+			assert.True(t, retrysignal.NoRetry(w.Header()), "the caller is told not to retry")
+			assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+		})
+	}
+}
+
+func TestHandlerAnswersItsError(t *testing.T) {
+	h := retrysignal.Handler(func(w http.ResponseWriter, r *http.Request) error {
+		if r.URL.Path == "/ok" {
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}
+		return &retrypolicy.Error{Attempts: 3, Reason: retrypolicy.ErrMaxAttempts, Last: errors.New("503")}
+	})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/ok", nil))
+	assert.Equal(t, http.StatusNoContent, w.Code)
+	assert.False(t, retrysignal.NoRetry(w.Header()))
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/fail", nil))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	assert.True(t, retrysignal.NoRetry(w.Header()))
+}
