@@ -251,7 +251,11 @@ func TTL(d time.Duration) Option {
 // Lease sets how long a claim holds its key without a renewal; the
 // middleware renews it every third of it while the handler runs, so a
 // handler may run longer. A key held by a crashed process is free again
-// after one lease. Default 30 s. It panics if d is not positive.
+// after one lease. Run-once holds while renewals reach the store within a
+// lease: make it long against the store's worst latency (if it runs out,
+// the request learns it, and a repeat may run; only the SQL store's
+// transactional completion fences the effect itself). Default 30 s. It
+// panics if d is not positive.
 func Lease(d time.Duration) Option {
 	positive("Lease", d)
 	return optionFunc(func(c *config) { c.lease = d })
@@ -568,7 +572,9 @@ func (h *handler) renew(r *http.Request, claim *Claim, cancel context.CancelCaus
 				return
 			case <-t.C:
 			}
-			ctx, c := h.storeCtx(r)
+			// Bounded by the next tick too, so that a slow call leaves
+			// another try before the lease runs out.
+			ctx, c := context.WithTimeout(context.WithoutCancel(r.Context()), min(h.cfg.storeTimeout, h.cfg.lease/3))
 			start := time.Now()
 			err := h.store.Renew(ctx, claim.Key, claim.Record, h.cfg.lease)
 			c()

@@ -58,7 +58,7 @@ func post(t *testing.T, url, key string) (int, string, string) {
 func TestThreeReplicasOneKeySlowHandler(t *testing.T) {
 	srv := redistest.Start(t)
 	var runs atomic.Int64
-	const lease = 300 * time.Millisecond
+	const lease = time.Second // renewed every 333 ms: time enough on a loaded 2-core machine
 	var replicas []*httptest.Server
 	for range 3 {
 		replicas = append(replicas, replica(t, srv, &runs, 3*lease, idempotency.Lease(lease)))
@@ -68,16 +68,16 @@ func TestThreeReplicasOneKeySlowHandler(t *testing.T) {
 	for i := range 300 {
 		wg.Go(func() {
 			url := replicas[i%3].URL
-			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 				code, replay, body := post(t, url, "order-1")
 				switch {
 				case code == http.StatusConflict:
 					conflicts.Add(1)
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(200 * time.Millisecond) // Retry-After says 1 s; a hurried client
 					continue
 				case code == http.StatusServiceUnavailable: // the store's pool is busy: retry, as a client would
 					busy.Add(1)
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(200 * time.Millisecond)
 					continue
 				case code == http.StatusCreated && replay == "true":
 					replayed.Add(1)
@@ -89,7 +89,7 @@ func TestThreeReplicasOneKeySlowHandler(t *testing.T) {
 				assert.JSONEq(t, `{"order":1}`, body)
 				return
 			}
-			t.Error("no answer but 409 for 10 s")
+			t.Error("no answer but 409 for 20 s")
 		})
 	}
 	wg.Wait()
