@@ -119,7 +119,7 @@ type Breaker struct {
 	state    atomic.Uint32                 // last State seen by a transition, for Check
 	errOpen  error
 	errBusy  error
-	shared   *shared // nil unless the state is shared
+	fleet    *fleet // nil unless the state is shared
 }
 
 // New returns a closed Breaker named name (the name appears in its errors
@@ -145,7 +145,7 @@ func New(name string, opts ...Option) *Breaker {
 	st := b.settings(name)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](st)
 	if cfg.shared != nil {
-		b.shared = &shared{store: cfg.shared, settings: st, retry: cfg.sharedRetry}
+		b.startFleet()
 	}
 	return b
 }
@@ -199,35 +199,36 @@ func (b *Breaker) Name() string {
 }
 
 // State returns the current state, moving from open to half-open if the
-// open timeout has passed. A shared breaker syncs with its store first.
+// open timeout has passed. A shared breaker's is the fleet's when the
+// fleet's is not closed, and its own otherwise.
 func (b *Breaker) State() State {
 	if b == nil || b.cb == nil {
 		return Closed
 	}
-	if b.shared != nil {
-		if dcb, st := b.sharedState(); dcb != nil {
+	if b.fleet != nil {
+		if st := State(b.fleet.state.Load()); st != Closed {
 			return st
 		}
-		return fromGobreaker(b.local().State())
 	}
 	return fromGobreaker(b.cb.State())
 }
 
-// Counts returns the outcomes counted in the current state (for a shared
-// breaker, as last synced).
+// Counts returns the outcomes this breaker counted in its current state
+// (for a shared breaker, this replica's own).
 func (b *Breaker) Counts() Counts {
 	if b == nil || b.cb == nil {
 		return Counts{}
 	}
-	return Counts(b.local().Counts())
+	return Counts(b.cb.Counts())
 }
 
-// Check returns nil if the breaker was closed when it last changed state,
-// and otherwise an error matching [ErrOpen]. It takes no lock, so a retry
-// loop can ask it before every retry and stop as soon as another call has
-// opened the breaker. Use [Breaker.State] for the exact state.
+// Check returns nil if the breaker was closed when it last changed state
+// (a shared one: and the fleet's, when last synced), and otherwise an
+// error matching [ErrOpen]. It takes no lock, so a retry loop can ask it
+// before every retry and stop as soon as another call has opened the
+// breaker. Use [Breaker.State] for the exact state.
 func (b *Breaker) Check() error {
-	if b == nil || State(b.state.Load()) == Closed {
+	if b == nil || (State(b.state.Load()) == Closed && (b.fleet == nil || State(b.fleet.state.Load()) == Closed)) {
 		return nil
 	}
 	return b.errOpen
@@ -246,7 +247,7 @@ func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) erro
 	if b == nil || b.cb == nil {
 		return op(ctx)
 	}
-	if b.shared != nil {
+	if b.fleet != nil {
 		return b.executeShared(ctx, op)
 	}
 	return b.executeOn(b.cb, ctx, op)
@@ -281,24 +282,19 @@ func (b *Breaker) executeOn(cb *gobreaker.CircuitBreaker[struct{}], ctx context.
 		returned = true
 		return struct{}{}, b.outcome(ctx, opErr)
 	})
-	res, _ := b.result(err, opErr)
-	return res
+	return b.result(err, opErr)
 }
 
 // result maps what gobreaker returned to the caller's error: op's own
-// error, or a rejection. ok is false for an error of gobreaker's own, such
-// as a shared store's failure, which it returns as it is.
-func (b *Breaker) result(err, opErr error) (res error, ok bool) {
+// error, or a rejection.
+func (b *Breaker) result(err, opErr error) error {
 	switch err {
-	case nil, errFailure, errIgnored:
-		return opErr, true
 	case gobreaker.ErrOpenState:
-		return b.reject(b.errOpen), true
+		return b.reject(b.errOpen)
 	case gobreaker.ErrTooManyRequests:
-		return b.reject(b.errBusy), true
-	default:
-		return err, false
+		return b.reject(b.errBusy)
 	}
+	return opErr
 }
 
 // reject reports a rejection and returns err.

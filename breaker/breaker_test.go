@@ -247,7 +247,7 @@ func TestNonsenseOptionsPanicNamingTheOption(t *testing.T) {
 		{"negative window", func() { breaker.Window(-time.Second, 10) }, "Window(-1s, 10)"},
 		{"buckets under a millisecond", func() { breaker.Window(5*time.Millisecond, 10) }, "Window(5ms, 10)"},
 		{"zero open timeout", func() { breaker.OpenTimeout(0) }, "OpenTimeout(0s)"},
-		{"zero shared retry", func() { breaker.SharedRetryInterval(0) }, "SharedRetryInterval(0s)"},
+		{"zero flush interval", func() { breaker.FlushInterval(0) }, "FlushInterval(0s)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -30,7 +30,7 @@ type config struct {
 	ignoreIf         func(error) bool
 	listeners        []resilience.Listener
 	shared           SharedStore
-	sharedRetry      time.Duration
+	flush            time.Duration
 }
 
 func defaults() config {
@@ -40,7 +40,7 @@ func defaults() config {
 		buckets:          6,
 		openTimeout:      30 * time.Second,
 		halfOpenRequests: 1,
-		sharedRetry:      time.Second,
+		flush:            100 * time.Millisecond,
 	}
 }
 
@@ -49,7 +49,7 @@ func (c *config) readyToTrip(n gobreaker.Counts) bool {
 	if c.consecutive > 0 && n.ConsecutiveFailures >= c.consecutive {
 		return true
 	}
-	if c.rate > 0 {
+	if c.rate > 0 && c.shared == nil { // a shared breaker's rate is the fleet's
 		done := n.TotalSuccesses + n.TotalFailures
 		return done >= c.rateMin && float64(n.TotalFailures) >= c.rate*float64(done)
 	}

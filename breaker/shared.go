@@ -7,230 +7,267 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sony/gobreaker/v2"
-
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
-// SharedStore keeps a breaker's state where the replicas of a service can
-// share it, so that failures seen by one open the breaker for all. Lock and
-// Unlock guard a read-modify-write of the data under a name. The
-// breakerstore package of the nested module
-// github.com/resiliencekit/resiliencekit/redis has one on Redis. Implementations are safe for
-// concurrent use.
+// SharedStore keeps the fleet-wide state of the breakers of one name that
+// the replicas of a service share (see [Shared]). Each replica calls Sync
+// from a background flusher, never on a call's path. The breakerstore
+// package of the nested module github.com/resiliencekit/resiliencekit/redis
+// has one on Redis. Implementations are safe for concurrent use and honour
+// ctx's deadline.
 type SharedStore interface {
-	Lock(name string) error
-	Unlock(name string) error
-	GetData(name string) ([]byte, error)
-	SetData(name string, data []byte) error
+	// Sync adds a replica's outcomes since its last Sync to the fleet's
+	// counts, records the outcome of its probes, decides from the
+	// fleet-wide counts whether the fleet breaker opens or closes, and
+	// returns the fleet's state; if s.WantProbe and the fleet is half-open,
+	// it grants this replica one of the fleet's HalfOpenRequests probes, if
+	// one is left.
+	Sync(ctx context.Context, name string, s Sync) (Fleet, error)
 }
 
-// Shared makes the breaker keep its state in store, shared with every
-// breaker of the same name on the same store, through gobreaker's
-// DistributedCircuitBreaker. A call syncs the state before it runs, and
-// records its outcome after, each under the store's lock; the call itself
-// runs outside the lock, except a half-open probe, which holds it so that
-// the replicas probe one at a time. When the store fails, the breaker goes
-// on with the state it last saw, reports [resilience.EventSharedStateUnavailable]
-// and tries the store again after [SharedRetryInterval]. Default: not
-// shared.
+// Sync is what a replica tells its [SharedStore].
+type Sync struct {
+	// Requests and Failures count the outcomes since the last Sync: calls
+	// that ended, and the failures among them.
+	Requests, Failures uint64
+	// ProbeSuccesses and ProbeFailures count the outcomes of the probes
+	// this replica ran for the fleet's half-open Generation.
+	ProbeSuccesses, ProbeFailures uint32
+	Generation                    uint64
+	// WantProbe asks for a probe, if the fleet is half-open.
+	WantProbe bool
+	// Policy is the fleet breaker's configuration.
+	Policy FleetPolicy
+}
+
+// FleetPolicy is how the fleet breaker decides, from [FailureRate],
+// [Window], [OpenTimeout] and [HalfOpenRequests].
+type FleetPolicy struct {
+	Rate             float64
+	MinRequests      uint32
+	Window           time.Duration
+	Buckets          int
+	OpenTimeout      time.Duration
+	HalfOpenRequests uint32
+	// ProbeTimeout is how long a probe's grant lasts before another
+	// replica may have it: the probe's time budget.
+	ProbeTimeout time.Duration
+}
+
+// Fleet is the fleet breaker's state as a store returns it.
+type Fleet struct {
+	State State
+	// Generation changes with each change of state.
+	Generation uint64
+	// ProbeGranted grants the replica one probe call.
+	ProbeGranted bool
+}
+
+// Shared makes the replicas of a service share this breaker's failure
+// rate: the outcomes of calls are counted in memory (atomics, no lock, no
+// I/O on the call's path) and sent to store by a background flusher every
+// [FlushInterval], which gets back the fleet's state; a call is rejected if
+// the fleet breaker or this replica's own is open. [FailureRate] over
+// [Window] is the fleet's rule; [ConsecutiveFailures] stays each replica's
+// own, so one replica cut off from the dependency opens its own breaker
+// without opening the fleet's. When the fleet breaker turns half-open,
+// exactly [HalfOpenRequests] probes run fleet-wide, granted by the store;
+// the others are rejected at once, never kept waiting. When the store
+// fails or hangs, calls go on with this replica's state at full speed,
+// [resilience.EventSharedStateUnavailable] says so, and sharing resumes at
+// the first flush that reaches it again
+// ([resilience.EventSharedStateRestored]), counts included: the outcomes of
+// the failed flushes are sent then. A shared breaker runs a goroutine:
+// call [Breaker.Close] when done with it. It panics without a
+// [FailureRate]. Default: not shared. docs/shared-breaker.md tells the
+// model.
 func Shared(store SharedStore) Option {
 	return optionFunc(func(c *config) { c.shared = store })
 }
 
-// SharedRetryInterval sets how long a breaker whose shared store failed
-// works locally before it tries the store again. Default 1 s. It panics if
-// d is not positive.
-func SharedRetryInterval(d time.Duration) Option {
+// FlushInterval sets how often a shared breaker sends its counts and
+// learns the fleet's state: how stale a replica's view of the fleet may
+// be. Each flush is bounded by the interval too. Default 100 ms. It panics
+// if d is not positive.
+func FlushInterval(d time.Duration) Option {
 	if d <= 0 {
-		panic(fmt.Sprintf("breaker: SharedRetryInterval(%v): d must be more than 0", d))
+		panic(fmt.Sprintf("breaker: FlushInterval(%v): d must be more than 0", d))
 	}
-	return optionFunc(func(c *config) { c.sharedRetry = d })
+	return optionFunc(func(c *config) { c.flush = d })
 }
 
-// unstalled wraps a SharedStore so that a failed Lock never stalls a call:
-// gobreaker retries a failed Lock for 5 s, so a Lock error is taken as
-// "proceed without the lock", and the next store access, failing too if
-// the store is down, makes the breaker fall back to local state. A
-// per-name mutex keeps one goroutine of this process between Lock and
-// Unlock, which makes the held flags safe.
-type unstalled struct {
-	SharedStore
-	mu    sync.Mutex
-	names map[string]*heldLock
+// fleet is the shared side of a Breaker.
+type fleet struct {
+	b      *Breaker
+	store  SharedStore
+	policy FleetPolicy
+	every  time.Duration
+
+	requests, failures atomic.Uint64 // since the last flush
+	state              atomic.Uint32 // the fleet's State, as last synced
+	gen                atomic.Uint64
+	permits            atomic.Int64 // probes granted to this replica, not yet run
+	probeOK, probeBad  atomic.Uint32 // outcomes of probes for gen, not yet sent
+	down               atomic.Bool
+
+	kick     chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
 }
 
-type heldLock struct {
-	sync.Mutex
-	held bool
-}
-
-func (u *unstalled) lock(name string) *heldLock {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	l, ok := u.names[name]
-	if !ok {
-		l = new(heldLock)
-		u.names[name] = l
+func (b *Breaker) startFleet() {
+	c := &b.cfg
+	if c.rate == 0 || c.window == 0 {
+		panic(fmt.Sprintf("breaker: New(%q): Shared needs FailureRate and a Window: the fleet shares a failure rate over a window", b.Name()))
 	}
-	return l
+	f := &fleet{
+		b:     b,
+		store: c.shared,
+		every: c.flush,
+		policy: FleetPolicy{
+			Rate: c.rate, MinRequests: c.rateMin, Window: c.window, Buckets: c.buckets,
+			OpenTimeout: c.openTimeout, HalfOpenRequests: c.halfOpenRequests, ProbeTimeout: c.openTimeout,
+		},
+		kick: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	b.fleet = f
+	go f.run()
 }
 
-func (u *unstalled) Lock(name string) error {
-	l := u.lock(name)
-	l.Lock()
-	l.held = u.SharedStore.Lock(name) == nil
+// Close stops a shared breaker's flusher after a last flush of its counts,
+// and waits for it. It is a no-op for a breaker that is not shared, and
+// safe to call more than once.
+func (b *Breaker) Close() error {
+	if b == nil || b.fleet == nil {
+		return nil
+	}
+	f := b.fleet
+	f.stopOnce.Do(func() { close(f.stop) })
+	<-f.done
 	return nil
 }
 
-func (u *unstalled) Unlock(name string) error {
-	l := u.lock(name)
-	defer l.Unlock()
-	if !l.held {
-		return nil
-	}
-	l.held = false
-	return u.SharedStore.Unlock(name)
-}
-
-// shared is the distributed side of a Breaker.
-type shared struct {
-	store    SharedStore
-	settings gobreaker.Settings
-	retry    time.Duration
-
-	mu        sync.Mutex // guards dcb's creation
-	dcb       *gobreaker.DistributedCircuitBreaker[struct{}]
-	downUntil atomic.Int64 // unix nanos before which the store is not tried
-	down      atomic.Bool  // the last store access failed
-}
-
-// distributed returns the distributed breaker, creating it if needed, or
-// nil while the store is failing.
-func (b *Breaker) distributed() *gobreaker.DistributedCircuitBreaker[struct{}] {
-	s := b.shared
-	if time.Now().UnixNano() < s.downUntil.Load() {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.dcb == nil {
-		dcb, err := gobreaker.NewDistributedCircuitBreaker[struct{}](&unstalled{SharedStore: s.store, names: map[string]*heldLock{}}, s.settings)
-		if err != nil {
-			b.storeFailed(err)
-			return nil
+func (f *fleet) run() {
+	defer close(f.done)
+	t := time.NewTicker(f.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-f.kick:
+		case <-f.stop:
+			f.flush()
+			return
 		}
-		s.dcb = dcb
-	}
-	return s.dcb
-}
-
-// local returns the breaker that works while the store fails: the
-// distributed breaker's own copy of the state, once it has one.
-func (b *Breaker) local() *gobreaker.CircuitBreaker[struct{}] {
-	if b.shared != nil {
-		b.shared.mu.Lock()
-		defer b.shared.mu.Unlock()
-		if b.shared.dcb != nil {
-			return b.shared.dcb.CircuitBreaker
-		}
-	}
-	return b.cb
-}
-
-func (b *Breaker) storeFailed(err error) {
-	s := b.shared
-	s.downUntil.Store(time.Now().Add(s.retry).UnixNano())
-	if !s.down.Swap(true) {
-		b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: b.Name(), Err: err})
+		f.flush()
 	}
 }
 
-func (b *Breaker) storeWorked() {
-	if b.shared.down.Swap(false) {
-		b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: b.Name()})
+// flush sends the counts since the last flush and takes the fleet's state.
+// On failure the counts are added back, to go with the next flush.
+func (f *fleet) flush() {
+	s := Sync{
+		Requests:       f.requests.Swap(0),
+		Failures:       f.failures.Swap(0),
+		ProbeSuccesses: f.probeOK.Swap(0),
+		ProbeFailures:  f.probeBad.Swap(0),
+		Generation:     f.gen.Load(),
+		Policy:         f.policy,
 	}
-}
-
-// sharedState syncs with the store and returns the distributed breaker
-// and the state, or a nil breaker if the store failed.
-func (b *Breaker) sharedState() (*gobreaker.DistributedCircuitBreaker[struct{}], State) {
-	dcb := b.distributed()
-	if dcb == nil {
-		return nil, 0
-	}
-	st, err := dcb.State()
+	s.WantProbe = State(f.state.Load()) == HalfOpen && f.permits.Load() <= 0
+	ctx, cancel := context.WithTimeout(context.Background(), f.every)
+	got, err := f.store.Sync(ctx, f.b.Name(), s)
+	cancel()
 	if err != nil {
-		b.storeFailed(err)
-		return nil, 0
+		f.requests.Add(s.Requests)
+		f.failures.Add(s.Failures)
+		f.probeOK.Add(s.ProbeSuccesses)
+		f.probeBad.Add(s.ProbeFailures)
+		if !f.down.Swap(true) {
+			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: err})
+		}
+		return
 	}
-	b.storeWorked()
-	s := fromGobreaker(st)
-	b.state.Store(uint32(s))
-	return dcb, s
+	if f.down.Swap(false) {
+		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
+	}
+	if old := f.gen.Swap(got.Generation); old != got.Generation {
+		f.permits.Store(0) // grants of another generation are void
+	}
+	if got.ProbeGranted {
+		f.permits.Add(1)
+	}
+	if from := State(f.state.Swap(uint32(got.State))); from != got.State {
+		f.b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: f.b.Name() + " (fleet)", From: from, To: got.State})
+	}
 }
 
-// executeShared is Execute for a breaker with a shared store.
-func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context) error) error {
-	dcb, st := b.sharedState()
-	if dcb == nil {
-		return b.executeOn(b.local(), ctx, op)
-	}
-	switch st {
+// admit decides a call by the fleet's state: nil to go on (probe: it is a
+// fleet probe), or the rejection.
+func (f *fleet) admit() (probe bool, err error) {
+	switch State(f.state.Load()) {
 	case Open:
-		return b.reject(b.errOpen)
+		return false, f.b.reject(f.b.errOpen)
 	case HalfOpen:
-		// The probe runs under the store's lock.
-		var ran bool
-		var opErr error
-		_, err := dcb.Execute(func() (struct{}, error) {
-			ran = true
-			opErr = op(ctx)
-			return struct{}{}, b.outcome(ctx, opErr)
-		})
-		return b.sharedResult(ran, opErr, err, ctx, op)
+		if f.permits.Add(-1) < 0 {
+			f.permits.Add(1)
+			return false, f.b.reject(f.b.errBusy)
+		}
+		return true, nil
 	}
-	returned := false
+	return false, nil
+}
+
+// record counts a call's outcome for the fleet.
+func (f *fleet) record(probe bool, outcome error) {
+	switch outcome {
+	case errIgnored:
+		if probe {
+			f.permits.Add(1) // not a verdict: let another call probe
+		}
+		return
+	case errFailure:
+		f.failures.Add(1)
+	}
+	f.requests.Add(1)
+	if probe {
+		if outcome == errFailure {
+			f.probeBad.Add(1)
+		} else {
+			f.probeOK.Add(1)
+		}
+		select { // report the probe now, not at the next tick
+		case f.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// executeShared is Execute for a shared breaker: the fleet's gate, then
+// this replica's breaker.
+func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context) error) error {
+	f := b.fleet
+	probe, err := f.admit()
+	if err != nil {
+		return err
+	}
+	outcome := errFailure // a panic or runtime.Goexit unless op returns
+	ran := false
 	defer func() {
-		if !returned { // a panic or runtime.Goexit: a failure, as for a local breaker
-			b.recordShared(dcb, errFailure)
+		if ran {
+			f.record(probe, outcome)
+		} else if probe {
+			f.permits.Add(1) // this replica's breaker rejected it
 		}
 	}()
-	opErr := op(ctx)
-	returned = true
-	b.recordShared(dcb, b.outcome(ctx, opErr))
-	return opErr
-}
-
-// recordShared records a call's outcome in the shared state, or locally if
-// the store fails.
-func (b *Breaker) recordShared(dcb *gobreaker.DistributedCircuitBreaker[struct{}], outcome error) {
-	_, err := dcb.Execute(func() (struct{}, error) { return struct{}{}, outcome })
-	if isStoreError(err) {
-		b.storeFailed(err)
-		_, _ = b.local().Execute(func() (struct{}, error) { return struct{}{}, outcome })
-	}
-}
-
-// sharedResult maps the result of a probe run through the distributed
-// breaker.
-func (b *Breaker) sharedResult(ran bool, opErr, err error, ctx context.Context, op func(context.Context) error) error {
-	if res, ok := b.result(err, opErr); ok {
-		return res
-	}
-	b.storeFailed(err)
-	if ran {
+	return b.executeOn(b.cb, ctx, func(ctx context.Context) error {
+		ran = true
+		opErr := op(ctx)
+		outcome = b.outcome(ctx, opErr)
 		return opErr
-	}
-	return b.executeOn(b.local(), ctx, op)
-}
-
-// isStoreError reports whether err, returned by the distributed breaker,
-// is the shared store's failure rather than an outcome or a rejection.
-func isStoreError(err error) bool {
-	switch err {
-	case nil, errFailure, errIgnored, gobreaker.ErrOpenState, gobreaker.ErrTooManyRequests:
-		return false
-	}
-	return true
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,94 +22,230 @@ import (
 
 var errDown = errors.New("connection refused")
 
-func uniqueName(t *testing.T) string {
-	return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+const flush = 100 * time.Millisecond
+
+// replicas returns n breakers of one name on srv, each with a client of
+// its own, as n processes would have, closed when the test ends.
+func replicas(t *testing.T, srv *redistest.Server, n int, opts ...breaker.Option) []*breaker.Breaker {
+	name := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+	var bs []*breaker.Breaker
+	for range n {
+		o := append([]breaker.Option{breaker.Shared(breakerstore.New(srv.Client(), "test:")), breaker.FlushInterval(flush)}, opts...)
+		b := breaker.New(name, o...)
+		t.Cleanup(func() { _ = b.Close() })
+		bs = append(bs, b)
+	}
+	return bs
 }
 
-func TestReplicasShareState(t *testing.T) {
-	servers := map[string]func(t *testing.T) *redis.Client{
-		"miniredis": func(t *testing.T) *redis.Client { c, _ := redistest.Mini(t); return c },
-		"redis":     func(t *testing.T) *redis.Client { return redistest.Real(t) },
+// fleetTotals sums the fleet's counts in Redis.
+func fleetTotals(t *testing.T, c *redis.Client) (requests, failures int64) {
+	keys, err := c.Keys(context.Background(), "test:*:b:*").Result()
+	require.NoError(t, err)
+	for _, k := range keys {
+		v, err := c.HMGet(context.Background(), k, "r", "f").Result()
+		require.NoError(t, err)
+		var r, f int64
+		fmt.Sscan(fmt.Sprint(v[0]), &r)
+		fmt.Sscan(fmt.Sprint(v[1]), &f)
+		requests += r
+		failures += f
 	}
-	for name, server := range servers {
-		t.Run(name, func(t *testing.T) {
-			c := server(t)
-			dep := uniqueName(t)
-			replica := func() *breaker.Breaker {
-				// Each replica has its own client and store, as separate processes would.
-				own := redis.NewClient(c.Options())
-				t.Cleanup(func() { _ = own.Close() })
-				return breaker.New(dep, breaker.ConsecutiveFailures(3), breaker.OpenTimeout(300*time.Millisecond),
-					breaker.Shared(breakerstore.New(own, "test:")))
-			}
-			a, b := replica(), replica()
-			var calls atomic.Int64
-			fail := func(context.Context) error { calls.Add(1); return errDown }
-			ok := func(context.Context) error { calls.Add(1); return nil }
+	return requests, failures
+}
 
-			var wg sync.WaitGroup
+// TestFleetCountsAreExact: 3 replicas x 16 goroutines x 1000 calls, 30%
+// failing: after a final flush the fleet's totals are the calls made.
+func TestFleetCountsAreExact(t *testing.T) {
+	srv := redistest.Start(t)
+	bs := replicas(t, srv, 3, breaker.ConsecutiveFailures(0), breaker.FailureRate(0.9, 100), breaker.Window(time.Minute, 6))
+	var wg sync.WaitGroup
+	for _, b := range bs {
+		for g := range 16 {
 			wg.Go(func() {
-				for range 3 {
-					assert.ErrorIs(t, a.Execute(context.Background(), fail), errDown)
+				for i := range 1000 {
+					_ = b.Execute(context.Background(), func(context.Context) error {
+						if (g*1000+i)%10 < 3 {
+							return errDown
+						}
+						return nil
+					})
 				}
 			})
-			wg.Wait()
-			assert.Equal(t, breaker.Open, a.State())
+		}
+	}
+	wg.Wait()
+	for _, b := range bs {
+		require.NoError(t, b.Close())
+	}
+	r, f := fleetTotals(t, srv.Client())
+	assert.EqualValues(t, 3*16*1000, r)
+	assert.EqualValues(t, 3*16*300, f)
+}
 
-			wg.Go(func() {
-				assert.Equal(t, breaker.Open, b.State(), "failures through one replica open the other")
-				assert.ErrorIs(t, b.Execute(context.Background(), ok), breaker.ErrOpen)
-				assert.ErrorIs(t, b.Check(), breaker.ErrOpen)
-			})
-			wg.Wait()
-			assert.EqualValues(t, 3, calls.Load())
-
-			time.Sleep(350 * time.Millisecond)
-			require.NoError(t, b.Execute(context.Background(), ok), "the probe")
-			assert.Equal(t, breaker.Closed, a.State(), "a probe through one replica closes the other")
-			assert.EqualValues(t, 4, calls.Load())
+// TestFleetOpensWithinTwoFlushes: when the fleet's failure rate crosses
+// the threshold, every replica rejects within two flush intervals.
+func TestFleetOpensWithinTwoFlushes(t *testing.T) {
+	srv := redistest.Start(t)
+	bs := replicas(t, srv, 3, breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 30), breaker.Window(10*time.Second, 10),
+		breaker.OpenTimeout(time.Minute))
+	var firstFailure atomic.Int64
+	rejectedAt := make([]atomic.Int64, len(bs))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, b := range bs {
+		wg.Go(func() {
+			for time.Since(start) < 2*time.Second && rejectedAt[i].Load() == 0 {
+				err := b.Execute(context.Background(), func(context.Context) error {
+					firstFailure.CompareAndSwap(0, int64(time.Since(start)))
+					return errDown
+				})
+				if errors.Is(err, breaker.ErrOpen) {
+					rejectedAt[i].Store(int64(time.Since(start)))
+				}
+				time.Sleep(5 * time.Millisecond) // 200 calls/s a replica: the threshold is met within a flush
+			}
 		})
+	}
+	wg.Wait()
+	var at []time.Duration
+	for i := range rejectedAt {
+		require.NotZero(t, rejectedAt[i].Load(), "replica %d never rejected", i)
+		at = append(at, time.Duration(rejectedAt[i].Load()))
+	}
+	t.Logf("replicas rejected from %v after the first failure", at)
+	// The threshold is met in the first flush interval; the fleet opens at
+	// the flush after, and every replica learns it at its next one.
+	assert.Less(t, slices.Max(at)-time.Duration(firstFailure.Load()), 3*flush+100*time.Millisecond)
+	assert.Less(t, slices.Max(at)-slices.Min(at), 2*flush, "every replica within two flush intervals of the first")
+}
+
+// TestOneBadReplicaDoesNotOpenTheFleet: a replica whose calls all fail
+// opens its own breaker; the fleet's stays closed for the healthy ones.
+func TestOneBadReplicaDoesNotOpenTheFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	bs := replicas(t, srv, 3, breaker.ConsecutiveFailures(5), breaker.FailureRate(0.5, 30), breaker.Window(10*time.Second, 10))
+	bad, good := bs[0], bs[1:]
+	var goodErrs atomic.Int64
+	var wg sync.WaitGroup
+	for range 100 {
+		_ = bad.Execute(context.Background(), func(context.Context) error { return errDown })
+		for _, b := range good {
+			wg.Go(func() {
+				if b.Execute(context.Background(), func(context.Context) error { return nil }) != nil {
+					goodErrs.Add(1)
+				}
+			})
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	wg.Wait()
+	time.Sleep(2 * flush)
+	assert.Equal(t, breaker.Open, bad.State(), "the bad replica's own breaker")
+	for _, b := range good {
+		assert.Equal(t, breaker.Closed, b.State())
+	}
+	assert.Zero(t, goodErrs.Load())
+}
+
+// TestExactlyHalfOpenRequestsProbesFleetWide: 3 replicas x 50 callers at
+// the moment the open timeout ends: exactly HalfOpenRequests probes reach
+// the dependency.
+func TestExactlyHalfOpenRequestsProbesFleetWide(t *testing.T) {
+	srv := redistest.Start(t)
+	const probes = 2
+	bs := replicas(t, srv, 3, breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 10), breaker.Window(10*time.Second, 10),
+		breaker.OpenTimeout(500*time.Millisecond), breaker.HalfOpenRequests(probes))
+	for range 20 { // open the fleet
+		_ = bs[0].Execute(context.Background(), func(context.Context) error { return errDown })
+	}
+	require.Eventually(t, func() bool {
+		for _, b := range bs {
+			if b.State() != breaker.Open {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Second, 10*time.Millisecond, "the fleet opens")
+	var reached atomic.Int64
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(2 * time.Second)
+	for _, b := range bs {
+		for range 50 {
+			wg.Go(func() {
+				for time.Now().Before(deadline) {
+					err := b.Execute(context.Background(), func(context.Context) error {
+						reached.Add(1)
+						<-release // the probes are slow: nobody waits on them
+						return nil
+					})
+					if err == nil {
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+	}
+	time.Sleep(time.Second) // the open timeout ends in there; the probes are granted and running
+	assert.EqualValues(t, probes, reached.Load(), "exactly the fleet's probes")
+	close(release)
+	wg.Wait()
+	for _, b := range bs {
+		assert.Equal(t, breaker.Closed, b.State(), "the probes succeeded: the fleet closed")
 	}
 }
 
-func TestSharedBreakerSurvivesTheStore(t *testing.T) {
-	c, m := redistest.Mini(t)
-	var events []string
+// TestRedisDownFrozenOrRestartedEmpty: calls go on at full speed with the
+// replica's own state; events say sharing stopped and resumed; sharing
+// resumes within a second of Redis being back.
+func TestRedisDownFrozenOrRestartedEmpty(t *testing.T) {
+	srv := redistest.Start(t)
 	var mu sync.Mutex
-	listener := resilience.ListenerFunc(func(e resilience.Event) {
+	var events []string
+	rec := resilience.ListenerFunc(func(e resilience.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		events = append(events, e.Kind.String())
 	})
-	b := breaker.New(uniqueName(t), breaker.ConsecutiveFailures(2), breaker.Shared(breakerstore.New(c, "")),
-		breaker.SharedRetryInterval(20*time.Millisecond), breaker.WithListener(listener))
-	ok := func(context.Context) error { return nil }
-	require.NoError(t, b.Execute(context.Background(), ok))
-
-	m.Close()
-	var calls atomic.Int64
-	fail := func(context.Context) error { calls.Add(1); return errDown }
-	start := time.Now()
-	assert.ErrorIs(t, b.Execute(context.Background(), fail), errDown)
-	assert.ErrorIs(t, b.Execute(context.Background(), fail), errDown)
-	assert.EqualValues(t, 2, calls.Load(), "calls go on without the store")
-	assert.Equal(t, breaker.Open, b.State(), "and the breaker still opens, locally")
-	assert.ErrorIs(t, b.Execute(context.Background(), fail), breaker.ErrOpen)
-	assert.Less(t, time.Since(start), time.Second, "without stalling")
-
-	require.NoError(t, m.Restart())
-	time.Sleep(30 * time.Millisecond)
-	_ = b.State()
+	b := replicas(t, srv, 1, breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 1000), breaker.Window(10*time.Second, 10),
+		breaker.WithListener(rec))[0]
+	slowest := func() time.Duration {
+		var worst time.Duration
+		for range 2000 {
+			start := time.Now()
+			_ = b.Execute(context.Background(), func(context.Context) error { return nil })
+			worst = max(worst, time.Since(start))
+		}
+		return worst
+	}
+	base := slowest()
+	srv.Freeze()
+	time.Sleep(3 * flush)
+	frozen := slowest()
+	srv.Thaw()
+	srv.Kill()
+	time.Sleep(3 * flush)
+	down := slowest()
+	srv.Restart() // empty: no persistence
+	restarted := time.Now()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(events, "shared_state_restored")
+	}, 2*time.Second, 10*time.Millisecond)
+	t.Logf("slowest call of 2000: %v healthy, %v frozen, %v down; shared again after %v", base, frozen, down, time.Since(restarted))
+	assert.Less(t, time.Since(restarted), time.Second+200*time.Millisecond)
+	assert.Less(t, frozen, base+10*time.Millisecond, "no call waits on Redis")
+	assert.Less(t, down, base+10*time.Millisecond)
 	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, []string{"shared_state_unavailable", "state_change", "rejected", "shared_state_restored"}, events)
+	assert.Contains(t, events, "shared_state_unavailable")
+	mu.Unlock()
 }
 
-func TestSharedBreakerCountsAPanicAsAFailure(t *testing.T) {
-	c, _ := redistest.Mini(t)
-	b := breaker.New(uniqueName(t), breaker.ConsecutiveFailures(2), breaker.Shared(breakerstore.New(c, "")))
-	for range 2 {
-		assert.PanicsWithValue(t, "boom", func() { _ = b.Execute(context.Background(), func(context.Context) error { panic("boom") }) })
-	}
-	assert.Equal(t, breaker.Open, b.State())
+func TestNewRefusesAClientThatIgnoresDeadlines(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	assert.Panics(t, func() { breakerstore.New(c, "") })
 }
