@@ -107,7 +107,7 @@ type fleet struct {
 	requests, failures atomic.Uint64 // since the last flush
 	state              atomic.Uint32 // the fleet's State, as last synced
 	gen                atomic.Uint64
-	permits            atomic.Int64 // probes granted to this replica, not yet run
+	permits            atomic.Int64  // probes granted to this replica, not yet run
 	probeOK, probeBad  atomic.Uint32 // outcomes of probes for gen, not yet sent
 	down               atomic.Bool
 
