@@ -96,8 +96,13 @@ func (e *StatusError) Error() string {
 
 // ResilienceClass returns the status's class: transient for the
 // transport's transient statuses, permanent for other 4xx, terminal for
-// other 5xx.
+// other 5xx, and for a 429 or 5xx that a trusted service asked not to
+// retry.
 func (e *StatusError) ResilienceClass() resilience.Class { return e.class }
+
+// HTTPStatus returns StatusCode, so that a service passing the failure on
+// (retrysignal.WriteError) answers with the same status.
+func (e *StatusError) HTTPStatus() int { return e.StatusCode }
 
 // Option configures a [Transport] or a [Client].
 type Option interface {
@@ -238,9 +243,10 @@ func TrustNoRetry(fn func(u *url.URL) bool) Option {
 
 // sameNetwork is TrustNoRetry's default: a host of the same network.
 func sameNetwork(u *url.URL) bool {
-	host := strings.ToLower(u.Hostname())
-	if ip := net.ParseIP(host); ip != nil {
-		return ip.IsLoopback() || ip.IsPrivate()
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if ip, zone, _ := strings.Cut(host, "%"); zone != "" || net.ParseIP(ip) != nil {
+		parsed := net.ParseIP(ip)
+		return parsed != nil && (parsed.IsLoopback() || parsed.IsPrivate())
 	}
 	return host == "localhost" || !strings.Contains(host, ".") ||
 		strings.HasSuffix(host, ".local") || strings.HasSuffix(host, ".internal") || strings.HasSuffix(host, ".svc.cluster.local")
@@ -517,7 +523,8 @@ func (c *config) statusError(req *http.Request, resp *http.Response) error {
 		response:   resp,
 	}
 	switch {
-	case retrysignal.NoRetry(resp.Header) && c.trustNoRetry(req.URL):
+	case (resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests) &&
+		retrysignal.NoRetry(resp.Header) && c.trustNoRetry(req.URL):
 		se.class = resilience.ClassTerminal // retried below already: not here, Retry-After or not
 	case c.transient[resp.StatusCode]:
 		se.class = resilience.ClassTransient

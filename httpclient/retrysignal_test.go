@@ -98,3 +98,35 @@ func TestNoRetryPassesUpAChain(t *testing.T) {
 	assert.EqualValues(t, 4, cCalls.Load(), "B retried C: one layer retries")
 	assert.True(t, strings.Contains(err.Error(), "503"), err.Error())
 }
+
+// TestNoRetryOnACallerErrorIsNoBreakerFailure: a trusted "don't retry" 404
+// stays the caller's fault.
+func TestNoRetryOnACallerErrorIsNoBreakerFailure(t *testing.T) {
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(retrysignal.NoRetryHeader, "1")
+		http.Error(w, "no such order", http.StatusNotFound)
+	}))
+	b := breaker.New("dep", breaker.ConsecutiveFailures(1))
+	err := httpclient.New(fastRetry(pipeline.WithBreaker(b))).GetJSON(t.Context(), srv.URL, nil)
+	assert.True(t, resilience.IsPermanent(err))
+	assert.Equal(t, breaker.Closed, b.State())
+}
+
+// TestAProbeSaysItIsTheOnlyAttempt: a call let through a half-open breaker
+// makes one attempt, and says so.
+func TestAProbeSaysItIsTheOnlyAttempt(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get(retrysignal.AttemptHeader))
+		mu.Unlock()
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(20*time.Millisecond))
+	c := httpclient.New(fastRetry(pipeline.WithBreaker(b)))
+	_ = c.GetJSON(t.Context(), srv.URL, nil)
+	time.Sleep(40 * time.Millisecond)
+	_ = c.GetJSON(t.Context(), srv.URL, nil)
+	assert.Equal(t, []string{"1/4", "2/4", "3/4", "4/4", "1/1"}, seen)
+}

@@ -25,7 +25,11 @@ func TestSameNetwork(t *testing.T) {
 		"http://169.254.169.254/":                false,
 		"http://internal.evil.com/":              false,
 		"http://cluster.local.evil.com/":         false,
-		"http://ORDERS.SHOP.SVC.CLUSTER.LOCAL./": false,
+		"http://ORDERS.SHOP.SVC.CLUSTER.LOCAL./": true,
+		"http://localhost./":                     true,
+		"http://[fe80::1%25eth0]/":               false,
+		"http://[2001:4860:4860::8888%25eth0]/":  false,
+		"http://[fd00::1%25eth0]/":               true,
 	} {
 		u, err := url.Parse(raw)
 		if err != nil {

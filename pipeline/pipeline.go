@@ -62,9 +62,10 @@ func New(opts ...Option) *Pipeline {
 	return &Pipeline{cfg: cfg, opts: opts}
 }
 
-// MaxAttempts returns the most attempts a call through p makes: 1 without
-// a retry stage (or for a [SingleAttempt] call), else its policy's limit,
-// 0 for none but the time budget.
+// MaxAttempts returns the most attempts a call through p would make now:
+// 1 without a retry stage, for a [SingleAttempt] call, or while p's breaker
+// is not closed (a probe makes one attempt), else its policy's limit, 0 for
+// none but the time budget.
 func (p *Pipeline) MaxAttempts(opts ...CallOption) int {
 	var c call
 	for _, o := range opts {
@@ -72,8 +73,8 @@ func (p *Pipeline) MaxAttempts(opts ...CallOption) int {
 			c = o.applyCall(c)
 		}
 	}
-	if p == nil || p.cfg.retry == nil || c.single {
-		return 1
+	if p == nil || p.cfg.retry == nil || c.single || (p.cfg.breaker != nil && p.cfg.breaker.Check() != nil) {
+		return 1 // a probe of a breaker not closed makes one attempt
 	}
 	return p.cfg.retry.MaxAttempts()
 }

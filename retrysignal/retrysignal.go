@@ -25,6 +25,7 @@ package retrysignal
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -60,23 +61,39 @@ func (a Attempt) WillRetry() bool { return a.Max == 0 || a.N < a.Max }
 // String returns the header value, "n/max".
 func (a Attempt) String() string { return strconv.Itoa(a.N) + "/" + strconv.Itoa(a.Max) }
 
-// ParseAttempt reads an [AttemptHeader] value: "n/max" with 1 <= n, and
-// n <= max unless max is 0; a bare "n" is an attempt of unknown limit. It
-// reports false for anything else.
+// ParseAttempt reads an [AttemptHeader] value: "n/max", both in ASCII
+// digits, with 1 <= n, and n <= max unless max is 0; a bare "n" is an
+// attempt whose caller did not say its limit, taken as no limit. It reports
+// false for anything else.
 func ParseAttempt(v string) (Attempt, bool) {
 	ns, ms, hasMax := strings.Cut(strings.TrimSpace(v), "/")
-	n, err := strconv.Atoi(ns)
-	if err != nil || n < 1 || len(ns) > 9 {
+	n, ok := digits(ns)
+	if !ok || n < 1 {
 		return Attempt{}, false
 	}
 	if !hasMax {
 		return Attempt{N: n}, true
 	}
-	m, err := strconv.Atoi(ms)
-	if err != nil || m < 0 || len(ms) > 9 || (m > 0 && n > m) {
+	m, ok := digits(ms)
+	if !ok || (m > 0 && n > m) {
 		return Attempt{}, false
 	}
 	return Attempt{N: n, Max: m}, true
+}
+
+// digits reads 1 to 9 ASCII digits.
+func digits(s string) (int, bool) {
+	if len(s) == 0 || len(s) > 9 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
 }
 
 type attemptKey struct{}
@@ -106,18 +123,31 @@ func Middleware(next http.Handler) http.Handler {
 // NoRetry reports whether h, a response's header, asks not to retry.
 func NoRetry(h http.Header) bool { return h.Get(NoRetryHeader) == "1" }
 
+// httpStatus is implemented by an error that is an HTTP answer, such as
+// httpclient's StatusError.
+type httpStatus interface {
+	HTTPStatus() int
+}
+
 // Status returns the status with which a service answers when its own
 // outbound call failed with err, as a pipeline or the httpclient returns
-// it: 504 when the time ran out, 503 when the dependency is down, busy or
-// shielded by an open breaker, the retries or the retry quota ran out, or
-// the caller went away; 502 when the dependency failed in a way a retry
-// would not fix; 500 when the request this service made was at fault.
+// it, keeping the failure's meaning: 504 when its time budget ran out or
+// every attempt timed out; the dependency's own status when it answered
+// (503 stays 503, 404 stays 404); 503 when the breaker is open or busy,
+// the retries or the retry quota ran out on errors without an answer, or
+// the caller went away; 502 for another failure that a retry would not
+// fix; 500 when the request this service made was at fault.
 func Status(err error) int {
+	var answered httpStatus
 	switch {
 	case errors.Is(err, retrypolicy.ErrOutOfTime):
 		return http.StatusGatewayTimeout
+	case errors.As(err, &answered):
+		return answered.HTTPStatus()
 	case errors.Is(err, breaker.ErrOpen), errors.Is(err, breaker.ErrTooManyRequests):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout // the attempts timed out
 	}
 	switch resilience.Classify(err) {
 	case resilience.ClassTerminal:
@@ -130,12 +160,16 @@ func Status(err error) int {
 }
 
 // WriteError answers a request whose handler's outbound call failed with
-// err: the status of [Status], the [NoRetryHeader] (its caller must not
-// retry: this service did), and a problem document. Nothing was written to
-// w before.
+// err, and whose response has not started: the status of [Status], the
+// [NoRetryHeader] (the caller must not retry: this service's resilient
+// client already did what retrying it would), and a problem document.
+// Headers the handler set that would contradict it (Content-Length,
+// Retry-After) are dropped.
 func WriteError(w http.ResponseWriter, err error) {
 	status := Status(err)
 	h := w.Header()
+	h.Del("Content-Length")
+	h.Del("Retry-After")
 	h.Set(NoRetryHeader, "1")
 	h.Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
@@ -145,12 +179,41 @@ func WriteError(w http.ResponseWriter, err error) {
 
 // Handler is an http.Handler whose function returns the error of its
 // outbound call, answered by [WriteError]; a nil error means the function
-// answered itself.
+// answered itself. An error returned after the function started its
+// response cannot be answered: it is logged with log/slog's default
+// logger, and the response is left as it is.
 type Handler func(w http.ResponseWriter, r *http.Request) error
 
 // ServeHTTP calls h and answers its error, if any, by [WriteError].
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := h(w, r); err != nil {
+	sw := &startedWriter{ResponseWriter: w}
+	err := h(sw, r)
+	switch {
+	case err == nil:
+	case sw.started:
+		slog.Error("retrysignal: a handler failed after starting its response", "path", r.URL.Path, "error", err)
+	default:
 		WriteError(w, err)
 	}
 }
+
+// startedWriter notes whether the response started.
+type startedWriter struct {
+	http.ResponseWriter
+	started bool
+}
+
+func (w *startedWriter) WriteHeader(status int) {
+	if status >= 200 {
+		w.started = true
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *startedWriter) Write(p []byte) (int, error) {
+	w.started = true
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *startedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -35,6 +35,9 @@ func TestParseAttempt(t *testing.T) {
 		{"a/b", retrysignal.Attempt{}, false},
 		{"1/3/5", retrysignal.Attempt{}, false},
 		{"99999999999999999999/1", retrysignal.Attempt{}, false},
+		{"+1/+3", retrysignal.Attempt{}, false},
+		{"1/-0", retrysignal.Attempt{}, false},
+		{"１/3", retrysignal.Attempt{}, false},
 	}
 	for _, tt := range tests {
 		got, ok := retrysignal.ParseAttempt(tt.in)
@@ -107,6 +110,11 @@ func TestStatusKeepsItsMeaning(t *testing.T) {
 		{"a dependency's 500", resilience.Terminal(errors.New("500")), http.StatusBadGateway},
 		{"our request was bad", resilience.Permanent(errors.New("400")), http.StatusInternalServerError},
 		{"the caller went away", fmt.Errorf("get: %w", context.Canceled), http.StatusServiceUnavailable},
+		{"503 stays 503", &retrypolicy.Error{Attempts: 3, Reason: retrypolicy.ErrMaxAttempts, Last: answer(503)}, http.StatusServiceUnavailable},
+		{"404 stays 404: not a failure one hop up", answer(404), http.StatusNotFound},
+		{"a dependency's 500 stays 500", answer(500), http.StatusInternalServerError},
+		{"429 stays 429", answer(429), http.StatusTooManyRequests},
+		{"every attempt timed out", &retrypolicy.Error{Attempts: 3, Reason: retrypolicy.ErrMaxAttempts, Last: context.DeadlineExceeded}, http.StatusGatewayTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,6 +126,32 @@ func TestStatusKeepsItsMeaning(t *testing.T) {
 			assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
 		})
 	}
+}
+
+// answer is an error that is an HTTP answer of status code.
+type answer int
+
+func (a answer) Error() string   { return http.StatusText(int(a)) }
+func (a answer) HTTPStatus() int { return int(a) }
+
+func TestHandlerLeavesAStartedResponse(t *testing.T) {
+	h := retrysignal.Handler(func(w http.ResponseWriter, r *http.Request) error {
+		_, _ = w.Write([]byte("partial"))
+		return errors.New("failed midway")
+	})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	assert.Equal(t, "partial", w.Body.String(), "nothing appended")
+	assert.False(t, retrysignal.NoRetry(w.Header()))
+}
+
+func TestWriteErrorDropsContradictingHeaders(t *testing.T) {
+	w := httptest.NewRecorder()
+	w.Header().Set("Content-Length", "3")
+	w.Header().Set("Retry-After", "5")
+	retrysignal.WriteError(w, errors.New("down"))
+	assert.Empty(t, w.Header().Get("Content-Length"))
+	assert.Empty(t, w.Header().Get("Retry-After"))
 }
 
 func TestHandlerAnswersItsError(t *testing.T) {

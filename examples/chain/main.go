@@ -44,6 +44,7 @@ type result struct {
 	dPerRequest            float64 // requests D saw per user request, while failing
 	p50, p99               time.Duration
 	okAfterRecovery, after int
+	status                 int // the user's last answer while D failed
 }
 
 const attempts = 3
@@ -126,6 +127,9 @@ func run(s scenario, requests int) result {
 		if healthy.Load() == 0 {
 			failing++
 			latencies = append(latencies, time.Since(start))
+			if err == nil {
+				res.status = resp.StatusCode
+			}
 		} else {
 			res.after++
 			if ok {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +15,7 @@ func TestSignalStopsAmplification(t *testing.T) {
 	assert.Equal(t, 27.0, off.dPerRequest, "3 attempts at each of 3 layers")
 	assert.LessOrEqual(t, on.dPerRequest, 3.0)
 	assert.LessOrEqual(t, on.p50, off.p50, "the user's call fails no later with the signal")
+	assert.Equal(t, http.StatusServiceUnavailable, on.status, "D's 503 stays 503 up the chain")
 }
 
 // TestSlowDependency: with D slower than every attempt timeout, the signal
