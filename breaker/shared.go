@@ -26,6 +26,15 @@ type SharedStore interface {
 	Sync(ctx context.Context, name string, s Sync) (Fleet, error)
 }
 
+// SharedWatcher is implemented by a [SharedStore] that can tell a replica
+// at once when the fleet breaker changes state, so that it flushes then
+// rather than at its next tick. Watch calls changed on each change until
+// ctx is done or it fails; the breaker calls it again after a flush
+// interval.
+type SharedWatcher interface {
+	Watch(ctx context.Context, name string, changed func()) error
+}
+
 // Sync is what a replica tells its [SharedStore].
 type Sync struct {
 	// Requests and Failures count the outcomes since the last Sync: calls
@@ -115,6 +124,8 @@ type fleet struct {
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
+	watching sync.WaitGroup
+	unwatch  context.CancelFunc
 }
 
 func (b *Breaker) startFleet() {
@@ -136,6 +147,30 @@ func (b *Breaker) startFleet() {
 	}
 	b.fleet = f
 	go f.run()
+	if w, ok := f.store.(SharedWatcher); ok {
+		ctx, cancel := context.WithCancel(context.Background())
+		f.unwatch = cancel
+		f.watching.Go(func() { f.watch(ctx, w) })
+	}
+}
+
+// watch flushes as soon as the store says the fleet changed state.
+func (f *fleet) watch(ctx context.Context, w SharedWatcher) {
+	for ctx.Err() == nil {
+		_ = w.Watch(ctx, f.b.Name(), f.flushNow) // a failure shows in the flushes
+		select {
+		case <-ctx.Done():
+		case <-time.After(f.every):
+		}
+	}
+}
+
+// flushNow asks the flusher for a flush now.
+func (f *fleet) flushNow() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Close stops a shared breaker's flusher after a last flush of its counts,
@@ -146,7 +181,13 @@ func (b *Breaker) Close() error {
 		return nil
 	}
 	f := b.fleet
-	f.stopOnce.Do(func() { close(f.stop) })
+	f.stopOnce.Do(func() {
+		if f.unwatch != nil {
+			f.unwatch()
+		}
+		f.watching.Wait()
+		close(f.stop)
+	})
 	<-f.done
 	return nil
 }
@@ -240,10 +281,7 @@ func (f *fleet) record(probe bool, outcome error) {
 		} else {
 			f.probeOK.Add(1)
 		}
-		select { // report the probe now, not at the next tick
-		case f.kick <- struct{}{}:
-		default:
-		}
+		f.flushNow() // report the probe now, not at the next tick
 	}
 }
 
