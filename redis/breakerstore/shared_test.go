@@ -13,12 +13,15 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/redis/breakerstore"
 	"github.com/resiliencekit/resiliencekit/redis/redistest"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var errDown = errors.New("connection refused")
 
