@@ -73,11 +73,11 @@ func TestThreeReplicasOneKeySlowHandler(t *testing.T) {
 				switch {
 				case code == http.StatusConflict:
 					conflicts.Add(1)
-					time.Sleep(200 * time.Millisecond) // Retry-After says 1 s; a hurried client
+					time.Sleep(time.Second) // as its Retry-After says
 					continue
 				case code == http.StatusServiceUnavailable: // the store's pool is busy: retry, as a client would
 					busy.Add(1)
-					time.Sleep(200 * time.Millisecond)
+					time.Sleep(time.Second)
 					continue
 				case code == http.StatusCreated && replay == "true":
 					replayed.Add(1)
