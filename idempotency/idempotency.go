@@ -46,6 +46,7 @@
 package idempotency
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -55,6 +56,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -193,8 +195,10 @@ type Claim struct {
 func (c *Claim) Abandon() { c.abandoned.Store(true) }
 
 // Completed tells the middleware that the handler stored the result under
-// the claim itself, in its own transaction (as the SQL store's CompleteTx
-// does), after that transaction committed: the middleware stores nothing.
+// the claim itself, in its own transaction (the SQL store's CompleteTx
+// calls it): the middleware stores nothing, and stops renewing the lease.
+// If that transaction then fails, the handler calls [Claim.Abandon], which
+// wins.
 func (c *Claim) Completed() { c.completed.Store(true) }
 
 type claimKey struct{}
@@ -355,12 +359,17 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.log = l })
 }
 
+// scopeKey returns key in scope: a hash of the scope, so that any scope
+// (bytes a store would refuse included) makes an unambiguous key of
+// printable ASCII, and the key.
+func scopeKey(scope, key string) string {
+	sum := sha256.Sum256([]byte(scope))
+	return hex.EncodeToString(sum[:16]) + ":" + key
+}
+
 // scopeByAuthorization is the default scope: a hash of the Authorization
 // header, so the header's secret is not in the key.
-func scopeByAuthorization(r *http.Request) string {
-	sum := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-	return hex.EncodeToString(sum[:8])
-}
+func scopeByAuthorization(r *http.Request) string { return r.Header.Get("Authorization") }
 
 // Middleware returns middleware that makes covered requests with an
 // Idempotency-Key run at most once per key, replaying the stored response
@@ -387,6 +396,9 @@ func Middleware(store Store, opts ...Option) func(http.Handler) http.Handler {
 		if o != nil {
 			o.apply(&cfg)
 		}
+	}
+	if cfg.lease < 3*cfg.storeTimeout {
+		panic(fmt.Sprintf("idempotency: Lease(%v) is under 3 StoreTimeout(%v): a renewal could not reach the store in time", cfg.lease, cfg.storeTimeout))
 	}
 	return func(next http.Handler) http.Handler {
 		return &handler{cfg: cfg, store: store, next: next}
@@ -449,13 +461,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	scope := h.cfg.scope(r)
-	key = strconv.Itoa(len(scope)) + ":" + scope + ":" + key // unambiguous, and text any store takes
+	key = scopeKey(h.cfg.scope(r), key)
 	claim := &Claim{Key: key, Record: Record{Fingerprint: fingerprint(r, body), Token: rand.Text()}, TTL: h.cfg.ttl}
 
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.storeTimeout)
+	ctx, cancel := h.storeCtx(r) // a client that leaves does not make the store fail
 	found, err := h.store.Begin(ctx, key, claim.Record, h.cfg.lease)
 	cancel()
+	if err != nil {
+		// The claim may have landed after the call gave up: free it once
+		// the store answers again, rather than hold the key a lease.
+		go h.releaseOrphan(claim)
+	}
 	switch {
 	case errors.Is(err, ErrFull):
 		w.Header().Set("Retry-After", "1")
@@ -488,7 +504,10 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), claimKey{}, claim))
 	defer cancel(nil)
 	stop := h.renew(r, claim, cancel)
-	rec := &recorder{ResponseWriter: w, max: h.cfg.maxResponse}
+	rec := &recorder{ResponseWriter: w, max: h.cfg.maxResponse, outer: make(map[string]bool, len(w.Header()))}
+	for k := range w.Header() {
+		rec.outer[k] = true
+	}
 	finished := false
 	defer func() {
 		if !finished { // a panic or runtime.Goexit
@@ -499,36 +518,56 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	h.next.ServeHTTP(rec, r.WithContext(ctx))
 	finished = true
 	lost := stop()
-	if rec.status == 0 {
+	gone := r.Context().Err() != nil
+	if rec.status == 0 && !gone && !rec.hijacked {
 		rec.WriteHeader(http.StatusOK)
 	}
 	switch {
+	case claim.abandoned.Load() || h.cfg.release[rec.status] || (gone && (rec.status == 0 || rec.status >= 500)):
+		h.release(r, claim) // nothing committed, or the client is told to retry
+		return
 	case claim.completed.Load():
 		return
 	case lost:
 		h.report(resilience.EventNotStored, claim.Key, errLeaseLost)
-		return
-	case claim.abandoned.Load() || h.cfg.release[rec.status] ||
-		(rec.status >= 500 && r.Context().Err() != nil):
-		h.release(r, claim)
 		return
 	}
 	done := Record{
 		Fingerprint: claim.Record.Fingerprint,
 		Done:        true,
 		Status:      rec.status,
-		Header:      h.stored(rec.header),
+		Header:      h.stored(rec.header, rec.outer),
 		Body:        rec.body,
-		Truncated:   rec.truncated,
+		Truncated:   rec.truncated || rec.hijacked, // a hijacked connection cannot be replayed
 	}
+	tried := false
 	err := h.retry(r, func(ctx context.Context) error {
-		return h.store.Complete(ctx, claim.Key, claim.Record, done, h.cfg.ttl)
+		err := h.store.Complete(ctx, claim.Key, claim.Record, done, h.cfg.ttl)
+		if errors.Is(err, ErrNotOwner) && tried && h.storedAlready(r, claim) {
+			return nil // an earlier try got through, its answer did not
+		}
+		tried = true
+		return err
 	})
 	if err != nil {
 		// The claim stays until its lease runs out: repeats get 409 until
 		// then rather than a second run while this one's effect may stand.
 		h.report(resilience.EventNotStored, claim.Key, err)
 	}
+}
+
+// storedAlready reports whether claim's key holds a completed record of
+// claim's request: a Complete whose answer was lost got through. Looking
+// claims the key if it is free, and frees it again.
+func (h *handler) storedAlready(r *http.Request, claim *Claim) bool {
+	ctx, cancel := h.storeCtx(r)
+	defer cancel()
+	look := Record{Fingerprint: claim.Record.Fingerprint, Token: rand.Text()}
+	found, err := h.store.Begin(ctx, claim.Key, look, h.cfg.lease)
+	if err == nil && found == nil {
+		_ = h.store.Release(ctx, claim.Key, look)
+	}
+	return err == nil && found != nil && found.Done && found.Fingerprint == claim.Record.Fingerprint
 }
 
 // retry calls op on the store a few times within a bound, each call
@@ -544,6 +583,23 @@ func (h *handler) retry(r *http.Request, op func(ctx context.Context) error) err
 		return struct{}{}, op(c)
 	})
 	return err
+}
+
+// releaseOrphan frees a claim that a failed Begin may have made, trying
+// for up to a lease; ErrNotOwner means there was none, or it is gone.
+func (h *handler) releaseOrphan(claim *Claim) {
+	safe.Call("idempotency store's Release", func() { // in the background: a panic must not end the process
+		deadline := time.Now().Add(h.cfg.lease)
+		for time.Now().Before(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.storeTimeout)
+			err := h.store.Release(ctx, claim.Key, claim.Record)
+			cancel()
+			if err == nil || errors.Is(err, ErrNotOwner) {
+				return
+			}
+			time.Sleep(h.cfg.storeTimeout)
+		}
+	})
 }
 
 // release frees claim's key, reporting a failure.
@@ -563,29 +619,37 @@ func (h *handler) renew(r *http.Request, claim *Claim, cancel context.CancelCaus
 	go func() {
 		lost := false
 		defer func() { exited <- lost }()
-		t := time.NewTicker(h.cfg.lease / 3)
-		defer t.Stop()
 		held := time.Now().Add(h.cfg.lease)
+		wait := h.cfg.lease / 3
 		for {
+			t := time.NewTimer(wait)
 			select {
 			case <-done:
+				t.Stop()
 				return
 			case <-t.C:
 			}
-			// Bounded by the next tick too, so that a slow call leaves
-			// another try before the lease runs out.
-			ctx, c := context.WithTimeout(context.WithoutCancel(r.Context()), min(h.cfg.storeTimeout, h.cfg.lease/3))
+			if claim.completed.Load() {
+				return // stored by the handler itself: nothing to hold
+			}
 			start := time.Now()
+			// Bounded by what is left of the lease, so that a slow call
+			// leaves time for another try before it runs out.
+			ctx, c := context.WithTimeout(context.WithoutCancel(r.Context()), min(h.cfg.storeTimeout, max(time.Until(held), 0)))
 			err := h.store.Renew(ctx, claim.Key, claim.Record, h.cfg.lease)
 			c()
 			switch {
 			case err == nil:
 				held = start.Add(h.cfg.lease)
+				wait = h.cfg.lease / 3
 				continue
+			case errors.Is(err, ErrNotOwner) && claim.completed.Load():
+				return // completed in the handler's transaction meanwhile
 			case errors.Is(err, ErrNotOwner):
 			case time.Now().Before(held):
 				h.report(resilience.EventStoreFailed, claim.Key, err)
-				continue // the lease still holds: try again
+				wait = min(h.cfg.lease/12, max(time.Until(held)/2, time.Millisecond)) // try again soon
+				continue
 			default:
 				err = fmt.Errorf("%w: renewal failed until it ran out: %w", errLeaseLost, err)
 			}
@@ -601,11 +665,13 @@ func (h *handler) renew(r *http.Request, claim *Claim, cancel context.CancelCaus
 	})
 }
 
-// stored returns the headers of h to store: all but the excluded ones.
-func (h *handler) stored(header http.Header) http.Header {
+// stored returns the headers of header to store: all but the excluded
+// ones and those outer middleware had set before the handler ran (they are
+// this request's, not the response's).
+func (h *handler) stored(header http.Header, outer map[string]bool) http.Header {
 	out := make(http.Header, len(header))
 	for k, vs := range header {
-		if !h.cfg.exclude[k] {
+		if !h.cfg.exclude[k] && !outer[k] {
 			out[k] = vs
 		}
 	}
@@ -658,6 +724,29 @@ type recorder struct {
 	header    http.Header
 	body      []byte
 	truncated bool
+	hijacked  bool
+	outer     map[string]bool // headers set before the handler ran
+}
+
+// Flush sends what was written so far, as an http.Flusher.
+func (r *recorder) Flush() { _ = r.FlushError() }
+
+// FlushError is Flush with its error, for http.ResponseController.
+func (r *recorder) FlushError() error {
+	if r.status == 0 {
+		r.WriteHeader(http.StatusOK) // as net/http does on a flush
+	}
+	return http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+// Hijack hands over the connection, for http.ResponseController; the
+// response cannot be replayed then.
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(r.ResponseWriter).Hijack()
+	if err == nil {
+		r.hijacked = true
+	}
+	return conn, rw, err
 }
 
 func (r *recorder) WriteHeader(status int) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestMemoryStoreContract(t *testing.T) {
 	storetest.Run(t, func(*testing.T) idempotency.Store { return idempotency.NewMemoryStore(0) })
+	storetest.Run(t, func(*testing.T) idempotency.Store { return idempotency.NewMemoryStore(50) }, storetest.Capacity(50))
 }
 
 func TestParseKey(t *testing.T) {
@@ -388,7 +390,7 @@ func (s *slowServer) post(ctx context.Context, key, auth string) *httptest.Respo
 // handler runs, so repeats get 409 and then the replay.
 func TestHandlerSlowerThanTheLeaseRunsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newSlowServer(idempotency.NewMemoryStore(0), time.Second, idempotency.Lease(300*time.Millisecond))
+		s := newSlowServer(idempotency.NewMemoryStore(0), time.Second, idempotency.Lease(300*time.Millisecond), idempotency.StoreTimeout(100*time.Millisecond))
 		go s.post(t.Context(), "k", "")
 		time.Sleep(500 * time.Millisecond)
 		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "still held after the lease")
@@ -617,4 +619,185 @@ func TestRetryableStatusesFreeTheKey(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, post(), "a 503 is not stored: the retry runs")
 	assert.Equal(t, http.StatusCreated, post(), "the 201 is")
 	assert.EqualValues(t, 2, runs.Load())
+}
+
+// slowOnceStore's first Renew takes longer than the store timeout.
+type slowOnceStore struct {
+	idempotency.Store
+	slowed atomic.Bool
+}
+
+func (s *slowOnceStore) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
+	if s.slowed.CompareAndSwap(false, true) {
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Store.Renew(ctx, key, claim, lease)
+}
+
+// TestASlowRenewalIsTriedAgainInTime: one renewal that times out is tried
+// again before the lease runs out; the key stays held, one run.
+func TestASlowRenewalIsTriedAgainInTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &slowOnceStore{Store: idempotency.NewMemoryStore(0)}
+		s := newSlowServer(store, 900*time.Millisecond, idempotency.Lease(300*time.Millisecond), idempotency.StoreTimeout(100*time.Millisecond))
+		go s.post(t.Context(), "k", "")
+		time.Sleep(400 * time.Millisecond)
+		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code)
+		time.Sleep(time.Second)
+		assert.EqualValues(t, 1, s.runs.Load())
+		assert.NotContains(t, s.events.list(), "lease_lost")
+	})
+}
+
+func TestLeaseUnderThreeStoreTimeoutsPanics(t *testing.T) {
+	assert.Panics(t, func() {
+		idempotency.Middleware(nil, idempotency.Lease(time.Second), idempotency.StoreTimeout(time.Second))
+	})
+	assert.Panics(t, func() { idempotency.Middleware(nil, idempotency.Lease(2*time.Nanosecond)) })
+}
+
+// TestMemoryStoreDropsAnExpiredClaimBeforeALiveRecord.
+func TestMemoryStoreDropsAnExpiredClaimBeforeALiveRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := idempotency.NewMemoryStore(2)
+		ctx := t.Context()
+		claim := idempotency.Record{Fingerprint: "fp", Token: "t"}
+		_, _ = store.Begin(ctx, "a", claim, time.Minute)
+		require.NoError(t, store.Complete(ctx, "a", claim, idempotency.Record{Fingerprint: "fp", Done: true, Status: 201}, 24*time.Hour))
+		_, _ = store.Begin(ctx, "b", claim, 10*time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // b's lease runs out
+		found, err := store.Begin(ctx, "c", claim, time.Minute)
+		require.NoError(t, err)
+		require.Nil(t, found)
+		found, err = store.Begin(ctx, "a", claim, time.Minute)
+		require.NoError(t, err)
+		require.NotNil(t, found, "a's record was kept")
+		assert.True(t, found.Done)
+	})
+}
+
+// TestClientGoneBeforeAnyWriteFreesTheKey: a handler that returns without
+// writing after its client left stores nothing.
+func TestClientGoneBeforeAnyWriteFreesTheKey(t *testing.T) {
+	runs := 0
+	h := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		<-r.Context().Done() // gives up without a word
+	}))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
+	r.Header.Set(idempotency.Header, "k")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	r = httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
+	r.Header.Set(idempotency.Header, "k")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	assert.Equal(t, 2, runs, "no empty 200 was stored: the retry ran")
+}
+
+// TestStreamingHandlers: a handler may flush (as an http.Flusher or by a
+// ResponseController) and may hijack; a flush before WriteHeader is a 200
+// as net/http makes it, and a hijacked response is not replayed (nor run
+// again).
+func TestStreamingHandlers(t *testing.T) {
+	var runs atomic.Int64
+	h := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		switch r.URL.Path {
+		case "/flusher":
+			f, ok := w.(http.Flusher)
+			if !ok {
+				http.Error(w, "no flusher", http.StatusInternalServerError)
+				return
+			}
+			_, _ = io.WriteString(w, "part")
+			f.Flush()
+		case "/flush-first":
+			_ = http.NewResponseController(w).Flush()
+			w.WriteHeader(http.StatusCreated) // too late: the 200 went out
+		case "/hijack":
+			conn, rw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			_, _ = rw.WriteString("HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok")
+			_ = rw.Flush()
+			conn.Close()
+		}
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	post := func(path string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader("{}"))
+		req.Header.Set(idempotency.Header, "k"+path)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := post("/flusher")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "part", body)
+	code, _ = post("/flush-first")
+	replayed, _ := post("/flush-first")
+	assert.Equal(t, code, replayed, "the replay has the status the client got")
+	code, _ = post("/hijack")
+	assert.Equal(t, http.StatusCreated, code)
+	require.Eventually(t, func() bool { code, _ = post("/hijack"); return code != http.StatusConflict },
+		time.Second, 5*time.Millisecond, "the first is stored as soon as its handler returns")
+	assert.Equal(t, http.StatusInternalServerError, code, "not replayable, not run again")
+	assert.EqualValues(t, 3, runs.Load(), "each path ran once")
+}
+
+// TestOuterHeadersOfTheFirstRequestAreNotStored.
+func TestOuterHeadersOfTheFirstRequestAreNotStored(t *testing.T) {
+	inner := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	cors := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o == "https://a.example" {
+			w.Header().Set("Access-Control-Allow-Origin", o)
+		}
+		inner.ServeHTTP(w, r)
+	})
+	post := func(origin string) http.Header {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+		r.Header.Set(idempotency.Header, "k")
+		r.Header.Set("Origin", origin)
+		w := httptest.NewRecorder()
+		cors.ServeHTTP(w, r)
+		return w.Header()
+	}
+	post("https://a.example")
+	h := post("https://evil.example")
+	assert.Equal(t, "true", h.Get(idempotency.ReplayedHeader))
+	assert.Empty(t, h.Get("Access-Control-Allow-Origin"), "the first request's CORS header is not replayed to another origin")
+}
+
+// lostAnswerStore's first Complete succeeds but says it timed out.
+type lostAnswerStore struct {
+	idempotency.Store
+	lost atomic.Bool
+}
+
+func (s *lostAnswerStore) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) error {
+	err := s.Store.Complete(ctx, key, claim, rec, ttl)
+	if err == nil && s.lost.CompareAndSwap(false, true) {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+func TestARetriedSaveThatHadGotThroughIsNoFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSlowServer(&lostAnswerStore{Store: idempotency.NewMemoryStore(0)}, time.Millisecond)
+		s.post(t.Context(), "k", "")
+		assert.NotContains(t, s.events.list(), "not_stored")
+		assert.Equal(t, "true", s.post(t.Context(), "k", "").Header().Get(idempotency.ReplayedHeader))
+	})
 }

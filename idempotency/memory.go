@@ -9,22 +9,23 @@ import (
 )
 
 // MemoryStore is a [Store] in this process's memory, bounded in entries.
-// It never evicts a claim still in flight: when it is full, expired
-// entries go first, then completed records, oldest first; a store full of
-// requests still running answers [ErrFull]. It is safe for concurrent use;
+// It never evicts a claim still in flight: when it is full, an expired
+// record goes first, then an expired claim, then the oldest record; a store
+// full of requests still running answers [ErrFull]. It is safe for concurrent use;
 // the zero value is not usable, call [NewMemoryStore].
 type MemoryStore struct {
 	mu        sync.Mutex
 	max       int
 	entries   map[string]*memEntry
 	completed list.List // of *memEntry, oldest completion first
+	claims    list.List // of *memEntry in flight, oldest claim first
 }
 
 type memEntry struct {
 	key     string
 	rec     Record
 	expires time.Time
-	el      *list.Element // in completed, once Done
+	el      *list.Element // in completed once Done, in claims before
 }
 
 // NewMemoryStore returns an empty store holding at most maxEntries
@@ -65,22 +66,29 @@ func (s *MemoryStore) Begin(ctx context.Context, key string, claim Record, lease
 	if len(s.entries) >= s.max && !s.makeRoom(now) {
 		return nil, ErrFull
 	}
-	s.entries[key] = &memEntry{key: key, rec: claim, expires: now.Add(lease)}
+	e := &memEntry{key: key, rec: claim, expires: now.Add(lease)}
+	e.el = s.claims.PushBack(e)
+	s.entries[key] = e
 	return nil, nil
 }
 
-// makeRoom frees one entry, if it can without dropping a live claim:
-// an expired one, else the oldest completed record.
+// makeRoom frees one entry, if it can without dropping a live claim: an
+// expired record, else an expired claim, else the oldest record.
 func (s *MemoryStore) makeRoom(now time.Time) bool {
-	if front := s.completed.Front(); front != nil {
-		s.remove(front.Value.(*memEntry)) // expired or not, the oldest record
+	front := s.completed.Front()
+	if front != nil && !now.Before(front.Value.(*memEntry).expires) {
+		s.remove(front.Value.(*memEntry)) // the oldest record, expired (all have one TTL)
 		return true
 	}
-	for _, e := range s.entries { // all claims: find one whose lease ran out
-		if !now.Before(e.expires) {
+	for el := s.claims.Front(); el != nil; el = el.Next() { // claims in flight are few
+		if e := el.Value.(*memEntry); !now.Before(e.expires) {
 			s.remove(e)
 			return true
 		}
+	}
+	if front != nil {
+		s.remove(front.Value.(*memEntry))
+		return true
 	}
 	return false
 }
@@ -113,6 +121,7 @@ func (s *MemoryStore) Complete(ctx context.Context, key string, claim, rec Recor
 	}
 	e.rec = rec
 	e.expires = time.Now().Add(ttl)
+	s.claims.Remove(e.el)
 	e.el = s.completed.PushBack(e)
 	return nil
 }
@@ -143,7 +152,9 @@ func (s *MemoryStore) held(key string, claim Record) (*memEntry, bool) {
 
 func (s *MemoryStore) remove(e *memEntry) {
 	delete(s.entries, e.key)
-	if e.el != nil {
+	if e.rec.Done {
 		s.completed.Remove(e.el)
+	} else {
+		s.claims.Remove(e.el)
 	}
 }

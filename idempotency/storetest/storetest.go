@@ -34,13 +34,25 @@ func Run(t *testing.T, newStore func(t *testing.T) idempotency.Store, opts ...Op
 	t.Run("LeaseRunsOutAndFences", func(t *testing.T) { leaseRunsOutAndFences(t, newStore(t), prefix, o.sleep) })
 	t.Run("RenewKeepsTheLease", func(t *testing.T) { renewKeepsTheLease(t, newStore(t), prefix, o.sleep) })
 	t.Run("HonoursTheContext", func(t *testing.T) { honoursTheContext(t, newStore(t), prefix) })
+	if o.capacity > 0 {
+		t.Run("FullOfClaimsInFlight", func(t *testing.T) { fullOfClaims(t, newStore(t), prefix, o.capacity) })
+	}
 }
 
 // Option changes how [Run] runs the contract.
 type Option func(*options)
 
 type options struct {
-	sleep func(time.Duration)
+	sleep    func(time.Duration)
+	capacity int
+}
+
+// Capacity says the stores hold at most n entries, and adds the capacity
+// case: a store full of claims in flight answers idempotency.ErrFull and
+// keeps them, and completed records make room before claims. Default: the
+// stores have no capacity to test (Redis, SQL).
+func Capacity(n int) Option {
+	return func(o *options) { o.capacity = n }
 }
 
 // Sleep sets how the lease cases let time pass on the store's clock.
@@ -106,6 +118,33 @@ func renewKeepsTheLease(t *testing.T, s idempotency.Store, prefix string, sleep 
 	}
 	if err := s.Complete(ctx, key, claim, idempotency.Record{Fingerprint: "fp", Done: true, Status: 200}, time.Hour); err != nil {
 		t.Errorf("Complete of the renewed claim = %v", err)
+	}
+}
+
+// fullOfClaims fills a store of capacity n with claims in flight.
+func fullOfClaims(t *testing.T, s idempotency.Store, prefix string, n int) {
+	ctx := context.Background()
+	claim := idempotency.Record{Fingerprint: "fp", Token: "holder"}
+	done := idempotency.Record{Fingerprint: "fp", Done: true, Status: 201}
+	if _, err := s.Begin(ctx, prefix+"record", claim, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, prefix+"record", claim, done, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := s.Begin(ctx, fmt.Sprint(prefix, "claim-", i), claim, time.Minute); err != nil {
+			t.Fatalf("claim %d of %d: %v (the completed record should have made room)", i+1, n, err)
+		}
+	}
+	if _, err := s.Begin(ctx, prefix+"one-more", claim, time.Minute); !errors.Is(err, idempotency.ErrFull) {
+		t.Fatalf("Begin on a store full of claims in flight = %v; want ErrFull", err)
+	}
+	for i := range n {
+		found, err := s.Begin(ctx, fmt.Sprint(prefix, "claim-", i), idempotency.Record{Fingerprint: "fp", Token: "other"}, time.Minute)
+		if err != nil || found == nil || found.Done {
+			t.Fatalf("claim %d = %+v, %v; want it kept, in flight", i, found, err)
+		}
 	}
 }
 

@@ -146,15 +146,24 @@ func (s *Store) complete(ctx context.Context, q interface {
 
 // CompleteTx records the response of the request holding c in tx, the
 // handler's own transaction, so that it commits with the request's effect
-// or not at all. After tx commits, the handler calls c.Completed(), and the
-// middleware stores nothing more; if it does not commit, the handler calls
-// c.Abandon(), so that the key is freed. The response should be the one
-// the handler then writes. It returns [idempotency.ErrNotOwner] if the key
-// no longer holds the claim (its lease ran out): the handler should then
-// roll back.
+// or not at all, and tells the middleware (c.Completed) to store nothing
+// more. If tx then does not commit, the handler calls c.Abandon(), so that
+// the key is freed. The response should be the one the handler then
+// writes. It returns [idempotency.ErrNotOwner] if the key no longer holds
+// the claim (its lease ran out): the handler should then roll back.
+//
+// The middleware renews the claim's lease while the handler runs, by
+// updating its row: tx takes that row's lock here, so a renewal waits for
+// tx to end, and tx must run at READ COMMITTED (PostgreSQL's default). At
+// REPEATABLE READ or SERIALIZABLE, a tx that began before a renewal (every
+// third of the lease) fails here with a serialization error.
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, c *idempotency.Claim, status int, header http.Header, body []byte) error {
 	rec := idempotency.Record{Fingerprint: c.Record.Fingerprint, Done: true, Status: status, Header: header, Body: body}
-	return s.complete(ctx, tx, c.Key, c.Record, rec, c.TTL)
+	if err := s.complete(ctx, tx, c.Key, c.Record, rec, c.TTL); err != nil {
+		return err
+	}
+	c.Completed()
+	return nil
 }
 
 // Release implements [idempotency.Store].

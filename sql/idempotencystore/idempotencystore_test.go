@@ -103,7 +103,7 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 			http.Error(w, "commit: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
-		claim.Completed() // the record committed with the effect: store nothing more
+		// the record committed with the effect: the middleware stores nothing more
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(resp)
 	}))
@@ -151,4 +151,19 @@ func TestStoreHonoursItsContext(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	_, err := s.Begin(ctx, "k", idempotency.Record{Token: "t"}, time.Minute)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// TestAnyScopeMakesAKeyTheDatabaseTakes: a scope of bytes that are not
+// UTF-8 (PostgreSQL's text refuses them) still works.
+func TestAnyScopeMakesAKeyTheDatabaseTakes(t *testing.T) {
+	d, table := db(t)
+	s := idempotencystore.New(d, table)
+	require.NoError(t, s.CreateTable(t.Context()))
+	h := idempotency.Middleware(s, idempotency.Scope(func(*http.Request) string { return "\xff\x00acct" }))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/orders", strings.NewReader("{}"))
+	r.Header.Set(idempotency.Header, "k")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	assert.Equal(t, http.StatusCreated, w.Code)
 }
