@@ -95,39 +95,27 @@ func (s *MemoryStore) makeRoom(now time.Time) bool {
 
 // Renew implements [Store].
 func (s *MemoryStore) Renew(ctx context.Context, key string, claim Record, lease time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.held(key, claim)
-	if !ok {
-		return ErrNotOwner
-	}
-	e.expires = time.Now().Add(lease)
-	return nil
+	return s.withHeld(ctx, key, claim, func(e *memEntry) { e.expires = time.Now().Add(lease) })
 }
 
 // Complete implements [Store].
 func (s *MemoryStore) Complete(ctx context.Context, key string, claim, rec Record, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.held(key, claim)
-	if !ok {
-		return ErrNotOwner
-	}
-	e.rec = rec
-	e.expires = time.Now().Add(ttl)
-	s.claims.Remove(e.el)
-	e.el = s.completed.PushBack(e)
-	return nil
+	return s.withHeld(ctx, key, claim, func(e *memEntry) {
+		e.rec = rec
+		e.expires = time.Now().Add(ttl)
+		s.claims.Remove(e.el)
+		e.el = s.completed.PushBack(e)
+	})
 }
 
 // Release implements [Store].
 func (s *MemoryStore) Release(ctx context.Context, key string, claim Record) error {
+	return s.withHeld(ctx, key, claim, s.remove)
+}
+
+// withHeld calls fn with key's entry under the lock, if it still holds
+// claim, and returns ErrNotOwner otherwise.
+func (s *MemoryStore) withHeld(ctx context.Context, key string, claim Record, fn func(*memEntry)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -137,7 +125,7 @@ func (s *MemoryStore) Release(ctx context.Context, key string, claim Record) err
 	if !ok {
 		return ErrNotOwner
 	}
-	s.remove(e)
+	fn(e)
 	return nil
 }
 

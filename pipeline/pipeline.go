@@ -14,6 +14,13 @@
 // opened it, so a dependency that dies is not hammered by every in-flight
 // retry loop. A call let through a half-open breaker is a probe and makes a
 // single attempt.
+//
+// One Pipeline serves every call to its dependency, whatever their result
+// types: [Do] and [DoStream] take the type from the operation. The breaker
+// stage runs the rest of the call inside the breaker's Execute, rather than
+// gobreaker's two-step Allow and done: the two-step form allocates a
+// closure per call and does not see a panic; this way a successful call
+// allocates nothing, and a panic or runtime.Goexit counts as a failure.
 package pipeline
 
 import (
