@@ -159,10 +159,7 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 		ReadyToTrip: cfg.readyToTrip,
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			b.state.Store(uint32(fromGobreaker(to)))
-			if cfg.onStateChange != nil {
-				safe.Call("breaker OnStateChange function", func() { cfg.onStateChange(name, fromGobreaker(from), fromGobreaker(to)) })
-			}
-			b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: name, From: fromGobreaker(from), To: fromGobreaker(to)})
+			b.changed(name, fromGobreaker(from), fromGobreaker(to))
 		},
 		IsSuccessful: func(err error) bool { return err == nil },
 		IsExcluded:   func(err error) bool { return err == errIgnored },
@@ -184,6 +181,18 @@ func init() {
 		}
 	}
 }
+
+// changed reports a change of state of the breaker called name.
+func (b *Breaker) changed(name string, from, to State) {
+	if fn := b.cfg.onStateChange; fn != nil {
+		safe.Call("breaker OnStateChange function", func() { fn(name, from, to) })
+	}
+	b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: name, From: from, To: to})
+}
+
+// fleetChanged reports a change of state of the fleet breaker, named
+// "NAME (fleet)".
+func (b *Breaker) fleetChanged(from, to State) { b.changed(b.Name()+" (fleet)", from, to) }
 
 // emit passes e to the listener, if any.
 func (b *Breaker) emit(e resilience.Event) {

@@ -2,7 +2,9 @@ package breaker
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,15 +39,28 @@ type SharedWatcher interface {
 
 // Sync is what a replica tells its [SharedStore].
 type Sync struct {
-	// Requests and Failures count the outcomes since the last Sync: calls
-	// that ended, and the failures among them.
+	// Batch identifies the counts below: a Sync that failed is sent again
+	// with the same Batch and counts, and a store applies a Batch once, so
+	// that counts whose answer was lost are not counted twice. Empty: no
+	// counts.
+	Batch string
+	// Requests and Failures count the outcomes of the batch: calls that
+	// ended, and the failures among them.
 	Requests, Failures uint64
 	// ProbeSuccesses and ProbeFailures count the outcomes of the probes
 	// this replica ran for the fleet's half-open Generation.
 	ProbeSuccesses, ProbeFailures uint32
-	Generation                    uint64
-	// WantProbe asks for a probe, if the fleet is half-open.
+	// Generation is the fleet's generation as this replica last saw it,
+	// and State its state then; a store that lost its state (restarted
+	// empty) takes them back from a replica that saw the fleet not closed.
+	Generation uint64
+	State      State
+	// WantProbe asks for a probe, if the fleet is half-open: a call of this
+	// replica is waiting to probe.
 	WantProbe bool
+	// ProbeRunning says a probe this replica was granted still runs: its
+	// grant is kept.
+	ProbeRunning bool
 	// Policy is the fleet breaker's configuration.
 	Policy FleetPolicy
 }
@@ -60,7 +75,8 @@ type FleetPolicy struct {
 	OpenTimeout      time.Duration
 	HalfOpenRequests uint32
 	// ProbeTimeout is how long a probe's grant lasts before another
-	// replica may have it: the probe's time budget.
+	// replica may have it, unless the replica running the probe says it
+	// still runs: the larger of OpenTimeout and three flush intervals.
 	ProbeTimeout time.Duration
 }
 
@@ -88,17 +104,18 @@ type Fleet struct {
 // the first flush that reaches it again
 // ([resilience.EventSharedStateRestored]), counts included: the outcomes of
 // the failed flushes are sent then. A shared breaker runs a goroutine:
-// call [Breaker.Close] when done with it. It panics without a
-// [FailureRate]. Default: not shared. docs/shared-breaker.md tells the
-// model.
+// call [Breaker.Close] when done with it. New panics if the breaker has
+// no [FailureRate] or a [Window] of 0. Default: not shared.
+// docs/shared-breaker.md tells the model.
 func Shared(store SharedStore) Option {
 	return optionFunc(func(c *config) { c.shared = store })
 }
 
 // FlushInterval sets how often a shared breaker sends its counts and
 // learns the fleet's state: how stale a replica's view of the fleet may
-// be. Each flush is bounded by the interval too. Default 100 ms. It panics
-// if d is not positive.
+// be. Each flush is bounded by the interval too, and so is Close's final
+// flush: keep it well above the store's round trip, or no flush gets
+// through. Default 100 ms. It panics if d is not positive.
 func FlushInterval(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("breaker: FlushInterval(%v): d must be more than 0", d))
@@ -113,12 +130,21 @@ type fleet struct {
 	policy FleetPolicy
 	every  time.Duration
 
-	requests, failures atomic.Uint64 // since the last flush
+	requests, failures atomic.Uint64 // since the batch in flight was formed
 	state              atomic.Uint32 // the fleet's State, as last synced
 	gen                atomic.Uint64
-	permits            atomic.Int64  // probes granted to this replica, not yet run
+	permits            atomic.Int64  // probes granted to this replica for gen, not yet run
+	running            atomic.Int64  // probes of this replica running
+	demand             atomic.Bool   // a call wanted to probe and had no permit
 	probeOK, probeBad  atomic.Uint32 // outcomes of probes for gen, not yet sent
 	down               atomic.Bool
+
+	// Only the flusher's goroutine uses these.
+	id      string // this replica's, for batch names
+	seq     uint64
+	pending *Sync     // the batch not yet acknowledged
+	formed  time.Time // when pending was formed
+	lastErr error     // of the last flush
 
 	kick     chan struct{}
 	stop     chan struct{}
@@ -139,11 +165,14 @@ func (b *Breaker) startFleet() {
 		every: c.flush,
 		policy: FleetPolicy{
 			Rate: c.rate, MinRequests: c.rateMin, Window: c.window, Buckets: c.buckets,
-			OpenTimeout: c.openTimeout, HalfOpenRequests: c.halfOpenRequests, ProbeTimeout: c.openTimeout,
+			OpenTimeout: c.openTimeout, HalfOpenRequests: c.halfOpenRequests,
+			// A running probe's replica renews its grant at each flush.
+			ProbeTimeout: max(c.openTimeout, 3*c.flush),
 		},
 		kick: make(chan struct{}, 1),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
+		id:   rand.Text(),
 	}
 	b.fleet = f
 	go f.run()
@@ -173,9 +202,10 @@ func (f *fleet) flushNow() {
 	}
 }
 
-// Close stops a shared breaker's flusher after a last flush of its counts,
-// and waits for it. It is a no-op for a breaker that is not shared, and
-// safe to call more than once.
+// Close stops a shared breaker's flusher after a last flush of its counts
+// (bounded by the flush interval), and waits for it. It returns the last
+// flush's error: the counts it could not send are lost. It is a no-op for
+// a breaker that is not shared, and safe to call more than once.
 func (b *Breaker) Close() error {
 	if b == nil || b.fleet == nil {
 		return nil
@@ -189,7 +219,7 @@ func (b *Breaker) Close() error {
 		close(f.stop)
 	})
 	<-f.done
-	return nil
+	return f.lastErr
 }
 
 func (f *fleet) run() {
@@ -208,66 +238,91 @@ func (f *fleet) run() {
 	}
 }
 
-// flush sends the counts since the last flush and takes the fleet's state.
-// On failure the counts are added back, to go with the next flush.
+// flush sends the batch of counts and takes the fleet's state. A batch
+// is sent again until the store acknowledges it (the store applies a batch
+// once); the counts of the calls meanwhile wait for the next one. A batch
+// older than the window is dropped: its counts are outside it.
 func (f *fleet) flush() {
-	s := Sync{
-		Requests:       f.requests.Swap(0),
-		Failures:       f.failures.Swap(0),
-		ProbeSuccesses: f.probeOK.Swap(0),
-		ProbeFailures:  f.probeBad.Swap(0),
-		Generation:     f.gen.Load(),
-		Policy:         f.policy,
+	if f.pending != nil && time.Since(f.formed) > f.policy.Window {
+		f.pending = nil
 	}
-	s.WantProbe = State(f.state.Load()) == HalfOpen && f.permits.Load() <= 0
+	if f.pending == nil {
+		f.seq++
+		f.pending = &Sync{Batch: f.id + "-" + strconv.FormatUint(f.seq, 10),
+			Requests: f.requests.Swap(0), Failures: f.failures.Swap(0)}
+		f.formed = time.Now()
+	}
+	s := *f.pending
+	s.ProbeSuccesses, s.ProbeFailures = f.probeOK.Load(), f.probeBad.Load()
+	s.Generation, s.State = f.gen.Load(), State(f.state.Load())
+	s.WantProbe = s.State == HalfOpen && f.permits.Load() <= 0 && f.demand.Load()
+	s.ProbeRunning = f.running.Load() > 0
+	s.Policy = f.policy
 	ctx, cancel := context.WithTimeout(context.Background(), f.every)
 	got, err := f.store.Sync(ctx, f.b.Name(), s)
 	cancel()
+	f.lastErr = err
 	if err != nil {
-		f.requests.Add(s.Requests)
-		f.failures.Add(s.Failures)
-		f.probeOK.Add(s.ProbeSuccesses)
-		f.probeBad.Add(s.ProbeFailures)
 		if !f.down.Swap(true) {
 			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: err})
 		}
 		return
 	}
+	f.pending = nil
+	f.probeOK.Add(-s.ProbeSuccesses) // sent; any since go with the next
+	f.probeBad.Add(-s.ProbeFailures)
 	if f.down.Swap(false) {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}
 	if old := f.gen.Swap(got.Generation); old != got.Generation {
-		f.permits.Store(0) // grants of another generation are void
+		// Grants and probe outcomes of another generation are void.
+		f.permits.Store(0)
+		f.probeOK.Store(0)
+		f.probeBad.Store(0)
 	}
 	if got.ProbeGranted {
+		f.demand.Store(false)
 		f.permits.Add(1)
 	}
 	if from := State(f.state.Swap(uint32(got.State))); from != got.State {
-		f.b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: f.b.Name() + " (fleet)", From: from, To: got.State})
+		f.b.fleetChanged(from, got.State)
 	}
 }
 
 // admit decides a call by the fleet's state: nil to go on (probe: it is a
-// fleet probe), or the rejection.
-func (f *fleet) admit() (probe bool, err error) {
+// fleet probe, for generation gen), or the rejection. A replica whose own
+// breaker is not closed does not probe for the fleet: it cannot tell the
+// fleet's dependency is back.
+func (f *fleet) admit() (probe bool, gen uint64, err error) {
 	switch State(f.state.Load()) {
 	case Open:
-		return false, f.b.reject(f.b.errOpen)
+		return false, 0, f.b.reject(f.b.errOpen)
 	case HalfOpen:
-		if f.permits.Add(-1) < 0 {
-			f.permits.Add(1)
-			return false, f.b.reject(f.b.errBusy)
+		gen = f.gen.Load()
+		if State(f.b.state.Load()) != Closed || f.permits.Add(-1) < 0 {
+			if State(f.b.state.Load()) == Closed {
+				f.permits.Add(1)
+				f.demand.Store(true)
+				f.flushNow() // ask for a grant now
+			}
+			return false, 0, f.b.reject(f.b.errBusy)
 		}
-		return true, nil
+		f.running.Add(1)
+		return true, gen, nil
 	}
-	return false, nil
+	return false, 0, nil
 }
 
-// record counts a call's outcome for the fleet.
-func (f *fleet) record(probe bool, outcome error) {
+// record counts a call's outcome for the fleet; a probe's counts for the
+// generation it was granted in, or not at all.
+func (f *fleet) record(probe bool, gen uint64, outcome error) {
+	if probe {
+		f.running.Add(-1)
+	}
+	current := gen == f.gen.Load()
 	switch outcome {
 	case errIgnored:
-		if probe {
+		if probe && current {
 			f.permits.Add(1) // not a verdict: let another call probe
 		}
 		return
@@ -275,7 +330,7 @@ func (f *fleet) record(probe bool, outcome error) {
 		f.failures.Add(1)
 	}
 	f.requests.Add(1)
-	if probe {
+	if probe && current {
 		if outcome == errFailure {
 			f.probeBad.Add(1)
 		} else {
@@ -289,17 +344,21 @@ func (f *fleet) record(probe bool, outcome error) {
 // this replica's breaker.
 func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context) error) error {
 	f := b.fleet
-	probe, err := f.admit()
+	probe, gen, err := f.admit()
 	if err != nil {
 		return err
 	}
 	outcome := errFailure // a panic or runtime.Goexit unless op returns
 	ran := false
 	defer func() {
-		if ran {
-			f.record(probe, outcome)
-		} else if probe {
-			f.permits.Add(1) // this replica's breaker rejected it
+		switch {
+		case ran:
+			f.record(probe, gen, outcome)
+		case probe:
+			f.running.Add(-1)
+			if gen == f.gen.Load() {
+				f.permits.Add(1) // this replica's breaker rejected it
+			}
 		}
 	}()
 	return b.executeOn(b.cb, ctx, func(ctx context.Context) error {

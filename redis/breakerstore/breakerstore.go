@@ -7,12 +7,15 @@
 // counts into the bucket of the server's current time (a hash per bucket,
 // expiring after the window), records the outcome of its probes, decides
 // from the window's totals whether the fleet breaker opens (a key holding
-// when it opened, with its generation) or closes, grants a probe (an
-// INCR'd counter per generation, expiring after the probe's time), and
-// returns the state. A change of state is published, so that the other
+// when it opened, with its generation) or closes, grants probes (a counter
+// per generation, at most HalfOpenRequests, expiring after the probe's time
+// unless the replica running one says it still runs), and returns the
+// state. A batch of counts is applied once, so that a replica that got no
+// answer can send it again. A change of state is published, so that the other
 // replicas flush at once instead of at their next tick (Watch). Time is the server's, so the replicas' clocks do not
-// matter. A server restarted empty is a fleet with a closed breaker and
-// no counts: sharing resumes at the next flush.
+// matter. A server restarted empty takes back the fleet's state from the
+// first replica that saw it open or half-open, as opened then; its counts
+// start afresh.
 package breakerstore
 
 import (
@@ -43,25 +46,41 @@ func New(c redis.UniversalClient, prefix string) *Store {
 	return &Store{c: c, prefix: prefix}
 }
 
-// syncScript: KEYS[1] is the breaker's key prefix. ARGV: requests,
-// failures, probe successes, probe failures, the generation they are for,
-// want a probe (0/1), rate, min requests, window ms, buckets, open timeout
-// ms, half-open requests, probe timeout ms. It returns {state, generation,
-// probe granted}: state 0 closed, 1 half-open, 2 open.
+// syncScript: KEYS[1] is the breaker's key prefix. ARGV: batch, requests,
+// failures, probe successes, probe failures, the generation and state the
+// replica last saw (0 closed, 1 half-open, 2 open), want a probe (0/1), a
+// probe running (0/1), rate, min requests, window ms, buckets, open
+// timeout ms, half-open requests, probe timeout ms. It returns {state,
+// generation, probe granted}.
 var syncScript = redis.NewScript(`
 local k = KEYS[1]
-local req, fail = tonumber(ARGV[1]), tonumber(ARGV[2])
-local pok, pbad, pgen = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local want = ARGV[6] == "1"
-local rate, minreq = tonumber(ARGV[7]), tonumber(ARGV[8])
-local window, buckets = tonumber(ARGV[9]), tonumber(ARGV[10])
-local opent, halfopen, probet = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local batch = ARGV[1]
+local req, fail = tonumber(ARGV[2]), tonumber(ARGV[3])
+local pok, pbad = tonumber(ARGV[4]), tonumber(ARGV[5])
+local pgen, pstate = ARGV[6], tonumber(ARGV[7])
+local want, running = ARGV[8] == "1", ARGV[9] == "1"
+local rate, minreq = tonumber(ARGV[10]), tonumber(ARGV[11])
+local window, buckets = tonumber(ARGV[12]), tonumber(ARGV[13])
+local opent, halfopen, probet = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+local keep = 86400000 -- an open fleet stays so until probes close it (a day at most, if nobody asks)
 
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local bucket = math.max(math.floor(window / buckets), 1)
 local b = math.floor(now / bucket)
-local gen = redis.call("GET", k .. ":gen") or "0"
+local gen = redis.call("GET", k .. ":gen")
+local opened = redis.call("GET", k .. ":open")
+
+-- Lost state (restarted empty): take back a replica's view of a fleet
+-- that was not closed, as opened now.
+if not gen then
+	gen = pgen
+	redis.call("SET", k .. ":gen", gen)
+	if pstate ~= 0 then
+		opened = tostring(now)
+		redis.call("SET", k .. ":open", opened, "PX", keep)
+	end
+end
 
 local function clear(next_gen)
 	for i = b - buckets + 1, b do redis.call("DEL", k .. ":b:" .. i) end
@@ -69,18 +88,23 @@ local function clear(next_gen)
 	redis.call("PUBLISH", k .. ":changes", next_gen)
 end
 
-local opened = redis.call("GET", k .. ":open")
+local function open()
+	opened = tostring(now)
+	gen = tostring(tonumber(gen) + 1)
+	redis.call("SET", k .. ":open", opened, "PX", keep)
+	clear(gen)
+end
+
+-- A batch is applied once: a replica sends it again if it got no answer.
+local fresh = batch == "" or redis.call("SET", k .. ":batch:" .. batch, 1, "NX", "PX", window + bucket)
 
 -- The outcomes of this replica's probes, if they are for this generation.
-if pgen == gen and opened and now >= tonumber(opened) + opent then
+if fresh and pgen == gen and opened and now >= tonumber(opened) + opent then
 	if pbad > 0 then
-		opened = tostring(now)
-		gen = tostring(tonumber(gen) + 1)
-		redis.call("SET", k .. ":open", opened, "PX", 10 * opent + probet)
-		clear(gen)
+		open()
 	elseif pok > 0 then
 		local ok = redis.call("INCRBY", k .. ":ok:" .. gen, pok)
-		redis.call("PEXPIRE", k .. ":ok:" .. gen, 10 * opent + probet)
+		redis.call("PEXPIRE", k .. ":ok:" .. gen, keep)
 		if ok >= halfopen then
 			redis.call("DEL", k .. ":open")
 			opened = false
@@ -90,8 +114,8 @@ if pgen == gen and opened and now >= tonumber(opened) + opent then
 	end
 end
 
--- Counts, only while closed: a state change starts them afresh.
-if not opened and req > 0 then
+-- Counts, only while closed: a change of state starts them afresh.
+if fresh and not opened and req > 0 then
 	redis.call("HINCRBY", k .. ":b:" .. b, "r", req)
 	redis.call("HINCRBY", k .. ":b:" .. b, "f", fail)
 	redis.call("PEXPIRE", k .. ":b:" .. b, window + bucket)
@@ -105,10 +129,7 @@ if not opened then
 		f = f + (tonumber(v[2]) or 0)
 	end
 	if r >= minreq and f >= rate * r then
-		opened = tostring(now)
-		gen = tostring(tonumber(gen) + 1)
-		redis.call("SET", k .. ":open", opened, "PX", 10 * opent + probet)
-		clear(gen)
+		open()
 	end
 end
 
@@ -118,14 +139,45 @@ end
 if now < tonumber(opened) + opent then
 	return {2, tonumber(gen), 0}
 end
+-- Half-open: grants of probes, at most halfopen a generation; they
+-- expire after the probe's time unless their replicas say they still run.
+local probes = k .. ":probes:" .. gen
+if running and pgen == gen then
+	redis.call("PEXPIRE", probes, probet)
+end
 local granted = 0
 if want then
-	local n = redis.call("INCR", k .. ":probes:" .. gen)
-	redis.call("PEXPIRE", k .. ":probes:" .. gen, probet)
-	if n <= halfopen then granted = 1 end
+	local n = redis.call("INCR", probes)
+	if n == 1 then redis.call("PEXPIRE", probes, probet) end
+	if n <= halfopen then granted = 1 else redis.call("DECR", probes) end
 end
 return {1, tonumber(gen), granted}
 `)
+
+// Sync implements breaker.SharedStore.
+func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker.Fleet, error) {
+	p := sy.Policy
+	flag := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return "0"
+	}
+	state := map[breaker.State]int{breaker.Closed: 0, breaker.HalfOpen: 1, breaker.Open: 2}[sy.State]
+	res, err := syncScript.Run(ctx, s.c, []string{s.prefix + "{" + name + "}"},
+		sy.Batch, sy.Requests, sy.Failures, sy.ProbeSuccesses, sy.ProbeFailures, sy.Generation, state,
+		flag(sy.WantProbe), flag(sy.ProbeRunning),
+		p.Rate, p.MinRequests, p.Window.Milliseconds(), p.Buckets, p.OpenTimeout.Milliseconds(),
+		p.HalfOpenRequests, p.ProbeTimeout.Milliseconds()).Int64Slice()
+	if err != nil {
+		return breaker.Fleet{}, err
+	}
+	if len(res) != 3 || res[0] < 0 || res[0] > 2 {
+		return breaker.Fleet{}, fmt.Errorf("breakerstore: the script answered %v", res)
+	}
+	states := [...]breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open}
+	return breaker.Fleet{State: states[res[0]], Generation: uint64(res[1]), ProbeGranted: res[2] == 1}, nil
+}
 
 // Watch implements breaker.SharedWatcher: it calls changed whenever the
 // fleet breaker of name changes state, by Redis pub/sub, until ctx is
@@ -133,6 +185,8 @@ return {1, tonumber(gen), granted}
 func (s *Store) Watch(ctx context.Context, name string, changed func()) error {
 	ps := s.c.Subscribe(ctx, s.prefix+"{"+name+"}:changes")
 	defer ps.Close()
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() }) // a blocked read ends with ctx
+	defer stop()
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
 		return err
 	}
@@ -148,28 +202,4 @@ func (s *Store) Watch(ctx context.Context, name string, changed func()) error {
 			changed()
 		}
 	}
-}
-
-// Sync implements breaker.SharedStore.
-func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker.Fleet, error) {
-	p := sy.Policy
-	want := "0"
-	if sy.WantProbe {
-		want = "1"
-	}
-	res, err := syncScript.Run(ctx, s.c, []string{s.prefix + "{" + name + "}"},
-		sy.Requests, sy.Failures, sy.ProbeSuccesses, sy.ProbeFailures, sy.Generation, want,
-		p.Rate, p.MinRequests, p.Window.Milliseconds(), p.Buckets, p.OpenTimeout.Milliseconds(),
-		p.HalfOpenRequests, p.ProbeTimeout.Milliseconds()).Int64Slice()
-	if err != nil {
-		return breaker.Fleet{}, err
-	}
-	if len(res) != 3 {
-		return breaker.Fleet{}, fmt.Errorf("breakerstore: the script answered %v", res)
-	}
-	states := [...]breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open}
-	if res[0] < 0 || res[0] > 2 {
-		return breaker.Fleet{}, fmt.Errorf("breakerstore: the script answered state %d", res[0])
-	}
-	return breaker.Fleet{State: states[res[0]], Generation: uint64(res[1]), ProbeGranted: res[2] == 1}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -275,4 +276,158 @@ func TestReplicasLearnAnOpeningAtOnce(t *testing.T) {
 	require.Eventually(t, func() bool { return bs[1].State() == breaker.Open && bs[2].State() == breaker.Open },
 		time.Second, 5*time.Millisecond, "the others learn it long before their next flush")
 	t.Logf("the other replicas knew after %v", time.Since(start))
+}
+
+// lostReplies applies a Sync, then says it timed out, n times.
+type lostReplies struct {
+	breaker.SharedStore
+	n atomic.Int64
+}
+
+func (l *lostReplies) Sync(ctx context.Context, name string, s breaker.Sync) (breaker.Fleet, error) {
+	f, err := l.SharedStore.Sync(ctx, name, s)
+	if err == nil && l.n.Add(-1) >= 0 {
+		return breaker.Fleet{}, context.DeadlineExceeded
+	}
+	return f, err
+}
+
+// TestCountsAreExactWhenAnswersAreLost: a flush that Redis applied but
+// whose answer was lost is sent again, and counted once.
+func TestCountsAreExactWhenAnswersAreLost(t *testing.T) {
+	srv := redistest.Start(t)
+	store := &lostReplies{SharedStore: breakerstore.New(srv.Client(), "test:")}
+	store.n.Store(5)
+	b := breaker.New(fmt.Sprint("lost-", time.Now().UnixNano()), breaker.Shared(store), breaker.FlushInterval(20*time.Millisecond),
+		breaker.ConsecutiveFailures(0), breaker.FailureRate(0.9, 100), breaker.Window(time.Minute, 6))
+	for i := range 1000 {
+		_ = b.Execute(context.Background(), func(context.Context) error {
+			if i%10 < 3 {
+				return errDown
+			}
+			return nil
+		})
+		if i%100 == 0 {
+			time.Sleep(25 * time.Millisecond) // flushes in between, some answers lost
+		}
+	}
+	require.NoError(t, b.Close())
+	assert.LessOrEqual(t, store.n.Load(), int64(0), "answers were lost")
+	r, f := fleetTotals(t, srv.Client())
+	assert.EqualValues(t, 1000, r)
+	assert.EqualValues(t, 300, f)
+}
+
+// TestBusyReplicaProbesNotAnIdleOne and the fleet stays open until a
+// probe closes it.
+func TestBusyReplicaProbesNotAnIdleOne(t *testing.T) {
+	srv := redistest.Start(t)
+	bs := replicas(t, srv, 2, breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 10), breaker.Window(10*time.Second, 10),
+		breaker.OpenTimeout(300*time.Millisecond))
+	busy, idle := bs[0], bs[1]
+	for range 20 {
+		_ = busy.Execute(context.Background(), func(context.Context) error { return errDown })
+	}
+	require.Eventually(t, func() bool { return idle.State() == breaker.Open }, time.Second, 5*time.Millisecond)
+	opened := time.Now()
+	time.Sleep(3 * time.Second) // ten open timeouts: nobody probes
+	assert.Equal(t, breaker.HalfOpen, idle.State(), "the fleet does not close without a probe")
+	var ran time.Duration
+	require.Eventually(t, func() bool {
+		err := busy.Execute(context.Background(), func(context.Context) error { return nil })
+		if err == nil {
+			ran = time.Since(opened)
+			return true
+		}
+		return false
+	}, time.Second, 5*time.Millisecond, "the busy replica gets the probe, not the idle one")
+	t.Logf("the probe ran %v after the fleet opened", ran)
+	require.Eventually(t, func() bool { return idle.State() == breaker.Closed }, time.Second, 5*time.Millisecond)
+}
+
+// TestCutOffReplicaDoesNotProbeForTheFleet: a replica whose own breaker
+// is open leaves the fleet's probe to the others, and the fleet closes at
+// its first half-open.
+func TestCutOffReplicaDoesNotProbeForTheFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	name := fmt.Sprint("cut-", time.Now().UnixNano())
+	mk := func(consecutive uint32) *breaker.Breaker {
+		b := breaker.New(name, breaker.Shared(breakerstore.New(srv.Client(), "test:")), breaker.FlushInterval(flush),
+			breaker.ConsecutiveFailures(consecutive), breaker.FailureRate(0.5, 10), breaker.Window(10*time.Second, 10),
+			breaker.OpenTimeout(300*time.Millisecond))
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	cut, good := mk(3), mk(0)
+	bs := []*breaker.Breaker{cut, good}
+	var changes []string
+	var mu sync.Mutex
+	for range 3 { // cut's own breaker opens
+		_ = cut.Execute(context.Background(), func(context.Context) error { return errDown })
+	}
+	for range 20 { // and the fleet's, on good's failures
+		_ = good.Execute(context.Background(), func(context.Context) error { return errDown })
+	}
+	require.Eventually(t, func() bool { return good.State() == breaker.Open }, time.Second, 5*time.Millisecond)
+	deadline := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for _, b := range bs {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && good.State() != breaker.Closed {
+				_ = b.Execute(context.Background(), func(context.Context) error {
+					if b == cut {
+						mu.Lock()
+						changes = append(changes, "cut probed")
+						mu.Unlock()
+						return errDown // it cannot reach the dependency
+					}
+					return nil
+				})
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, breaker.Closed, good.State(), "closed at the first half-open, by good's probe")
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("cut's calls while the fleet was half-open or after: %d", len(changes))
+}
+
+// TestCloseIsBoundedWithRedisFrozen and says what it could not send.
+func TestCloseIsBoundedWithRedisFrozen(t *testing.T) {
+	srv := redistest.Start(t)
+	b := replicas(t, srv, 1, breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 100), breaker.Window(10*time.Second, 10))[0]
+	time.Sleep(50 * time.Millisecond) // subscribed
+	_ = b.Execute(context.Background(), func(context.Context) error { return nil })
+	srv.Freeze()
+	defer srv.Thaw()
+	start := time.Now()
+	err := b.Close()
+	assert.Less(t, time.Since(start), 500*time.Millisecond)
+	assert.Error(t, err, "the last flush failed: its counts are lost, and Close says so")
+}
+
+// TestRestartedEmptyWhileOpenStaysOpen: a server restarted empty takes
+// back the open state from the replicas.
+func TestRestartedEmptyWhileOpenStaysOpen(t *testing.T) {
+	srv := redistest.Start(t)
+	var changes atomic.Int64
+	bs := replicas(t, srv, 2, breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 10), breaker.Window(10*time.Second, 10),
+		breaker.OpenTimeout(30*time.Second), breaker.OnStateChange(func(name string, from, to breaker.State) {
+			if strings.HasSuffix(name, "(fleet)") {
+				changes.Add(1)
+			}
+		}))
+	for range 20 {
+		_ = bs[0].Execute(context.Background(), func(context.Context) error { return errDown })
+	}
+	require.Eventually(t, func() bool { return bs[1].State() == breaker.Open }, time.Second, 5*time.Millisecond)
+	assert.Positive(t, changes.Load(), "OnStateChange hears the fleet")
+	srv.Kill()
+	srv.Restart()
+	time.Sleep(500 * time.Millisecond) // several flushes
+	for _, b := range bs {
+		assert.Equal(t, breaker.Open, b.State(), "still open after the restart")
+	}
 }
