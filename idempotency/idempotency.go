@@ -406,9 +406,10 @@ func Middleware(store Store, opts ...Option) func(http.Handler) http.Handler {
 }
 
 type handler struct {
-	cfg   config
-	store Store
-	next  http.Handler
+	cfg     config
+	store   Store
+	next    http.Handler
+	orphans orphans
 }
 
 func (h *handler) covers(method string) bool {
@@ -464,14 +465,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key = scopeKey(h.cfg.scope(r), key)
 	claim := &Claim{Key: key, Record: Record{Fingerprint: fingerprint(r, body), Token: rand.Text()}, TTL: h.cfg.ttl}
 
-	ctx, cancel := h.storeCtx(r) // a client that leaves does not make the store fail
-	found, err := h.store.Begin(ctx, key, claim.Record, h.cfg.lease)
-	cancel()
-	if err != nil {
-		// The claim may have landed after the call gave up: free it once
-		// the store answers again, rather than hold the key a lease.
-		go h.releaseOrphan(claim)
-	}
+	found, err := h.begin(r, claim)
 	switch {
 	case errors.Is(err, ErrFull):
 		w.Header().Set("Retry-After", "1")
@@ -585,21 +579,71 @@ func (h *handler) retry(r *http.Request, op func(ctx context.Context) error) err
 	return err
 }
 
-// releaseOrphan frees a claim that a failed Begin may have made, trying
-// for up to a lease; ErrNotOwner means there was none, or it is gone.
-func (h *handler) releaseOrphan(claim *Claim) {
-	safe.Call("idempotency store's Release", func() { // in the background: a panic must not end the process
-		deadline := time.Now().Add(h.cfg.lease)
-		for time.Now().Before(deadline) {
-			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.storeTimeout)
-			err := h.store.Release(ctx, claim.Key, claim.Record)
-			cancel()
-			if err == nil || errors.Is(err, ErrNotOwner) {
-				return
-			}
-			time.Sleep(h.cfg.storeTimeout)
+// begin claims the key of claim. A claim that an earlier Begin of this
+// middleware's may have left when its call gave up (the store took it
+// after) is freed when it is found, rather than hold its key for a lease.
+func (h *handler) begin(r *http.Request, claim *Claim) (*Record, error) {
+	for range 2 {
+		ctx, cancel := h.storeCtx(r) // a client that leaves does not make the store fail
+		found, err := h.store.Begin(ctx, claim.Key, claim.Record, h.cfg.lease)
+		cancel()
+		if err != nil {
+			h.orphans.add(claim.Key, claim.Record)
+			return nil, err
 		}
-	})
+		if found == nil || found.Done {
+			return found, nil
+		}
+		orphan, ok := h.orphans.take(claim.Key) // only when held: no lock on the common path
+		if !ok || found.Token != orphan.Token {
+			return found, nil
+		}
+		ctx, cancel = h.storeCtx(r)
+		err = h.store.Release(ctx, claim.Key, orphan)
+		cancel()
+		if err != nil && !errors.Is(err, ErrNotOwner) {
+			return found, nil // held for its lease, as it would have been
+		}
+	}
+	return nil, errors.New("idempotency: key taken again while freeing an orphan claim")
+}
+
+// orphans are claims that Begins of this middleware may have left: at most
+// maxOrphans, the oldest forgotten (their leases free them anyway). Safe
+// for concurrent use.
+type orphans struct {
+	mu     sync.Mutex
+	claims map[string]Record
+	order  []string
+}
+
+const maxOrphans = 1024
+
+func (o *orphans) add(key string, claim Record) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.claims == nil {
+		o.claims = make(map[string]Record)
+	}
+	if _, ok := o.claims[key]; !ok {
+		o.order = append(o.order, key)
+	}
+	o.claims[key] = claim
+	for len(o.order) > maxOrphans {
+		delete(o.claims, o.order[0])
+		o.order = o.order[1:]
+	}
+}
+
+func (o *orphans) take(key string) (Record, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c, ok := o.claims[key]
+	if ok {
+		delete(o.claims, key)
+		o.order = slices.DeleteFunc(o.order, func(k string) bool { return k == key })
+	}
+	return c, ok
 }
 
 // release frees claim's key, reporting a failure.
