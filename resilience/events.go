@@ -175,31 +175,6 @@ type ListenerFunc func(Event)
 // OnEvent calls f(e).
 func (f ListenerFunc) OnEvent(e Event) { f(e) }
 
-// named fills in the Name of events that lack one.
-type named struct {
-	l    Listener
-	name string
-}
-
-func (n named) OnEvent(e Event) {
-	if e.Name == "" {
-		e.Name = n.name
-	}
-	n.l.OnEvent(e)
-}
-
-func (n named) Wants(k EventKind) bool { return Wants(n.l, k) }
-
-// Named returns a Listener that fills in the Name of events that lack one
-// before passing them to l, and wants what l wants. It returns nil for a
-// nil l.
-func Named(l Listener, name string) Listener {
-	if l == nil {
-		return nil
-	}
-	return named{l: l, name: name}
-}
-
 // multi passes each event to every listener that wants it.
 type multi []Listener
 
