@@ -231,7 +231,13 @@ func (f *fleet) run() {
 		case <-t.C:
 		case <-f.kick:
 		case <-f.stop:
-			f.flush()
+			// A last flush, and a few more while counts are left behind it.
+			for range 3 {
+				f.flush()
+				if f.lastErr != nil || (f.pending == nil && f.requests.Load() == 0 && f.probeOK.Load() == 0 && f.probeBad.Load() == 0) {
+					break
+				}
+			}
 			return
 		}
 		f.flush()
@@ -247,14 +253,16 @@ func (f *fleet) flush() {
 		f.pending = nil
 	}
 	if f.pending == nil {
-		f.seq++
-		f.pending = &Sync{Batch: f.id + "-" + strconv.FormatUint(f.seq, 10),
-			Requests: f.requests.Swap(0), Failures: f.failures.Swap(0)}
+		f.pending = &Sync{Requests: f.requests.Swap(0), Failures: f.failures.Swap(0),
+			ProbeSuccesses: f.probeOK.Swap(0), ProbeFailures: f.probeBad.Swap(0), Generation: f.gen.Load()}
+		if *f.pending != (Sync{Generation: f.pending.Generation}) { // something to apply once
+			f.seq++
+			f.pending.Batch = f.id + "-" + strconv.FormatUint(f.seq, 10)
+		}
 		f.formed = time.Now()
 	}
 	s := *f.pending
-	s.ProbeSuccesses, s.ProbeFailures = f.probeOK.Load(), f.probeBad.Load()
-	s.Generation, s.State = f.gen.Load(), State(f.state.Load())
+	s.State = State(f.state.Load())
 	s.WantProbe = s.State == HalfOpen && f.permits.Load() <= 0 && f.demand.Load()
 	s.ProbeRunning = f.running.Load() > 0
 	s.Policy = f.policy
@@ -269,8 +277,6 @@ func (f *fleet) flush() {
 		return
 	}
 	f.pending = nil
-	f.probeOK.Add(-s.ProbeSuccesses) // sent; any since go with the next
-	f.probeBad.Add(-s.ProbeFailures)
 	if f.down.Swap(false) {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}

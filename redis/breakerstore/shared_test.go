@@ -431,3 +431,27 @@ func TestRestartedEmptyWhileOpenStaysOpen(t *testing.T) {
 		assert.Equal(t, breaker.Open, b.State(), "still open after the restart")
 	}
 }
+
+// TestCloseSendsWhatAFailedFlushLeftBehind: counts made after a flush
+// failed go with Close's flushes, once Redis answers again.
+func TestCloseSendsWhatAFailedFlushLeftBehind(t *testing.T) {
+	srv := redistest.Start(t)
+	store := &lostReplies{SharedStore: breakerstore.New(srv.Client(), "test:")}
+	b := breaker.New(fmt.Sprint("close-", time.Now().UnixNano()), breaker.Shared(store), breaker.FlushInterval(50*time.Millisecond),
+		breaker.ConsecutiveFailures(0), breaker.FailureRate(0.9, 100), breaker.Window(time.Minute, 6))
+	call := func(n int) {
+		for range n {
+			_ = b.Execute(context.Background(), func(context.Context) error { return nil })
+		}
+	}
+	call(10)
+	time.Sleep(120 * time.Millisecond) // flushed
+	store.n.Store(1)                   // the next flush's answer is lost
+	call(5)
+	time.Sleep(120 * time.Millisecond) // that flush, applied, unanswered, and its batch kept
+	store.n.Store(-1000)
+	call(3) // after the batch was formed
+	require.NoError(t, b.Close())
+	r, _ := fleetTotals(t, srv.Client())
+	assert.EqualValues(t, 18, r, "each count once: none lost, none twice")
+}
