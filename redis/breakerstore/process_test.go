@@ -111,8 +111,8 @@ func TestFleetOfProcesses(t *testing.T) {
 	assert.EqualValues(t, 3*16*1000, r)
 	assert.EqualValues(t, 3*16*300, f)
 
-	one := runReplicas(t, srv, "one", 1, 32, 5000)
-	three := runReplicas(t, srv, "three", 3, 32, 5000)
+	one := runReplicas(t, srv, "one", 1, 32, 2000)
+	three := runReplicas(t, srv, "three", 3, 32, 2000)
 	t.Logf("calls per second, fleet-wide: %.0f with 1 replica process, %.0f with 3 (on %d cores)", one, three, runtimeCPUs())
 	assert.Greater(t, three, 0.7*one, "three processes do not serialise on the shared state")
 }

@@ -58,7 +58,7 @@ func post(t *testing.T, url, key string) (int, string, string) {
 func TestThreeReplicasOneKeySlowHandler(t *testing.T) {
 	srv := redistest.Start(t)
 	var runs atomic.Int64
-	const lease = time.Second // renewed every 333 ms: time enough on a loaded 2-core machine
+	const lease = 2 * time.Second // renewed every 667 ms: time enough on a loaded 2-core machine running -race
 	var replicas []*httptest.Server
 	for range 3 {
 		replicas = append(replicas, replica(t, srv, &runs, 3*lease, idempotency.Lease(lease), idempotency.StoreTimeout(lease/4)))
