@@ -74,12 +74,7 @@ func New(opts ...Option) *Pipeline {
 // is not closed (a probe makes one attempt), else its policy's limit, 0 for
 // none but the time budget.
 func (p *Pipeline) MaxAttempts(opts ...CallOption) int {
-	var c call
-	for _, o := range opts {
-		if o != nil {
-			c = o.applyCall(c)
-		}
-	}
+	c := callOf(opts)
 	if p == nil || p.cfg.retry == nil || c.single || (p.cfg.breaker != nil && p.cfg.breaker.Check() != nil) {
 		return 1 // a probe of a breaker not closed makes one attempt
 	}
@@ -110,6 +105,17 @@ type singleAttempt struct{}
 
 func (singleAttempt) applyCall(c call) call {
 	c.single = true
+	return c
+}
+
+// callOf applies opts, nil ones skipped.
+func callOf(opts []CallOption) call {
+	var c call
+	for _, o := range opts {
+		if o != nil {
+			c = o.applyCall(c) // by value: a pointer would escape
+		}
+	}
 	return c
 }
 
@@ -175,12 +181,7 @@ func run[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k 
 	if p == nil {
 		p = &zero
 	}
-	var c call
-	for _, o := range opts {
-		if o != nil {
-			c = o.applyCall(c) // by value: a pointer would escape
-		}
-	}
+	c := callOf(opts)
 	if ctx.Err() != nil {
 		var zero T
 		return zero, p.outOfTime(ctx, 0, nil)
