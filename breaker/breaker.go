@@ -120,6 +120,7 @@ type Breaker struct {
 	errOpen  error
 	errBusy  error
 	fleet    *fleet // nil unless the state is shared
+	wait     waiting
 }
 
 // New returns a closed Breaker named name (the name appears in its errors
@@ -184,6 +185,7 @@ func init() {
 
 // changed reports a change of state of the breaker called name.
 func (b *Breaker) changed(name string, from, to State) {
+	b.wait.changed(to)
 	if fn := b.cfg.onStateChange; fn != nil {
 		safe.Call("breaker OnStateChange function", func() { fn(name, from, to) })
 	}
@@ -321,7 +323,7 @@ func (b *Breaker) outcome(ctx context.Context, err error) error {
 		if b.cfg.ignoreIf(err) {
 			return errIgnored
 		}
-	} else if errors.Is(ctx.Err(), context.Canceled) || resilience.Classify(err) == resilience.ClassCanceled {
+	} else if c := resilience.Classify(err); errors.Is(ctx.Err(), context.Canceled) || c == resilience.ClassCanceled || c == resilience.ClassRejected {
 		return errIgnored
 	}
 	if b.cfg.failIf != nil {

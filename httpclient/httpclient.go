@@ -49,6 +49,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/deadline"
 	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/internal/keyed"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
@@ -292,9 +293,7 @@ var defaultConfig = newConfig(nil)
 // use. The zero Transport works as NewTransport().
 type Transport struct {
 	cfg   *config
-	hosts sync.Map   // authority -> *pipeline.Pipeline, with BreakerPerHost
-	mu    sync.Mutex // guards adding to hosts
-	nhost int        // entries in hosts
+	hosts keyed.Map[string, *pipeline.Pipeline] // by authority, with BreakerPerHost
 }
 
 // NewTransport returns a Transport configured by opts.
@@ -336,34 +335,46 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	if err := a.bufferBody(retryable); err != nil {
 		return nil, err
 	}
-	var once []pipeline.CallOption
+	opts := []pipeline.CallOption{discardResponse}
 	if !retryable || !a.rewindable {
-		once = []pipeline.CallOption{pipeline.SingleAttempt()}
+		opts = append(opts, pipeline.SingleAttempt())
 	}
 	p := t.pipelineFor(req.URL)
-	a.max = p.MaxAttempts(once...)
-	resp, release, err := pipeline.DoStream(req.Context(), p, a.run, once...)
+	a.max = p.MaxAttempts(opts...)
+	resp, release, err := pipeline.DoStream(req.Context(), p, a.run, opts...)
 	if a.hasBody {
 		req.Body.Close() // a RoundTripper always closes the body; the attempts sent copies
 	}
 	if retryable && a.tooLong && err != nil && resilience.Classify(err).Retryable() {
 		err = errors.Join(err, ErrBodyNotRetried) // the body was why it was not retried
 	}
+	last := a.finish()
 	if err == nil {
+		if last != nil { // a hedge's failure, while its twin succeeded
+			last.Body.Close()
+		}
 		resp.Body = newReleaseBody(resp.Body, release, nil)
 		return resp, nil
 	}
-	if se := (*StatusError)(nil); errors.As(err, &se) && se.response == a.last && req.Context().Err() == nil {
+	if se := (*StatusError)(nil); errors.As(err, &se) && se.response == last && req.Context().Err() == nil {
 		resp = se.response // the last answer, handed back as it came
 		resp.Body = newReleaseBody(resp.Body, release, err)
 		return resp, err
 	}
-	if a.last != nil {
-		a.last.Body.Close()
+	if last != nil {
+		last.Body.Close()
 	}
 	release()
 	return nil, err
 }
+
+// discardResponse closes the response of a hedged attempt that is not
+// returned: a loser's, or one that came after its twin had won.
+var discardResponse = pipeline.Discard(func(r *http.Response) {
+	if r != nil {
+		r.Body.Close()
+	}
+})
 
 // pipelineFor returns the pipeline for a request to u: the configured
 // one, or with BreakerPerHost the one with u's authority's breaker.
@@ -372,21 +383,12 @@ func (t *Transport) pipelineFor(u *url.URL) *pipeline.Pipeline {
 	if cfg.perHost == nil {
 		return cfg.pipeline
 	}
-	auth := authority(u)
-	if p, ok := t.hosts.Load(auth); ok {
-		return p.(*pipeline.Pipeline)
-	}
-	t.mu.Lock() // a new authority: rare, and the bound must hold
-	defer t.mu.Unlock()
-	if p, ok := t.hosts.Load(auth); ok {
-		return p.(*pipeline.Pipeline)
-	}
-	if t.nhost >= cfg.maxHosts {
+	p, ok := t.hosts.Get(authority(u), cfg.maxHosts, func(auth string) *pipeline.Pipeline {
+		return cfg.pipeline.With(pipeline.WithBreaker(cfg.perHost(auth)))
+	})
+	if !ok {
 		return cfg.pipeline
 	}
-	p := cfg.pipeline.With(pipeline.WithBreaker(cfg.perHost(auth)))
-	t.hosts.Store(auth, p)
-	t.nhost++
 	return p
 }
 
@@ -413,8 +415,22 @@ type attempt struct {
 	rewindable bool
 	tooLong    bool
 	getBody    func() (io.ReadCloser, error)
-	n, max     int            // attempts made, and the most there will be
-	last       *http.Response // the last failed answer, body not yet closed
+	max        int // the most attempts there will be
+
+	mu   sync.Mutex     // hedged attempts run at once
+	n    int            // attempts made
+	last *http.Response // the last failed answer, body not yet closed
+	done bool           // the request has returned: answers that come late are closed
+}
+
+// finish marks the request as returned and takes the last failed answer.
+func (a *attempt) finish() *http.Response {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.done = true
+	last := a.last
+	a.last = nil
+	return last
 }
 
 // bufferBody makes the request's body rewindable, if it may be retried:
@@ -458,17 +474,21 @@ func onceBody(body io.ReadCloser) func() (io.ReadCloser, error) {
 }
 
 func (a *attempt) run(ctx context.Context) (*http.Response, error) {
-	if a.last != nil {
-		drain(ctx, a.last.Body)
-		a.last = nil
-	}
+	a.mu.Lock()
+	prev := a.last
+	a.last = nil
 	a.n++
+	n := a.n
+	a.mu.Unlock()
+	if prev != nil {
+		drain(ctx, prev.Body)
+	}
 	r := a.req.Clone(ctx) // headers to set: the caller's are not changed
 	if a.key != "" {
 		r.Header.Set(idempotency.Header, a.key)
 	}
 	deadline.Inject(ctx, r.Header)
-	r.Header.Set(retrysignal.AttemptHeader, retrysignal.Attempt{N: a.n, Max: a.max}.String())
+	r.Header.Set(retrysignal.AttemptHeader, retrysignal.Attempt{N: n, Max: a.max}.String())
 	if a.hasBody {
 		body, err := a.getBody()
 		if err != nil {
@@ -483,8 +503,18 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if resp.StatusCode < 400 && !a.cfg.transient[resp.StatusCode] {
 		return resp, nil
 	}
+	err = a.cfg.statusError(r, resp)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.done {
+		resp.Body.Close() // a hedge's answer, after the request returned
+		return nil, err
+	}
+	if a.last != nil {
+		a.last.Body.Close() // a twin's failed answer: this one is the last
+	}
 	a.last = resp // unread: handed back as it came if no attempt follows
-	return nil, a.cfg.statusError(r, resp)
+	return nil, err
 }
 
 // drain reads what is left of the body of an answer that is being retried,

@@ -1,9 +1,9 @@
 // Package pipeline composes a time budget, a circuit breaker and a retry
 // policy around calls to one dependency.
 //
-// The stages always run in this order, outermost first:
+// The stages always run in this order, outermost first; each is optional:
 //
-//	time budget -> breaker -> retry -> attempt timeout -> operation
+//	time budget -> breaker -> retry -> hedging -> throttle -> concurrency limit -> attempt timeout -> operation
 //
 // The budget caps the whole call, retries and delays included, and the
 // operation's context carries its deadline, so the next hop can see how
@@ -13,7 +13,20 @@
 // retry stage asks the breaker again and stops at once if another call
 // opened it, so a dependency that dies is not hammered by every in-flight
 // retry loop. A call let through a half-open breaker is a probe and makes a
-// single attempt.
+// single attempt. With [WaitWhenOpen], a call that finds the breaker open
+// waits, within its budget, for the probe that closes it rather than
+// failing, and sends nothing meanwhile.
+//
+// The stages inside the retry stage guard each attempt, retries and
+// hedges alike: hedging ([WithHedging]) sends a twin of a slow attempt;
+// the client-side throttle ([WithThrottle]) refuses attempts locally while
+// the dependency refuses work; the concurrency limit ([WithLimit]) caps the
+// attempts in flight, refusing or queueing within the budget. Their
+// refusals are of class [resilience.ClassRejected]: not retried, not held
+// against the dependency by the breaker.
+//
+// A [resilience.Tracer] ([WithTracer]) sees each call and each of its
+// attempts with their contexts, to record them as spans.
 //
 // One Pipeline serves every call to its dependency, whatever their result
 // types: [Do] and [DoStream] take the type from the operation. The breaker
@@ -31,10 +44,13 @@ import (
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/hedge"
 	"github.com/resiliencekit/resiliencekit/internal/hook"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
+	"github.com/resiliencekit/resiliencekit/limit"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/throttle"
 )
 
 // Pipeline runs calls to one dependency through its stages. It holds no
@@ -66,6 +82,8 @@ func New(opts ...Option) *Pipeline {
 	if cfg.retry != nil && cfg.listener != nil {
 		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
 	}
+	cfg.stateful = cfg.hedge != nil || cfg.tracer != nil
+	cfg.perAttempt = cfg.stateful || cfg.attemptTimeout > 0 || cfg.throttle != nil || cfg.limit != nil
 	return &Pipeline{cfg: cfg, opts: opts}
 }
 
@@ -98,7 +116,8 @@ type CallOption interface {
 }
 
 type call struct {
-	single bool
+	single  bool
+	discard any // a func(T) for results a hedged call does not return
 }
 
 type singleAttempt struct{}
@@ -119,11 +138,26 @@ func callOf(opts []CallOption) call {
 	return c
 }
 
-// SingleAttempt makes a call skip the retry stage: it makes one attempt,
-// still under the time budget, the breaker and the attempt timeout. For a
-// call that is not safe to repeat, such as a write without an idempotency
-// key.
+// SingleAttempt makes a call skip the retry and hedging stages: it makes
+// one attempt, still under the time budget, the breaker, the throttle, the
+// concurrency limit and the attempt timeout. For a call that is not safe to
+// repeat, such as a write without an idempotency key.
 func SingleAttempt() CallOption { return singleAttempt{} }
+
+type discard[T any] func(T)
+
+func (d discard[T]) applyCall(c call) call {
+	c.discard = (func(T))(d)
+	return c
+}
+
+// Discard gives a hedged call (see [WithHedging]) the way to dispose of a
+// result it does not return, such as the response of an attempt that lost
+// the race, or whose twin won: fn is called once for each, possibly on
+// another goroutine and after the call has returned. Only a result of
+// type T is passed to fn. Without it, such results are dropped as they
+// are; an [io.Closer] result is closed.
+func Discard[T any](fn func(T)) CallOption { return discard[T](fn) }
 
 // Do runs op through p's stages and returns its result. Errors keep their
 // causes for [errors.Is] and [errors.As]: a rejection matches
@@ -186,16 +220,44 @@ func run[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k 
 		var zero T
 		return zero, p.outOfTime(ctx, 0, nil)
 	}
+	if p.cfg.stateful {
+		return staged(ctx, p, op, k, c)
+	}
+	return timedCall(ctx, p, op, k, c, nil)
+}
+
+// staged runs a call with the state that the stages inside the retry
+// stage keep, and reports it to the tracer.
+func staged[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call) (res T, err error) {
+	s := &state{p: p, single: c.single}
+	if t := p.cfg.tracer; t != nil {
+		ctx, s.trace = t.StartCall(ctx, p.cfg.name)
+		returned := false
+		defer func() {
+			if !returned {
+				err = errPanicked
+			}
+			s.trace.End(err)
+		}()
+		res, err = timedCall(ctx, p, op, k, c, s)
+		returned = true
+		return res, err
+	}
+	return timedCall(ctx, p, op, k, c, s)
+}
+
+// timedCall runs a call, timed for the listener if it wants to know.
+func timedCall[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call, s *state) (T, error) {
 	if l := p.cfg.listener; l.Wants(resilience.EventCallDone) {
 		start := time.Now()
-		res, err := execute(ctx, p, op, k, c)
+		res, err := execute(ctx, p, op, k, c, s)
 		l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Duration: time.Since(start), Err: err})
 		return res, err
 	}
-	return execute(ctx, p, op, k, c)
+	return execute(ctx, p, op, k, c, s)
 }
 
-func execute[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call) (res T, err error) {
+func execute[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call, s *state) (res T, err error) {
 	if p.cfg.budget > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.budget)
@@ -207,37 +269,52 @@ func execute[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 	}
 	b := p.cfg.breaker
 	if b == nil {
-		return retry(ctx, p, nil, op, k, c)
+		return retry(ctx, p, nil, op, k, c, s)
 	}
-	err = b.Execute(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = retry(ctx, p, b, op, k, c)
-		return err
-	})
-	return res, err
+	for waited := false; ; waited = true {
+		err = b.Execute(ctx, func(ctx context.Context) error {
+			var err error
+			res, err = retry(ctx, p, b, op, k, c, s)
+			return err
+		})
+		if !p.cfg.waitOpen || !(errors.Is(err, breaker.ErrOpen) || errors.Is(err, breaker.ErrTooManyRequests)) {
+			return res, err
+		}
+		if !waited {
+			p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventWaitOpen, Err: err})
+		}
+		if b.Wait(ctx, err) != nil {
+			if ctx.Err() != nil {
+				return res, p.outOfTime(ctx, 0, err)
+			}
+			return res, err // no probe within the budget
+		}
+	}
 }
 
 // retry runs the retry stage; b, if set, guards each retry, and a call
 // admitted while b is not closed is a probe that makes one attempt.
-func retry[T any](ctx context.Context, p *Pipeline, b *breaker.Breaker, op resilience.Operation[T], k *keeper, c call) (T, error) {
-	if p.cfg.retry == nil || c.single || (b != nil && b.Check() != nil) {
-		return single(ctx, p, op, k, c)
+func retry[T any](ctx context.Context, p *Pipeline, b *breaker.Breaker, op resilience.Operation[T], k *keeper, c call, s *state) (T, error) {
+	probe := b != nil && b.Check() != nil
+	if p.cfg.retry == nil || c.single || probe {
+		return single(ctx, p, op, k, c, s, !probe)
 	}
 	var guard func() error
 	if b != nil {
 		guard = b.Check
 	}
-	if p.cfg.attemptTimeout <= 0 {
+	if !p.cfg.perAttempt {
 		return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, op)
 	}
 	return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, func(ctx context.Context) (T, error) {
-		return attempt(ctx, p, op, k)
+		return try(ctx, p, op, k, c, s, guard, true)
 	})
 }
 
 // single runs the only attempt of a call without a retry stage.
-func single[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call) (T, error) {
-	res, err := attempt(ctx, p, op, k)
+// A probe is not hedged.
+func single[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call, s *state, mayHedge bool) (T, error) {
+	res, err := try(ctx, p, op, k, c, s, nil, mayHedge)
 	p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
 	if err != nil && ctx.Err() != nil {
 		err = p.outOfTime(ctx, 1, err)
@@ -261,27 +338,6 @@ func (p *Pipeline) outOfTime(ctx context.Context, attempts int, last error) erro
 	return &retrypolicy.Error{Attempts: attempts, Reason: reason, Last: last}
 }
 
-// attempt runs op once within the attempt timeout, if any.
-func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper) (T, error) {
-	if p.cfg.attemptTimeout <= 0 {
-		return op(ctx)
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.attemptTimeout)
-	if k == nil {
-		defer cancel()
-		return op(ctx)
-	}
-	prev := k.attempt
-	k.attempt = cancel
-	if prev != nil {
-		// The attempt before this one is over once this one has ended:
-		// until then op may still read what it left, such as an error
-		// body to drain so that its connection is reused.
-		defer prev()
-	}
-	return op(ctx)
-}
-
 // Option configures a [Pipeline]. Options are not tied to a result type.
 type Option interface {
 	apply(*config)
@@ -299,6 +355,13 @@ type config struct {
 	name           string
 	listeners      []resilience.Listener // until New combines them
 	listener       *safe.Listener
+	throttle       *throttle.Throttle
+	limit          *limit.Limiter
+	hedge          *hedge.Policy
+	waitOpen       bool
+	tracer         resilience.Tracer
+	perAttempt     bool // some stage inside the retry stage is set
+	stateful       bool // a call keeps a state: for hedging or the tracer
 }
 
 // WithBreaker guards calls with b, shared by every pipeline calling the
@@ -353,4 +416,57 @@ func WithListener(l resilience.Listener) Option {
 			c.listeners = append(c.listeners, l)
 		}
 	})
+}
+
+// WithThrottle guards each attempt with t, adaptive client-side throttling
+// shared by every pipeline calling the same dependency: while the
+// dependency refuses work, attempts are refused locally with an error
+// matching [throttle.ErrThrottled], of class [resilience.ClassRejected],
+// and reported as [resilience.EventThrottled]. Default none; nil means
+// none.
+func WithThrottle(t *throttle.Throttle) Option {
+	return optionFunc(func(c *config) { c.throttle = t })
+}
+
+// WithLimit guards each attempt with l, a concurrency limit shared by
+// every pipeline calling the same dependency: an attempt beyond it is
+// refused with an error matching [limit.ErrLimited], of class
+// [resilience.ClassRejected] and reported as [resilience.EventLimited], or
+// waits for a slot within the time budget if l lets it. Default none; nil
+// means none.
+func WithLimit(l *limit.Limiter) Option {
+	return optionFunc(func(c *config) { c.limit = l })
+}
+
+// WithHedging sends a twin of an attempt still running after h's delay,
+// up to h's limit, and returns the first success, canceling the others
+// (see [Discard] for what becomes of their results). Only calls that may
+// be repeated are hedged: not a [SingleAttempt] call. The operation must
+// be safe to run concurrently with itself. Each hedge takes a retry from
+// the retry policy's quota, if any, and none is sent once the breaker has
+// opened or an attempt failed with an error that is not retried. A hedged
+// group of attempts counts as one attempt of the retry stage; each is
+// reported as [resilience.EventHedged]. Default none; nil means none.
+func WithHedging(h *hedge.Policy) Option {
+	return optionFunc(func(c *config) { c.hedge = h })
+}
+
+// WaitWhenOpen makes a call that finds the breaker open (or half-open with
+// its probes out) wait for it instead of failing at once: until the probe
+// that closes it succeeds (it is woken at once) or, with no probe out yet,
+// until the call may be the probe itself. It sends nothing meanwhile.
+// It waits only within the time budget: a call whose deadline comes
+// before the breaker's next probe fails at once, and one whose deadline
+// comes while it waits fails with an error matching both the rejection
+// and [retrypolicy.ErrOutOfTime]. The wait is reported as
+// [resilience.EventWaitOpen]. Default off: a rejected call fails at once.
+func WaitWhenOpen() Option {
+	return optionFunc(func(c *config) { c.waitOpen = true })
+}
+
+// WithTracer reports each call and each of its attempts to t, with their
+// contexts, to record them as spans. Default none, at no cost; nil means
+// none.
+func WithTracer(t resilience.Tracer) Option {
+	return optionFunc(func(c *config) { c.tracer = t })
 }

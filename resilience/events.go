@@ -51,6 +51,20 @@ const (
 	// idempotency key (Err says why): the key stays claimed until its lease
 	// runs out, then a retry runs the request again.
 	EventNotStored
+	// EventThrottled: the client-side throttle refused attempt Attempt on
+	// the caller's side, because the dependency has been refusing work
+	// (package throttle); Err says so.
+	EventThrottled
+	// EventLimited: the concurrency limit refused attempt Attempt, full
+	// (its wait, if any, ran out of time); Err says so.
+	EventLimited
+	// EventHedged: attempt Attempt was sent as a hedge, Delay after the
+	// one before it, which was still running (package hedge).
+	EventHedged
+	// EventWaitOpen: a call found the breaker open and waits, within its
+	// time budget, for it to close instead of failing (pipeline's
+	// WaitWhenOpen); Err is the rejection.
+	EventWaitOpen
 )
 
 // String returns the kind's name in snake case, such as "retry".
@@ -84,6 +98,14 @@ func (k EventKind) String() string {
 		return "lease_lost"
 	case EventNotStored:
 		return "not_stored"
+	case EventThrottled:
+		return "throttled"
+	case EventLimited:
+		return "limited"
+	case EventHedged:
+		return "hedged"
+	case EventWaitOpen:
+		return "wait_open"
 	default:
 		return "unknown"
 	}

@@ -15,6 +15,10 @@
 //     retried but counts as a breaker failure. Mark one with [Terminal].
 //   - [ClassCanceled]: the caller gave up ([context.Canceled]). It is neither
 //     retried nor counted.
+//   - [ClassRejected]: a stage on the caller's side refused the attempt
+//     before it reached the dependency, to shed load (a client-side
+//     throttle, a full concurrency limit). It is neither retried nor
+//     counted by a breaker: the dependency never saw it.
 //
 // The package also names the states of a circuit breaker ([State]), which
 // events report.
@@ -51,6 +55,9 @@ const (
 	ClassTerminal
 	// ClassCanceled is neither retried nor counted by a breaker.
 	ClassCanceled
+	// ClassRejected is an attempt refused on the caller's side to shed
+	// load; it is neither retried nor counted by a breaker.
+	ClassRejected
 )
 
 // String returns the lower-case name of c.
@@ -66,6 +73,8 @@ func (c Class) String() string {
 		return "terminal"
 	case ClassCanceled:
 		return "canceled"
+	case ClassRejected:
+		return "rejected"
 	default:
 		return "unknown"
 	}
@@ -144,6 +153,16 @@ func Permanent(err error) error {
 		return nil
 	}
 	return &classError{err: err, class: ClassPermanent}
+}
+
+// Rejected marks err as [ClassRejected]: refused on the caller's side to
+// shed load, not retried, not a breaker failure. It returns nil for a nil
+// err. The message is err's own.
+func Rejected(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classError{err: err, class: ClassRejected}
 }
 
 // Terminal marks err as [ClassTerminal]: not retried, but a breaker failure.

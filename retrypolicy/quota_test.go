@@ -21,54 +21,92 @@ func noSleep(context.Context, time.Duration) error { return nil }
 
 func TestQuotaCapsRetriesAcrossCalls(t *testing.T) {
 	tests := []struct {
-		name        string
-		ratio       float64
-		floor       float64
-		wantRetries int64
+		name  string
+		ratio float64
+		floor float64
 	}{
-		{"10% with a floor of 5/s over 10 s", 0.1, 5, 100 + 50},
-		{"10% without floor", 0.1, 0, 100},
-		{"20% with a floor of 1/s", 0.2, 1, 200 + 10},
+		{"10% with a floor of 5/s over 10 s", 0.1, 5},
+		{"10% without floor", 0.1, 0},
+		{"20% with a floor of 1/s", 0.2, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				quota := retrypolicy.NewQuota(tt.ratio, tt.floor, 10*time.Second)
-				p := retrypolicy.New(retrypolicy.WithQuota(quota), retrypolicy.WithSleep(noSleep))
-				var calls, exhausted atomic.Int64
-				var wg sync.WaitGroup
-				for range 1000 {
-					wg.Go(func() {
-						_, err := retrypolicy.Do(t.Context(), p, failing(&calls, errBlip))
-						if assert.Error(t, err) && errors.Is(err, retrypolicy.ErrQuotaExhausted) {
-							exhausted.Add(1)
-						}
-					})
+				p := retrypolicy.New(retrypolicy.WithQuota(quota), retrypolicy.WithSleep(noSleep), retrypolicy.MaxAttempts(100))
+				var attempts, exhausted atomic.Int64
+				total := int64(0)
+				// 100 failing calls at once in each 1 s bucket of the window.
+				for round := range 10 {
+					before := attempts.Load()
+					var wg sync.WaitGroup
+					for range 100 {
+						wg.Go(func() {
+							_, err := retrypolicy.Do(t.Context(), p, failing(&attempts, errBlip))
+							if assert.Error(t, err) && errors.Is(err, retrypolicy.ErrQuotaExhausted) {
+								exhausted.Add(1)
+							}
+						})
+					}
+					wg.Wait()
+					retries := attempts.Load() - before - 100
+					total += retries
+					inWindow := tt.ratio*float64(100*(round+1)) + tt.floor*10
+					assert.LessOrEqual(t, float64(retries), max(math.Floor(inWindow/10), 1), "round %d: a tenth of the allowance a bucket", round)
+					assert.Positive(t, retries, "round %d", round)
+					time.Sleep(time.Second)
 				}
-				wg.Wait()
-				retries := calls.Load() - 1000
-				assert.Equal(t, tt.wantRetries, retries, "retries stop at ratio x calls + floor")
+				assert.LessOrEqual(t, float64(total), tt.ratio*1000+tt.floor*10, "retries stay within ratio x calls + floor")
 				assert.Greater(t, exhausted.Load(), int64(500))
-				assert.Zero(t, quota.Available())
 			})
 		})
 	}
 }
 
-func TestQuotaWindowSlides(t *testing.T) {
+// TestQuotaStartsAnOutageWithNoBurst: after a quiet second of successes,
+// every call fails: no tenth of the window sees more than a tenth of the
+// allowance, however many calls want a retry.
+func TestQuotaStartsAnOutageWithNoBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		quota := retrypolicy.NewQuota(0.1, 10, time.Second)
+		p := retrypolicy.New(retrypolicy.WithQuota(quota), retrypolicy.WithSleep(noSleep), retrypolicy.MaxAttempts(8))
+		var attempts atomic.Int64
+		for range 100 { // 1000 calls a second for a second, all fine
+			for range 10 {
+				_, _ = retrypolicy.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		// Allowance: 10% of 1000 calls + 10 = 110 over the window; 11 a bucket.
+		for bucket := range 10 {
+			before := attempts.Load()
+			var wg sync.WaitGroup
+			for range 100 {
+				wg.Go(func() { _, _ = retrypolicy.Do(t.Context(), p, failing(&attempts, errBlip)) })
+			}
+			wg.Wait()
+			retries := attempts.Load() - before - 100
+			assert.LessOrEqual(t, retries, int64(11), "bucket %d", bucket)
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+}
+
+// TestQuotaFloorIsARate: with no calls to earn retries, the floor allows
+// one retry a second, every second, and never a burst.
+func TestQuotaFloorIsARate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		quota := retrypolicy.NewQuota(0, 1, 10*time.Second)
 		p := retrypolicy.New(retrypolicy.WithQuota(quota), retrypolicy.WithSleep(noSleep), retrypolicy.MaxAttempts(100))
-		var calls atomic.Int64
-		_, err := retrypolicy.Do(t.Context(), p, failing(&calls, errBlip))
-		require.ErrorIs(t, err, retrypolicy.ErrQuotaExhausted)
-		require.ErrorIs(t, err, errBlip)
-		assert.EqualValues(t, 11, calls.Load(), "the floor: 1/s over 10 s")
-
-		time.Sleep(5 * time.Second)
-		assert.Zero(t, quota.Available(), "retries stay in the window")
-		time.Sleep(5 * time.Second)
-		assert.Equal(t, 10, quota.Available(), "and leave it")
+		for second := range 30 {
+			var attempts atomic.Int64
+			_, err := retrypolicy.Do(t.Context(), p, failing(&attempts, errBlip))
+			require.ErrorIs(t, err, retrypolicy.ErrQuotaExhausted)
+			require.ErrorIs(t, err, errBlip)
+			assert.EqualValues(t, 2, attempts.Load(), "second %d: one retry", second)
+			assert.Zero(t, quota.Available(), "second %d", second)
+			time.Sleep(time.Second)
+		}
 	})
 }
 
@@ -100,14 +138,14 @@ func TestQuotaHoldsAtAnyUptime(t *testing.T) {
 				p := retrypolicy.New(retrypolicy.WithQuota(quota), retrypolicy.WithSleep(noSleep), retrypolicy.MaxAttempts(1000))
 				var calls atomic.Int64
 				_, _ = retrypolicy.Do(t.Context(), p, failing(&calls, errBlip))
-				require.EqualValues(t, 11, calls.Load())
+				require.EqualValues(t, 2, calls.Load())
 				time.Sleep(later)
 				calls.Store(0)
 				_, _ = retrypolicy.Do(t.Context(), p, failing(&calls, errBlip))
 				if later == 0 {
-					assert.EqualValues(t, 1, calls.Load(), "the floor is spent")
+					assert.EqualValues(t, 1, calls.Load(), "the bucket's retry is spent")
 				} else {
-					assert.EqualValues(t, 11, calls.Load(), "a new window: the floor again, and no more")
+					assert.EqualValues(t, 2, calls.Load(), "a new bucket: a retry again, and no more")
 				}
 			})
 		})
@@ -125,7 +163,8 @@ func TestQuotaCountsRareCalls(t *testing.T) {
 					_, _ = retrypolicy.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
 					time.Sleep(time.Second / time.Duration(perSecond))
 				}
-				want := 0.5 * 10 * float64(perSecond) // half the calls of the last 10 s
+				// Half the calls of the last 10 s, a tenth of it a bucket.
+				want := max(math.Floor(0.5*float64(perSecond)), 1)
 				assert.InDelta(t, want, quota.Available(), want/10+1)
 			})
 		})

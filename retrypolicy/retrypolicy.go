@@ -150,6 +150,9 @@ func (p *Policy) Delays() iter.Seq[time.Duration] {
 // MaxAttempts returns the configured attempt limit; 0 means unlimited.
 func (p *Policy) MaxAttempts() int { return p.config().maxAttempts }
 
+// Quota returns the policy's [Quota], nil if none.
+func (p *Policy) Quota() *Quota { return p.config().quota }
+
 // config returns p's configuration: the defaults for a nil or zero Policy
 // (a zero one has no sleep function; New always sets one).
 func (p *Policy) config() *config {

@@ -33,14 +33,14 @@ func layer(pkg string) (int, bool) {
 	switch {
 	case pkg == "resilience":
 		return 0, true
-	case pkg == "internal/hook", pkg == "internal/safe":
+	case pkg == "internal/hook", pkg == "internal/safe", pkg == "internal/window", pkg == "internal/keyed":
 		return 1, true
-	case pkg == "retrypolicy", pkg == "breaker":
+	case pkg == "retrypolicy", pkg == "breaker", pkg == "throttle", pkg == "limit", pkg == "hedge":
 		return 2, true
 	case pkg == "pipeline":
 		return 3, true
 	case top == "httpclient", top == "idempotency", top == "deadline", top == "chaos", top == "slogevents", top == "retrysignal",
-		top == "redis", top == "sql", top == "otelevents":
+		top == "redis", top == "sql", top == "otelevents", top == "grpc":
 		return 4, true
 	case top == "examples", top == "integration", top == "benchmarks", top == "internal":
 		return 5, true

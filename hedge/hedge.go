@@ -1,0 +1,136 @@
+// Package hedge decides when a slow attempt gets a twin: hedged requests,
+// as in Dean and Barroso's "The Tail at Scale" (2013).
+//
+// A call hedged by a [Policy] sends its attempt and, if no answer has come
+// after the policy's delay, sends another in parallel, up to [MaxExtra]
+// more; the first success wins and the others are canceled. The delay is
+// fixed ([Delay]) or a quantile of the latencies of recent successful
+// attempts ([Quantile], the default: the 95th percentile), so that about
+// one attempt in twenty gets a twin: a few percent more requests, for a
+// tail cut to about the delay plus a typical latency.
+//
+// In a pipeline (see pipeline.WithHedging), hedging runs inside the retry
+// stage, around each attempt: only calls that may be repeated are hedged
+// (not a [pipeline.SingleAttempt] call), each hedge draws on the retry
+// quota, and an open breaker or an answer that must not be retried stops
+// hedging.
+package hedge
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// Policy says when to hedge. One Policy serves every call to one
+// dependency, whose latencies it learns. It is safe for concurrent use;
+// observing a latency takes no lock. A nil *Policy never hedges.
+type Policy struct {
+	fixed    time.Duration
+	quantile float64
+	extra    int
+
+	seen    atomic.Uint64        // latencies observed
+	samples [window]atomic.Int64 // the last window latencies, in ns
+	delay   atomic.Int64         // the current quantile, in ns; 0: not known yet
+	busy    atomic.Bool          // a goroutine is computing delay
+}
+
+const (
+	window  = 256 // latencies kept
+	minSeen = 32  // latencies needed before a quantile is trusted
+	every   = 16  // latencies between updates of the quantile
+)
+
+// Option configures a [Policy].
+type Option func(*Policy)
+
+// New returns a Policy hedging after the 95th percentile of recent
+// latencies, with one extra attempt at most, changed by opts.
+func New(opts ...Option) *Policy {
+	p := &Policy{quantile: 0.95, extra: 1}
+	for _, o := range opts {
+		if o != nil {
+			o(p)
+		}
+	}
+	return p
+}
+
+// Delay hedges after a fixed d instead of a quantile. It panics unless d
+// is positive.
+func Delay(d time.Duration) Option {
+	if d <= 0 {
+		panic(fmt.Sprintf("hedge: Delay(%v): d must be positive", d))
+	}
+	return func(p *Policy) { p.fixed, p.quantile = d, 0 }
+}
+
+// Quantile hedges after the q-quantile of the latencies of the last 256
+// successful attempts, once 32 are known (until then, it does not hedge).
+// Default 0.95. It panics unless 0 < q < 1.
+func Quantile(q float64) Option {
+	if math.IsNaN(q) || q <= 0 || q >= 1 {
+		panic(fmt.Sprintf("hedge: Quantile(%v): q must be in (0, 1)", q))
+	}
+	return func(p *Policy) { p.fixed, p.quantile = 0, q }
+}
+
+// MaxExtra sets the most hedges a single attempt gets. Default 1. It
+// panics if n is under 1.
+func MaxExtra(n int) Option {
+	if n < 1 {
+		panic(fmt.Sprintf("hedge: MaxExtra(%d): n must be at least 1", n))
+	}
+	return func(p *Policy) { p.extra = n }
+}
+
+// After returns how long to wait for an attempt before sending a hedge,
+// and false if the policy does not hedge (yet).
+func (p *Policy) After() (time.Duration, bool) {
+	if p == nil {
+		return 0, false
+	}
+	if p.fixed > 0 {
+		return p.fixed, true
+	}
+	d := p.delay.Load()
+	return time.Duration(d), d > 0
+}
+
+// Extra returns the most hedges an attempt gets: 0 for a nil *Policy.
+func (p *Policy) Extra() int {
+	if p == nil {
+		return 0
+	}
+	return p.extra
+}
+
+// Learns reports whether the policy wants [Policy.Observe]d latencies.
+func (p *Policy) Learns() bool { return p != nil && p.fixed == 0 }
+
+// Observe records the latency of a successful attempt.
+func (p *Policy) Observe(d time.Duration) {
+	if !p.Learns() {
+		return
+	}
+	n := p.seen.Add(1)
+	p.samples[(n-1)%window].Store(int64(d))
+	if n >= minSeen && n%every == 0 && p.busy.CompareAndSwap(false, true) {
+		p.update(min(n, window))
+		p.busy.Store(false)
+	}
+}
+
+// update sets the delay to the quantile of the first n samples.
+func (p *Policy) update(n uint64) {
+	var buf [window]int64
+	s := buf[:n]
+	for i := range s {
+		s[i] = p.samples[i].Load()
+	}
+	slices.Sort(s)
+	p.delay.Store(max(s[int(p.quantile*float64(n-1))], 1))
+}

@@ -1,0 +1,67 @@
+package httpclient_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/hedge"
+	"github.com/resiliencekit/resiliencekit/httpclient"
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+)
+
+// TestHedgedRequests: a GET whose first attempt hangs gets the answer of
+// its hedge; the hung attempt is canceled, and the answers not returned
+// are closed, so every connection goes back to the pool or away.
+func TestHedgedRequests(t *testing.T) {
+	var n, canceled atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch n.Add(1) {
+		case 1:
+			select {
+			case <-r.Context().Done():
+				canceled.Add(1)
+			case <-time.After(5 * time.Second):
+			}
+			return
+		case 3, 4: // later requests: a failure, then a success, at once
+			if r.URL.Query().Get("fail") != "" {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, "busy")
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	client := &http.Client{Transport: httpclient.NewTransport(httpclient.Base(base), httpclient.WithPipeline(pipeline.New(
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(2))),
+		pipeline.WithHedging(hedge.New(hedge.Delay(50*time.Millisecond)))))),
+	}
+
+	start := time.Now()
+	resp, err := client.Get(srv.URL)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, "ok", string(body))
+	assert.Less(t, time.Since(start), 2*time.Second, "the hedge's answer, not the hung one's")
+	assert.Eventually(t, func() bool { return canceled.Load() == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the hung attempt is canceled")
+
+	resp, err = client.Get(srv.URL + "?fail=1") // 3 fails at once, no hedge: retried as 4, which fails too
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, "busy", string(body), "the last answer comes back whole")
+}

@@ -1,0 +1,170 @@
+// Package window counts events over a sliding window of time without a
+// lock: a [Ring] of atomic slots, one per bucket of time, each packing the
+// bucket it counts (mod 2^32) with its count, so that a stale slot is reset
+// and counted in one compare-and-swap. A [Clock] tells the current bucket,
+// reading the real clock only once in up to 64 events while events are
+// frequent, and at every event while they are rare.
+package window
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Buckets is the number of buckets of a window.
+const Buckets = 10
+
+const (
+	tagBits   = 32 // a slot's bucket, mod 2^32: years of buckets before it wraps
+	countBits = 64 - tagBits
+	countMask = 1<<countBits - 1
+	tagMask   = 1<<tagBits - 1
+	maxEvery  = 64 // most events between clock reads of Tick
+)
+
+// Ring counts events per bucket of time, over the last [Buckets] buckets.
+// The zero Ring is empty.
+type Ring [Buckets]atomic.Uint64
+
+// Clock tells the bucket of time a window is in. Make one with [NewClock].
+type Clock struct {
+	bucket int64 // nanoseconds of time per bucket
+	start  time.Time
+	epoch  atomic.Int64 // the latest bucket of time seen since start
+	every  atomic.Int64 // events between clock reads of Tick: 1 to maxEvery
+}
+
+// NewClock returns a Clock for a window of length w (at least one
+// nanosecond per bucket).
+func NewClock(w time.Duration) *Clock {
+	c := &Clock{bucket: max(int64(w/Buckets), 1), start: time.Now()}
+	c.every.Store(1)
+	return c
+}
+
+// Bucket returns the length of a bucket.
+func (c *Clock) Bucket() time.Duration { return time.Duration(c.bucket) }
+
+// age returns how many buckets of time slot word w is behind epoch e. A
+// slot a little ahead (another goroutine read a later clock) is of age 0;
+// one that seems far ahead is a slot so old its tag wrapped around, and
+// counts as older than the window.
+func age(w uint64, e int64) int64 {
+	d := int64(int32(uint32(uint64(e) - w>>countBits))) // signed distance, mod 2^32
+	switch {
+	case d >= 0:
+		return d
+	case d > -Buckets:
+		return 0
+	default:
+		return math.MaxInt64
+	}
+}
+
+// bump returns w counting one more in bucket e: reset if w counts an
+// older bucket.
+func bump(w uint64, e int64) uint64 {
+	if age(w, e) > 0 {
+		return uint64(e)&tagMask<<countBits | 1
+	}
+	return w + 1
+}
+
+// Add counts one in bucket e and returns the bucket's count.
+func (r *Ring) Add(e int64) uint64 {
+	slot := &r[e%Buckets]
+	for {
+		old := slot.Load()
+		if w := bump(old, e); slot.CompareAndSwap(old, w) {
+			return w & countMask
+		}
+	}
+}
+
+// AddIf counts one in bucket e if ok, given the bucket's count before it,
+// returns true; it returns false, counting nothing, when ok says no. ok is
+// asked again if another goroutine changed the bucket meanwhile, so that
+// concurrent callers never count past what ok allows.
+func (r *Ring) AddIf(e int64, ok func(before uint64) bool) bool {
+	slot := &r[e%Buckets]
+	for {
+		old := slot.Load()
+		var before uint64
+		if age(old, e) == 0 {
+			before = old & countMask
+		}
+		if !ok(before) {
+			return false
+		}
+		if slot.CompareAndSwap(old, bump(old, e)) {
+			return true
+		}
+	}
+}
+
+// At returns the count of bucket e.
+func (r *Ring) At(e int64) uint64 {
+	if w := r[e%Buckets].Load(); age(w, e) == 0 {
+		return w & countMask
+	}
+	return 0
+}
+
+// Sum returns the counts of the window ending with bucket e.
+func (r *Ring) Sum(e int64) uint64 {
+	var n uint64
+	for i := range r {
+		w := r[i].Load()
+		if age(w, e) < Buckets {
+			n += w & countMask
+		}
+	}
+	return n
+}
+
+// Epoch returns the latest bucket seen, without reading the clock.
+func (c *Clock) Epoch() int64 { return c.epoch.Load() }
+
+// Tick counts one event in r, the ring of the events that set how often
+// the clock is read, and reads the clock when it is due.
+func (c *Clock) Tick(r *Ring) {
+	if r.Add(c.epoch.Load())%uint64(c.every.Load()) == 0 {
+		c.Now(r)
+	}
+}
+
+// Now reads the clock and returns the current bucket. It also sets how
+// often Tick reads the clock from the rate of the events in r: often
+// enough that the events counted in a bucket already over (those between a
+// bucket's start and the first read in it) are at most a sixteenth of a
+// bucket's, and at every event when they are rare.
+func (c *Clock) Now(r *Ring) int64 {
+	elapsed := int64(time.Since(c.start))
+	e := elapsed / c.bucket
+	for {
+		seen := c.epoch.Load()
+		if e > seen && !c.epoch.CompareAndSwap(seen, e) {
+			continue
+		}
+		if e < seen {
+			return seen
+		}
+		// Events a bucket: the last bucket's, or this one's so far, scaled.
+		var perBucket uint64
+		if w := r[(e+Buckets-1)%Buckets].Load(); age(w, e) == 1 {
+			perBucket = w & countMask
+		}
+		if w := r[e%Buckets].Load(); age(w, e) == 0 {
+			// Enough events over enough of the bucket to scale up to it.
+			if n, into := w&countMask, elapsed%c.bucket; n >= 16 && into >= min(c.bucket/4, int64(time.Millisecond)) {
+				perBucket = max(perBucket, uint64(float64(n)*float64(c.bucket)/float64(into)))
+			}
+		}
+		if e > seen+1 {
+			perBucket = 0 // a bucket went by unseen: events are rare now
+		}
+		c.every.Store(int64(min(max(perBucket/16, 1), maxEvery)))
+		return e
+	}
+}

@@ -1,0 +1,241 @@
+// Package limit caps how many attempts are in flight to a dependency at
+// once: a fixed limit (a bulkhead, [NewFixed]) or one that adapts to the
+// dependency's health ([NewAIMD], as Netflix's concurrency-limits does).
+//
+// A [Limiter] admits an attempt while fewer than its limit are in flight.
+// When it is full, an attempt is refused at once with [ErrLimited], or,
+// with [MaxWaiting], waits in a first-come first-served queue until a slot
+// frees or its context is done, whichever comes first, so that a wait
+// never outlives the call's time budget.
+//
+// An adaptive limit starts at [Initial] and moves by additive increase,
+// multiplicative decrease (AIMD), as TCP's congestion window does: each
+// attempt that ends in a failure of the dependency (an overload, a 503, a
+// timeout: [resilience.Class] Failure) multiplies the limit by [Backoff];
+// each other attempt, while the limit is in use (at least half of it in
+// flight), adds one. So the limit settles near the concurrency the
+// dependency can serve, and falls fast when it cannot.
+//
+// In a pipeline (see pipeline.WithLimit) the limiter guards each attempt,
+// retries and hedges included, inside the retry stage. A refused attempt's
+// error is of class [resilience.ClassRejected]: not retried, not counted
+// by the breaker.
+package limit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// ErrLimited is the error of an attempt refused because the limit was
+// reached (and its wait, if any, ended first). Its class is
+// [resilience.ClassRejected].
+var ErrLimited = resilience.Rejected(errors.New("concurrency limit reached"))
+
+// Limiter caps the attempts in flight to one dependency. It is safe for
+// concurrent use; an attempt takes its short lock twice, to acquire and to
+// release, and allocates only when it has to wait. A nil *Limiter admits
+// everything.
+type Limiter struct {
+	mu       sync.Mutex
+	inFlight int
+	limit    float64
+	adaptive bool
+	min, max float64
+	backoff  float64
+	waiting  int // most attempts waiting
+	queue    []*waiter
+}
+
+type waiter struct {
+	ready   chan struct{}
+	granted bool
+}
+
+// Option configures a [Limiter].
+type Option func(*config)
+
+type config struct {
+	initial, min, max int
+	backoff           float64
+	waiting           int
+}
+
+// NewFixed returns a Limiter of n attempts in flight: a bulkhead. It panics
+// if n is under 1. Options other than [MaxWaiting] apply only to
+// [NewAIMD].
+func NewFixed(n int, opts ...Option) *Limiter {
+	if n < 1 {
+		panic(fmt.Sprintf("limit: NewFixed(%d): n must be at least 1", n))
+	}
+	c := apply(config{initial: n, min: n, max: n, backoff: 1}, opts)
+	return &Limiter{limit: float64(n), min: float64(n), max: float64(n), backoff: 1, waiting: c.waiting}
+}
+
+// NewAIMD returns an adaptive Limiter: [Initial] 20, [Min] 1, [Max] 1000,
+// [Backoff] 0.9, no waiting, changed by opts. It panics if Min > Initial or
+// Initial > Max.
+func NewAIMD(opts ...Option) *Limiter {
+	c := apply(config{initial: 20, min: 1, max: 1000, backoff: 0.9}, opts)
+	if c.min > c.initial || c.initial > c.max {
+		panic(fmt.Sprintf("limit: NewAIMD: need Min (%d) <= Initial (%d) <= Max (%d)", c.min, c.initial, c.max))
+	}
+	return &Limiter{limit: float64(c.initial), adaptive: true, min: float64(c.min), max: float64(c.max),
+		backoff: c.backoff, waiting: c.waiting}
+}
+
+func apply(c config, opts []Option) config {
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+func atLeastOne(name string, n int) {
+	if n < 1 {
+		panic(fmt.Sprintf("limit: %s(%d): must be at least 1", name, n))
+	}
+}
+
+// Initial sets the limit an adaptive Limiter starts at. Default 20. It
+// panics if n is under 1.
+func Initial(n int) Option {
+	atLeastOne("Initial", n)
+	return func(c *config) { c.initial = n }
+}
+
+// Min sets the lowest limit of an adaptive Limiter. Default 1. It panics if
+// n is under 1.
+func Min(n int) Option {
+	atLeastOne("Min", n)
+	return func(c *config) { c.min = n }
+}
+
+// Max sets the highest limit of an adaptive Limiter. Default 1000. It
+// panics if n is under 1.
+func Max(n int) Option {
+	atLeastOne("Max", n)
+	return func(c *config) { c.max = n }
+}
+
+// Backoff sets the factor by which an adaptive Limiter's limit is
+// multiplied on a failure of the dependency. Default 0.9. It panics unless
+// 0.5 <= f < 1.
+func Backoff(f float64) Option {
+	if math.IsNaN(f) || f < 0.5 || f >= 1 {
+		panic(fmt.Sprintf("limit: Backoff(%v): f must be in [0.5, 1)", f))
+	}
+	return func(c *config) { c.backoff = f }
+}
+
+// MaxWaiting lets up to n attempts wait for a slot when the limit is
+// reached, first come first served, each until its context is done. More
+// are refused at once. Default 0: none waits. It panics if n is negative.
+func MaxWaiting(n int) Option {
+	if n < 0 {
+		panic(fmt.Sprintf("limit: MaxWaiting(%d): n must be 0 or more", n))
+	}
+	return func(c *config) { c.waiting = n }
+}
+
+// Acquire takes a slot for an attempt, waiting for one if the Limiter
+// lets it, until ctx is done. It returns nil, and then the attempt must
+// call [Limiter.Release] once it ends, or an error matching [ErrLimited].
+func (l *Limiter) Acquire(ctx context.Context) error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	if l.inFlight < int(l.limit) && len(l.queue) == 0 {
+		l.inFlight++
+		l.mu.Unlock()
+		return nil
+	}
+	if len(l.queue) >= l.waiting || ctx.Err() != nil {
+		l.mu.Unlock()
+		return ErrLimited
+	}
+	w := &waiter{ready: make(chan struct{})}
+	l.queue = append(l.queue, w)
+	l.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.granted { // granted as ctx ended: give the slot on
+		l.inFlight--
+		l.grant()
+	} else {
+		for i, q := range l.queue {
+			if q == w {
+				l.queue = append(l.queue[:i], l.queue[i+1:]...)
+				break
+			}
+		}
+	}
+	return ErrLimited
+}
+
+// Release gives back the slot of an attempt that ended with err (nil on
+// success), which an adaptive Limiter learns from.
+func (l *Limiter) Release(err error) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	if l.adaptive {
+		switch c := resilience.Classify(err); {
+		case c.Failure():
+			l.limit = max(l.min, l.limit*l.backoff)
+		case c == resilience.ClassCanceled:
+		case float64(l.inFlight)*2 >= l.limit:
+			l.limit = min(l.max, l.limit+1)
+		}
+	}
+	l.inFlight--
+	l.grant()
+	l.mu.Unlock()
+}
+
+// grant hands free slots to the first waiters; l.mu is held.
+func (l *Limiter) grant() {
+	for len(l.queue) > 0 && l.inFlight < int(l.limit) {
+		w := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		w.granted = true
+		l.inFlight++
+		close(w.ready)
+	}
+}
+
+// Limit returns the current limit.
+func (l *Limiter) Limit() int {
+	if l == nil {
+		return math.MaxInt
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(l.limit)
+}
+
+// InFlight returns how many attempts hold a slot.
+func (l *Limiter) InFlight() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inFlight
+}

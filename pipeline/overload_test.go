@@ -1,0 +1,393 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/hedge"
+	"github.com/resiliencekit/resiliencekit/limit"
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/throttle"
+)
+
+var errOverloaded = errors.New("503")
+
+// tail answers in 8-12 ms, and one time in 50 in 100-150 ms: p99 over
+// 10 times p50, as in "The Tail at Scale".
+func tail(sent *atomic.Int64) resilience.Operation[int] {
+	return func(ctx context.Context) (int, error) {
+		sent.Add(1)
+		d := 8*time.Millisecond + rand.N(4*time.Millisecond)
+		if rand.N(50) == 0 {
+			d = 100*time.Millisecond + rand.N(50*time.Millisecond)
+		}
+		select {
+		case <-time.After(d):
+			return 1, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// latencies makes 2000 calls from 20 goroutines and returns their sorted
+// latencies.
+func latencies(t *testing.T, p *pipeline.Pipeline, op resilience.Operation[int]) []time.Duration {
+	var mu sync.Mutex
+	var out []time.Duration
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			for range 100 {
+				start := time.Now()
+				_, err := pipeline.Do(t.Context(), p, op)
+				assert.NoError(t, err)
+				mu.Lock()
+				out = append(out, time.Since(start))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(out)
+	return out
+}
+
+func TestHedgingCutsTheTail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var plainSent, hedgedSent atomic.Int64
+		plain := latencies(t, pipeline.New(), tail(&plainSent))
+		hedged := latencies(t, pipeline.New(pipeline.WithHedging(hedge.New(hedge.Quantile(0.95)))), tail(&hedgedSent))
+
+		p50, p99 := plain[len(plain)/2], plain[len(plain)*99/100]
+		require.GreaterOrEqual(t, p99, 10*p50, "the backend's tail: p99 %v, p50 %v", p99, p50)
+		hp99 := hedged[len(hedged)*99/100]
+		t.Logf("p50 %v, p99 %v; hedged p99 %v; requests %d, hedged %d", p50, p99, hp99, plainSent.Load(), hedgedSent.Load())
+		assert.GreaterOrEqual(t, float64(p99)/float64(hp99), 3.0, "p99 falls by 3x or more")
+		assert.LessOrEqual(t, float64(hedgedSent.Load()), 1.10*float64(plainSent.Load()), "for at most 10%% more requests")
+	})
+}
+
+func TestHedgeLosersAreCanceledAndDiscarded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var started, canceled atomic.Int64
+		var discarded sync.Map
+		op := func(ctx context.Context) (*int, error) {
+			n := int(started.Add(1))
+			d := time.Hour // the first attempt hangs
+			if n > 1 {
+				d = 5 * time.Millisecond
+			}
+			select {
+			case <-time.After(d):
+				return &n, nil
+			case <-ctx.Done():
+				canceled.Add(1)
+				return &n, ctx.Err()
+			}
+		}
+		p := pipeline.New(pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond), hedge.MaxExtra(2))))
+		start := time.Now()
+		got, err := pipeline.Do(t.Context(), p, op, pipeline.Discard(func(r *int) { discarded.Store(*r, true) }))
+		require.NoError(t, err)
+		assert.Equal(t, 2, *got, "the hedge won")
+		assert.Equal(t, 15*time.Millisecond, time.Since(start))
+		synctest.Wait()
+		assert.EqualValues(t, 2, started.Load(), "no third attempt: the second answered first")
+		assert.EqualValues(t, 1, canceled.Load(), "the loser was canceled")
+		_, ok := discarded.Load(1)
+		assert.True(t, ok, "and its result discarded")
+	})
+}
+
+func TestHedgingStops(t *testing.T) {
+	slow := func(err error) func(*atomic.Int64) resilience.Operation[int] {
+		return func(sent *atomic.Int64) resilience.Operation[int] {
+			return func(ctx context.Context) (int, error) {
+				if sent.Add(1) == 1 {
+					time.Sleep(15 * time.Millisecond)
+					return 0, err
+				}
+				<-ctx.Done()
+				return 0, ctx.Err()
+			}
+		}
+	}
+	tests := []struct {
+		name  string
+		opts  []pipeline.Option
+		call  []pipeline.CallOption
+		op    func(*atomic.Int64) resilience.Operation[int]
+		sent  int64
+		match error
+	}{
+		{"a single-attempt call is not hedged", nil, []pipeline.CallOption{pipeline.SingleAttempt()}, slow(errOverloaded), 1, errOverloaded},
+		{"an answer not to retry stops the hedges", nil, nil, slow(resilience.Terminal(errOverloaded)), 2, errOverloaded},
+		{"a spent quota sends no hedge", []pipeline.Option{pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1),
+			retrypolicy.WithQuota(retrypolicy.NewQuota(0, 0, time.Second))))}, nil, slow(resilience.Terminal(errOverloaded)), 1, errOverloaded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var sent atomic.Int64
+				p := pipeline.New(append(tt.opts, pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond))))...)
+				_, err := pipeline.Do(t.Context(), p, tt.op(&sent), tt.call...)
+				require.ErrorIs(t, err, tt.match)
+				synctest.Wait()
+				assert.Equal(t, tt.sent, sent.Load())
+			})
+		})
+	}
+}
+
+func TestOpenBreakerStopsHedging(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1))
+		var sent atomic.Int64
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New()),
+			pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond))))
+		go func() { // another call opens the breaker while ours waits
+			time.Sleep(5 * time.Millisecond)
+			_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, resilience.Terminal(errOverloaded) })
+		}()
+		_, err := pipeline.Do(t.Context(), p, func(ctx context.Context) (int, error) {
+			sent.Add(1)
+			time.Sleep(20 * time.Millisecond)
+			return 0, errOverloaded
+		})
+		require.ErrorIs(t, err, breaker.ErrOpen)
+		assert.EqualValues(t, 1, sent.Load(), "no hedge once the breaker opened")
+	})
+}
+
+func TestPanicInAHedgeReachesTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		p := pipeline.New(pipeline.WithHedging(hedge.New(hedge.Delay(time.Millisecond))))
+		op := func(ctx context.Context) (int, error) {
+			if n.Add(1) == 2 {
+				panic("boom")
+			}
+			<-ctx.Done()
+			return 0, ctx.Err()
+		}
+		assert.PanicsWithValue(t, "boom", func() { _, _ = pipeline.Do(t.Context(), p, op) })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			n.Store(10)
+			_, _ = pipeline.Do(t.Context(), p, func(ctx context.Context) (int, error) {
+				if n.Add(1) == 11 {
+					<-ctx.Done()
+					return 0, ctx.Err()
+				}
+				runtime.Goexit()
+				return 0, nil
+			})
+			t.Error("Goexit in a hedge must end the caller's goroutine too")
+		}()
+		<-done
+		synctest.Wait()
+	})
+}
+
+// TestWaitWhenOpenRidesOutAnOutage: callers that find the breaker open
+// wait for it instead of failing, send nothing but the probes meanwhile,
+// and all go on as soon as a probe succeeds.
+func TestWaitWhenOpenRidesOutAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
+		p := pipeline.New(pipeline.WithTimeBudget(5*time.Second), pipeline.WithBreaker(b), pipeline.WaitWhenOpen())
+		start := time.Now()
+		var sent, sentWhileOpen atomic.Int64
+		op := func(context.Context) (int, error) {
+			sent.Add(1)
+			if b.State() == breaker.Open {
+				sentWhileOpen.Add(1)
+			}
+			if time.Since(start) < 2500*time.Millisecond {
+				return 0, errOverloaded
+			}
+			return 1, nil
+		}
+		_, err := pipeline.Do(t.Context(), p, op) // opens the breaker
+		require.ErrorIs(t, err, errOverloaded)
+
+		var wg sync.WaitGroup
+		var done []time.Duration
+		var mu sync.Mutex
+		var failed atomic.Int64
+		for i := range 100 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 10 * time.Millisecond)
+				if _, err := pipeline.Do(t.Context(), p, op); err != nil {
+					require.ErrorIs(t, err, errOverloaded, "only a probe's own failure")
+					failed.Add(1)
+				}
+				mu.Lock()
+				done = append(done, time.Since(start))
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		assert.Zero(t, sentWhileOpen.Load(), "nothing is sent while open")
+		assert.EqualValues(t, 2, failed.Load(), "the callers that were the probes at 1 s and 2 s")
+		assert.EqualValues(t, 1+100, sent.Load(), "each call sent once: the probes, then every waiter")
+		slices.Sort(done)
+		assert.InDelta(t, 3*time.Second, done[len(done)-1], float64(time.Millisecond), "every waiter goes on as the probe closes the breaker")
+	})
+}
+
+func TestWaitWhenOpenKeepsToTheBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
+		fail := func(context.Context) (int, error) { return 0, errOverloaded }
+		_, _ = pipeline.Do(t.Context(), pipeline.New(pipeline.WithBreaker(b)), fail)
+
+		short := pipeline.New(pipeline.WithTimeBudget(500*time.Millisecond), pipeline.WithBreaker(b), pipeline.WaitWhenOpen())
+		start := time.Now()
+		_, err := pipeline.Do(t.Context(), short, fail)
+		require.ErrorIs(t, err, breaker.ErrOpen)
+		assert.Zero(t, time.Since(start), "no probe within the budget: it fails at once")
+
+		long := pipeline.New(pipeline.WithTimeBudget(1500*time.Millisecond), pipeline.WithBreaker(b), pipeline.WaitWhenOpen())
+		start = time.Now()
+		_, err = pipeline.Do(t.Context(), long, fail) // it is the probe, at 1 s, which fails
+		require.ErrorIs(t, err, errOverloaded)
+		assert.InDelta(t, time.Second, time.Since(start), float64(time.Millisecond))
+
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(100*time.Millisecond, cancel)
+		_, err = pipeline.Do(ctx, pipeline.New(pipeline.WithBreaker(b), pipeline.WaitWhenOpen()), fail)
+		require.ErrorIs(t, err, context.Canceled, "a caller that gives up mid-wait")
+		require.ErrorIs(t, err, breaker.ErrOpen)
+	})
+}
+
+// TestThrottleShedsLoadAndLetsGo: while the dependency refuses
+// everything, the throttle sends it a trickle; once it is back, the
+// throttle lets everything through again within its window.
+func TestThrottleShedsLoadAndLetsGo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := throttle.New(throttle.Window(time.Second))
+		p := pipeline.New(pipeline.WithThrottle(th), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3))))
+		var down atomic.Bool
+		down.Store(true)
+		var sent atomic.Int64
+		op := func(context.Context) (int, error) {
+			sent.Add(1)
+			if down.Load() {
+				return 0, errOverloaded
+			}
+			return 1, nil
+		}
+		// 1000 calls a second, from 10 goroutines, for 3 s down then 9 s up.
+		var okBySecond [12]atomic.Int64
+		var throttled atomic.Int64
+		start := time.Now()
+		time.AfterFunc(3*time.Second, func() { down.Store(false) })
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() {
+				for time.Since(start) < 12*time.Second {
+					_, err := pipeline.Do(t.Context(), p, op)
+					if err == nil {
+						okBySecond[time.Since(start)/time.Second].Add(1)
+					} else if errors.Is(err, throttle.ErrThrottled) {
+						assert.Equal(t, resilience.ClassRejected, resilience.Classify(err))
+						throttled.Add(1)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			})
+		}
+		time.Sleep(2 * time.Second)
+		sentSecond := sent.Load()
+		time.Sleep(time.Second)
+		sentSecond = sent.Load() - sentSecond
+		wg.Wait()
+		assert.Less(t, sentSecond, int64(100), "down: under a tenth of the 1000 calls of a second reach it")
+		assert.Positive(t, throttled.Load())
+		back := -1
+		for i := range okBySecond {
+			t.Logf("second %d: %d ok", i, okBySecond[i].Load())
+			if back < 0 && okBySecond[i].Load() > 990 {
+				back = i
+			}
+		}
+		// From a trickle of one a window, it lets in about three times as
+		// much each window (K+1): log3(1000) windows, about 6.
+		assert.True(t, back >= 4 && back <= 11, "full traffic again %d s after the dependency is back", back-3)
+		assert.Greater(t, okBySecond[11].Load(), int64(990), "and it stays")
+	})
+}
+
+func TestLimitCapsAttemptsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limit.NewFixed(5, limit.MaxWaiting(10))
+		p := pipeline.New(pipeline.WithTimeBudget(time.Second), pipeline.WithLimit(l))
+		var inFlight, most atomic.Int64
+		op := func(context.Context) (int, error) {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(300 * time.Millisecond)
+			return 1, nil
+		}
+		var ok, limited atomic.Int64
+		var wg sync.WaitGroup
+		for range 30 {
+			wg.Go(func() {
+				_, err := pipeline.Do(t.Context(), p, op)
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case errors.Is(err, limit.ErrLimited):
+					limited.Add(1)
+				default:
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		assert.EqualValues(t, 5, most.Load())
+		// 5 run at once, 10 wait: of those, 5 run at 300 ms and 5 at 600 ms; the
+		// rest are refused at once.
+		assert.EqualValues(t, 15, ok.Load())
+		assert.EqualValues(t, 15, limited.Load())
+		assert.Zero(t, l.InFlight(), "every slot is back")
+	})
+}
+
+func TestLimitSlotComesBackAfterAPanic(t *testing.T) {
+	l := limit.NewFixed(1)
+	p := pipeline.New(pipeline.WithLimit(l))
+	assert.Panics(t, func() {
+		_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { panic("boom") })
+	})
+	assert.Zero(t, l.InFlight())
+	_, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
+	assert.NoError(t, err)
+}
+
+func TestThrottleAndLimitCostNoAllocation(t *testing.T) {
+	p := pipeline.New(pipeline.WithBreaker(breaker.New("dep")), pipeline.WithRetry(retrypolicy.New()),
+		pipeline.WithThrottle(throttle.New()), pipeline.WithLimit(limit.NewAIMD()))
+	op := func(context.Context) (int, error) { return 1, nil }
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = pipeline.Do(context.Background(), p, op) }))
+}

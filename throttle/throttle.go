@@ -1,0 +1,144 @@
+// Package throttle sheds load on the caller's side when a dependency has
+// been refusing work: adaptive client-side throttling, as in Google's SRE
+// book (chapter "Handling Overload").
+//
+// A [Throttle] counts, over a sliding window, the attempts its pipeline
+// made (requests) and those the dependency accepted (accepts: it answered,
+// success or a caller's error such as a 400; not an overload, a 503 or a
+// timeout). Each new attempt is refused locally, before it is sent, with
+// probability
+//
+//	max(0, (requests - K*accepts) / (requests + 1))
+//
+// So while the dependency accepts at least one attempt in K nothing is
+// refused; when it accepts fewer, the throttle sends it only about K times
+// what it has been accepting, and the rest fail at once with [ErrThrottled]
+// at no cost to the dependency. Refused attempts count as requests, so
+// the throttle lets more through as soon as accepts come back. K is 2 by
+// default: a dependency that accepts nothing still gets a trickle of
+// attempts, so the throttle notices when it is back.
+//
+// In a pipeline (see pipeline.WithThrottle) the throttle guards each
+// attempt, retries and hedges included, inside the retry stage. A refused
+// attempt's error is of class [resilience.ClassRejected]: not retried, not
+// counted by the breaker.
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/internal/window"
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// ErrThrottled is the error of an attempt that a [Throttle] refused: the
+// dependency has been refusing too much work of late. Its class is
+// [resilience.ClassRejected].
+var ErrThrottled = resilience.Rejected(errors.New("throttled: the dependency has been refusing work"))
+
+// Throttle refuses attempts on the caller's side while a dependency
+// refuses work. One Throttle serves every call to one dependency. It is
+// safe for concurrent use and takes no lock: each attempt adds to atomic
+// counters, and the clock is read once in up to 64 attempts while they
+// are frequent. A nil *Throttle refuses nothing.
+type Throttle struct {
+	k                float64
+	clock            *window.Clock
+	requests, accept window.Ring
+}
+
+// New returns a Throttle with K 2 over a window of 10 s, changed by opts.
+func New(opts ...Option) *Throttle {
+	c := config{k: 2, window: 10 * time.Second}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return &Throttle{k: c.k, clock: window.NewClock(c.window)}
+}
+
+// Option configures a [Throttle].
+type Option func(*config)
+
+type config struct {
+	k      float64
+	window time.Duration
+}
+
+// K sets how many times the accepts the throttle lets through: requests
+// are refused only while they number more than k times the accepts. Lower
+// is more aggressive. Default 2. It panics unless k is a finite number of
+// at least 1.
+func K(k float64) Option {
+	if math.IsNaN(k) || math.IsInf(k, 0) || k < 1 {
+		panic(fmt.Sprintf("throttle: K(%v): k must be a finite number >= 1", k))
+	}
+	return func(c *config) { c.k = k }
+}
+
+// Window sets the sliding window over which requests and accepts are
+// counted, in 10 buckets: shorter reacts faster, to both an overload and
+// its end. Default 10 s. It panics if d is under 10 ms.
+func Window(d time.Duration) Option {
+	if d < 10*time.Millisecond {
+		panic(fmt.Sprintf("throttle: Window(%v): d must be at least 10ms", d))
+	}
+	return func(c *config) { c.window = d }
+}
+
+// Admit decides whether an attempt may be sent: nil, or [ErrThrottled]
+// after counting it as a request that was not accepted. An admitted
+// attempt must be reported with [Throttle.Done]. A nil *Throttle admits
+// every attempt.
+func (t *Throttle) Admit() error {
+	if t == nil {
+		return nil
+	}
+	if p := t.RejectProbability(); p > 0 && rand.Float64() < p {
+		t.clock.Tick(&t.requests)
+		return ErrThrottled
+	}
+	return nil
+}
+
+// Done reports the end of an admitted attempt with its error: accepted by
+// the dependency unless the error is a failure of it ([resilience.Class]
+// Failure: an overload, a 503, a timeout). An attempt the caller canceled
+// is not counted at all.
+func (t *Throttle) Done(err error) {
+	if t == nil {
+		return
+	}
+	c := resilience.Classify(err)
+	switch {
+	case c == resilience.ClassCanceled || c == resilience.ClassRejected:
+		return
+	case !c.Failure():
+		t.accept.Add(t.clock.Epoch())
+	}
+	t.clock.Tick(&t.requests)
+}
+
+// RejectProbability returns the probability that the throttle refuses an
+// attempt now: max(0, (requests - K*accepts) / (requests + 1)) over its
+// window. It is 0 for a nil *Throttle.
+func (t *Throttle) RejectProbability() float64 {
+	if t == nil {
+		return 0
+	}
+	p := t.probability(t.clock.Epoch())
+	if p > 0 { // rare while all is well: worth an exact reading of the clock
+		p = t.probability(t.clock.Now(&t.requests))
+	}
+	return p
+}
+
+func (t *Throttle) probability(e int64) float64 {
+	req := float64(t.requests.Sum(e))
+	return max(0, (req-t.k*float64(t.accept.Sum(e)))/(req+1))
+}
