@@ -291,7 +291,11 @@ func (b *Breaker) executeOn(cb *gobreaker.CircuitBreaker[struct{}], ctx context.
 		}()
 		opErr = op(ctx)
 		returned = true
-		return struct{}{}, b.outcome(ctx, opErr)
+		out := b.outcome(ctx, opErr)
+		if out == errIgnored && State(b.state.Load()) == HalfOpen {
+			defer b.wait.wake() // its probe slot comes free with no change of state
+		}
+		return struct{}{}, out
 	})
 	return b.result(err, opErr)
 }

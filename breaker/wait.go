@@ -20,6 +20,12 @@ func (w *waiting) changed(to State) {
 	if to == Open {
 		w.openedAt.Store(time.Now().UnixNano())
 	}
+	w.wake()
+}
+
+// wake wakes every Wait in progress without a change of state: a probe
+// slot came free.
+func (w *waiting) wake() {
 	if ch := w.changes.Swap(nil); ch != nil {
 		close(*ch)
 	}
@@ -70,7 +76,10 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 		if errors.Is(rejection, ErrOpen) {
 			return nil // it was open and may take a probe now
 		}
-		// Its probes are out: wait for their outcome.
+		// Its probes are out: wait for their outcome, or a slot that
+		// comes free without one (a probe canceled); look again every
+		// FlushInterval all the same, for a fleet's grant.
+		wake = b.cfg.flush
 	case Open:
 		next := b.NextProbe()
 		if b.fleet != nil && State(b.fleet.state.Load()) == Open {

@@ -153,7 +153,7 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 		return nil
 	}
 	l.mu.Lock()
-	if l.inFlight < int(l.limit) && len(l.queue) == 0 {
+	if float64(l.inFlight) < l.limit && len(l.queue) == 0 {
 		l.inFlight++
 		l.mu.Unlock()
 		return nil
@@ -210,7 +210,7 @@ func (l *Limiter) Release(err error) {
 
 // grant hands free slots to the first waiters; l.mu is held.
 func (l *Limiter) grant() {
-	for len(l.queue) > 0 && l.inFlight < int(l.limit) {
+	for len(l.queue) > 0 && float64(l.inFlight) < l.limit {
 		w := l.queue[0]
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
@@ -227,7 +227,7 @@ func (l *Limiter) Limit() int {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return int(l.limit)
+	return int(min(l.limit, math.MaxInt/2))
 }
 
 // InFlight returns how many attempts hold a slot.

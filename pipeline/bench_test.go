@@ -7,8 +7,10 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/limit"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/throttle"
 )
 
 // The baseline: a bare gobreaker around the same call. Compare
@@ -36,4 +38,45 @@ func BenchmarkPipelineSuccess(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkPipelineOverloadStages adds the throttle and an adaptive
+// concurrency limit to BenchmarkPipelineSuccess's stages; run both with
+// -cpu 1,16 to see the limit's lock under contention.
+func BenchmarkPipelineOverloadStages(b *testing.B) {
+	p := pipeline.New(
+		pipeline.WithBreaker(breaker.New("bench")),
+		pipeline.WithRetry(retrypolicy.New()),
+		pipeline.WithThrottle(throttle.New()),
+		pipeline.WithLimit(limit.NewAIMD(limit.Initial(1000))),
+	)
+	ctx := context.Background()
+	op := func(context.Context) (int, error) { return 1, nil }
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := pipeline.Do(ctx, p, op); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkPipelineParallel is BenchmarkPipelineSuccess from many
+// goroutines, the baseline of BenchmarkPipelineOverloadStages.
+func BenchmarkPipelineParallel(b *testing.B) {
+	p := pipeline.New(
+		pipeline.WithBreaker(breaker.New("bench")),
+		pipeline.WithRetry(retrypolicy.New()),
+	)
+	ctx := context.Background()
+	op := func(context.Context) (int, error) { return 1, nil }
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := pipeline.Do(ctx, p, op); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -23,7 +23,7 @@ func Example_overload() {
 			retrypolicy.WithQuota(retrypolicy.NewQuota(0.1, 10, 10*time.Second)), // hedges draw on it too
 		)),
 		pipeline.WithHedging(hedge.New(hedge.Quantile(0.95))), // a twin for the slowest 5%
-		pipeline.WithThrottle(throttle.New()),                  // K = 2 over 10 s
+		pipeline.WithThrottle(throttle.New()),                 // K = 2 over 10 s
 		pipeline.WithLimit(limit.NewAIMD(limit.MaxWaiting(100))),
 	)
 

@@ -154,9 +154,9 @@ func (d discard[T]) applyCall(c call) call {
 // Discard gives a hedged call (see [WithHedging]) the way to dispose of a
 // result it does not return, such as the response of an attempt that lost
 // the race, or whose twin won: fn is called once for each, possibly on
-// another goroutine and after the call has returned. Only a result of
-// type T is passed to fn. Without it, such results are dropped as they
-// are; an [io.Closer] result is closed.
+// another goroutine and after the call has returned, with whatever the
+// attempt returned (T's zero value included). Only a call of type T uses
+// fn. Without it, such results are dropped as they are.
 func Discard[T any](fn func(T)) CallOption { return discard[T](fn) }
 
 // Do runs op through p's stages and returns its result. Errors keep their
@@ -295,13 +295,13 @@ func execute[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 // retry runs the retry stage; b, if set, guards each retry, and a call
 // admitted while b is not closed is a probe that makes one attempt.
 func retry[T any](ctx context.Context, p *Pipeline, b *breaker.Breaker, op resilience.Operation[T], k *keeper, c call, s *state) (T, error) {
-	probe := b != nil && b.Check() != nil
-	if p.cfg.retry == nil || c.single || probe {
-		return single(ctx, p, op, k, c, s, !probe)
-	}
 	var guard func() error
 	if b != nil {
 		guard = b.Check
+	}
+	probe := b != nil && b.Check() != nil
+	if p.cfg.retry == nil || c.single || probe {
+		return single(ctx, p, op, k, c, s, guard, !probe)
 	}
 	if !p.cfg.perAttempt {
 		return retrypolicy.DoGuarded(ctx, p.cfg.retry, guard, op)
@@ -313,8 +313,8 @@ func retry[T any](ctx context.Context, p *Pipeline, b *breaker.Breaker, op resil
 
 // single runs the only attempt of a call without a retry stage.
 // A probe is not hedged.
-func single[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call, s *state, mayHedge bool) (T, error) {
-	res, err := try(ctx, p, op, k, c, s, nil, mayHedge)
+func single[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call, s *state, guard func() error, mayHedge bool) (T, error) {
+	res, err := try(ctx, p, op, k, c, s, guard, mayHedge)
 	p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
 	if err != nil && ctx.Err() != nil {
 		err = p.outOfTime(ctx, 1, err)

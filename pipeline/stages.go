@@ -94,8 +94,11 @@ func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 	returned := false
 	defer func() {
 		outcome := err
-		if !returned {
+		switch {
+		case !returned:
 			outcome = errPanicked
+		case err != nil && errors.Is(ctx.Err(), context.Canceled):
+			outcome = context.Canceled // abandoned, as a hedge that lost: not the dependency's failure
 		}
 		p.cfg.limit.Release(outcome)
 		p.cfg.throttle.Done(outcome)
@@ -203,6 +206,13 @@ func hedged[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T],
 					runtime.Goexit()
 				}
 				panic(r.panicked)
+			}
+			if resilience.Classify(r.err) == resilience.ClassRejected && running > 0 {
+				// Refused on our side (throttle, limit): no more hedges, but
+				// the attempts out may still answer.
+				sent = extra + 1
+				dispose(r)
+				continue
 			}
 			if have {
 				dispose(last)

@@ -100,7 +100,7 @@ func (t *Throttle) Admit() error {
 		return nil
 	}
 	if p := t.RejectProbability(); p > 0 && rand.Float64() < p {
-		t.clock.Tick(&t.requests)
+		t.requests.Add(t.clock.Epoch()) // the clock was just read
 		return ErrThrottled
 	}
 	return nil
@@ -120,8 +120,10 @@ func (t *Throttle) Done(err error) {
 		return
 	case !c.Failure():
 		t.accept.Add(t.clock.Epoch())
+		t.clock.Tick(&t.requests)
+	default: // rare while all is well, and what moves the probability: on time
+		t.requests.Add(t.clock.Now(&t.requests))
 	}
-	t.clock.Tick(&t.requests)
 }
 
 // RejectProbability returns the probability that the throttle refuses an
