@@ -126,7 +126,7 @@ func TestCIRunsTheREADMEsTestCommand(t *testing.T) {
 	if cmd == "" {
 		t.Fatal("the README has no test command")
 	}
-	for _, m := range []string{"./redis/...", "./sql/...", "./otelevents/...", "./integration/...", "./benchmarks/..."} {
+	for _, m := range []string{"./redis/...", "./sql/...", "./otelevents/...", "./integration/...", "./benchmarks/...", "./grpc/...", "./examples/grpc/..."} {
 		if !strings.Contains(cmd, m) {
 			t.Errorf("the README's test command %q leaves out the module %s", cmd, m)
 		}

@@ -1,0 +1,433 @@
+package grpcclient
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// Stream is a grpc.StreamClientInterceptor that runs each stream through
+// the pipeline, retrying it while it is uncommitted (see the package
+// documentation). It returns once the first attempt's stream is open, or
+// with an [*Error] when the call failed before any was. The stream it
+// returns keeps grpc-go's rules: one goroutine may send while another
+// receives, and the caller must read it to its end or cancel its
+// context. Its Context commits it, as grpc-go's does.
+func (ic *Interceptor) Stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	ctx, once := ic.prepare(ctx, method, opts)
+	s := &stream{
+		cfg:      ic.config(),
+		desc:     desc,
+		cc:       cc,
+		method:   method,
+		streamer: streamer,
+		opts:     opts,
+		replay:   len(once) == 0,
+		changed:  make(chan struct{}),
+	}
+	go s.run(ctx, ic.pipelineFor(cc.Target(), method), once)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.cur == nil && s.final == nil {
+		s.waitLocked()
+	}
+	if s.panicked != nil {
+		panic(s.panicked)
+	}
+	if s.cur == nil {
+		return nil, s.final
+	}
+	return s, nil
+}
+
+// stream is a client stream made of the attempts of one call. The
+// pipeline's call runs on a goroutine of its own, in run: each of its
+// attempts opens a stream, replays what the caller sent, hands it to the
+// caller and then waits on its Header for the decision: headers came, so
+// the stream is committed and the call succeeded; or the stream ended
+// without them, and its status is the attempt's outcome. The caller's
+// SendMsg, RecvMsg and the rest work on the current attempt and, when it
+// fails uncommitted, wait for the next one or the call's end.
+type stream struct {
+	cfg      *config
+	desc     *grpc.StreamDesc
+	cc       *grpc.ClientConn
+	method   string
+	streamer grpc.Streamer
+	opts     []grpc.CallOption
+	replay   bool // the call may make more than one attempt
+
+	mu        sync.Mutex
+	changed   chan struct{} // closed and replaced on each change of what follows
+	n         int           // attempts opened
+	cur       *attempt      // the attempt the caller works on; nil before the first is ready
+	last      *attempt      // the last attempt opened
+	committed bool          // cur is the call's stream for good
+	final     error         // the call's error, when it failed before committing
+	sent      []any         // copies of the messages sent, while not committed
+	size      int           // their size
+	closeSent bool          // the caller closed the sending side
+	ended     bool          // the caller saw the end of the stream
+	release   func()        // of the pipeline's call, once it returned
+	panicked  any           // what the pipeline's call panicked with
+}
+
+// attempt is one stream of the call.
+type attempt struct {
+	cs       grpc.ClientStream
+	finished chan struct{} // closed once err is the stream's outcome
+	once     sync.Once
+	err      error // the stream's status error, nil for OK
+	failed   bool  // the call is done with this attempt: it failed
+	sending  int   // SendMsg calls in flight on it
+	sendErr  error // an error of the caller's own, from SendMsg
+}
+
+// finish records the outcome of the attempt's stream, once; grpc-go calls
+// it through grpc.OnFinish, and RecvMsg when it sees the end first.
+func (a *attempt) finish(err error) {
+	a.once.Do(func() {
+		if err == io.EOF {
+			err = nil
+		}
+		a.err = err
+		close(a.finished)
+	})
+}
+
+// broadcastLocked wakes whoever waits for a change.
+func (s *stream) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// waitLocked waits for the next change, unlocking meanwhile.
+func (s *stream) waitLocked() {
+	ch := s.changed
+	s.mu.Unlock()
+	<-ch
+	s.mu.Lock()
+}
+
+// run makes the pipeline's call. A panic in it is handed to the
+// caller's goroutines, which panic with it when they next wait on the
+// stream.
+func (s *stream) run(ctx context.Context, p *pipeline.Pipeline, once []pipeline.CallOption) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		r := recover()
+		if r == nil {
+			r = "grpcclient: runtime.Goexit in a stream's attempt"
+		}
+		s.mu.Lock()
+		s.panicked = r
+		s.final = callError(errors.New("grpcclient: a stream's attempt panicked"))
+		s.broadcastLocked()
+		s.mu.Unlock()
+	}()
+	_, release, err := pipeline.DoStream(ctx, p, s.open, once...)
+	returned = true
+	s.mu.Lock()
+	s.release = release
+	if err != nil {
+		s.final = callError(err)
+		s.ended = true // nothing left to read
+	} else {
+		s.committed = true
+	}
+	ended := s.ended
+	s.broadcastLocked()
+	s.mu.Unlock()
+	if ended {
+		release()
+	}
+}
+
+// open is the pipeline's operation: one attempt, from opening its stream
+// to the decision.
+func (s *stream) open(ctx context.Context) (struct{}, error) {
+	s.mu.Lock()
+	s.n++
+	n := s.n
+	s.mu.Unlock()
+	if n > 1 {
+		ctx = withPreviousAttempts(ctx, n-1)
+	}
+	a := &attempt{finished: make(chan struct{})}
+	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.OnFinish(a.finish))
+	cs, err := s.streamer(ctx, s.desc, s.cc, s.method, opts...)
+	if err != nil {
+		return struct{}{}, s.cfg.classify(err, nil)
+	}
+	a.cs = cs
+	s.mu.Lock()
+	s.last = a
+	s.mu.Unlock()
+	s.replayTo(a)
+	if md, _ := cs.Header(); md != nil {
+		s.commit(a) // the response has begun
+		return struct{}{}, nil
+	}
+	<-a.finished // the stream ended without headers: its status decides
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for a.sending > 0 { // a SendMsg of the caller's may have caused it
+		s.waitLocked()
+	}
+	switch {
+	case s.committed: // by the caller meanwhile
+		s.cur = a
+		return struct{}{}, nil
+	case a.sendErr != nil: // the caller's own error, such as a message too large
+		a.failed = true
+		s.broadcastLocked()
+		return struct{}{}, resilience.Permanent(a.sendErr)
+	case a.err == nil: // OK without headers or messages: done, successfully
+		s.commitLocked(a)
+		return struct{}{}, nil
+	}
+	a.failed = true
+	s.broadcastLocked()
+	return struct{}{}, s.cfg.classify(a.err, cs.Trailer())
+}
+
+// replayTo sends a the messages sent so far, and the close of the
+// sending side if the caller closed it, then makes it the caller's. A
+// send that fails stops it: the stream's status tells why.
+func (s *stream) replayTo(a *attempt) {
+	for i := 0; ; i++ {
+		s.mu.Lock()
+		if i == len(s.sent) {
+			closeSent := s.closeSent
+			s.cur = a
+			s.broadcastLocked()
+			s.mu.Unlock()
+			if closeSent {
+				_ = a.cs.CloseSend()
+			}
+			return
+		}
+		m := s.sent[i]
+		s.mu.Unlock()
+		if err := a.cs.SendMsg(m); err != nil {
+			return
+		}
+	}
+}
+
+// commit makes a the call's stream for good.
+func (s *stream) commit(a *attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.commitLocked(a)
+}
+
+func (s *stream) commitLocked(a *attempt) {
+	s.committed = true
+	s.cur = a
+	s.sent, s.size = nil, 0
+	s.broadcastLocked()
+}
+
+// current returns the attempt for the caller to work on: the committed
+// one, or the current one while it has not failed; or the call's error.
+func (s *stream) current() (*attempt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.currentLocked()
+}
+
+func (s *stream) currentLocked() (*attempt, error) {
+	for {
+		switch a := s.cur; {
+		case s.panicked != nil:
+			panic(s.panicked)
+		case s.final != nil:
+			return nil, s.final
+		case a != nil && (s.committed || !a.failed):
+			return a, nil
+		}
+		s.waitLocked()
+	}
+}
+
+// end releases the call once the caller has seen the end of its stream.
+func (s *stream) end() {
+	s.mu.Lock()
+	s.ended = true
+	release := s.release
+	s.mu.Unlock()
+	if release != nil {
+		release()
+	}
+}
+
+// SendMsg sends m on the current attempt, keeping a copy to replay while
+// the stream is uncommitted. When the attempt has failed uncommitted it
+// returns nil (the next attempt replays m) or, when the call has failed,
+// io.EOF, the call's status coming from RecvMsg.
+func (s *stream) SendMsg(m any) error {
+	a, committed, err := s.startSend(m)
+	if err != nil {
+		return io.EOF
+	}
+	err = a.cs.SendMsg(m)
+	s.mu.Lock()
+	a.sending--
+	if err != nil && err != io.EOF && !committed {
+		a.sendErr = err
+	}
+	s.broadcastLocked()
+	s.mu.Unlock()
+	switch {
+	case err == nil || committed:
+		if err != nil && err != io.EOF {
+			s.end()
+		}
+		return err
+	case err != io.EOF: // the caller's own error: the call ends with it
+		return err
+	}
+	return nil // the stream broke: retried, m replayed, or the call's error comes from RecvMsg
+}
+
+// startSend returns the attempt to send m on, and whether the stream is
+// committed, keeping a copy of m if it is not.
+func (s *stream) startSend(m any) (a *attempt, committed bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, err = s.currentLocked()
+	if err != nil {
+		return nil, false, err
+	}
+	if !s.committed && s.replay {
+		s.keepLocked(m)
+	}
+	a.sending++
+	return a, s.committed, nil
+}
+
+// keepLocked keeps a copy of m for a replay, or commits the stream when it
+// cannot: m is not a proto message, or the buffer would hold more than
+// MaxReplayBuffer bytes.
+func (s *stream) keepLocked(m any) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		s.commitLocked(s.cur)
+		return
+	}
+	size := proto.Size(pm)
+	if s.size+size > s.cfg.maxReplay {
+		s.commitLocked(s.cur)
+		return
+	}
+	s.size += size
+	s.sent = append(s.sent, proto.Clone(pm))
+}
+
+// RecvMsg receives a message from the current attempt. An error of an
+// uncommitted attempt waits for the call's decision: a retry, received
+// from; the stream committed after all, the error returned as it is; or
+// the call's error.
+func (s *stream) RecvMsg(m any) error {
+	for {
+		a, err := s.current()
+		if err != nil {
+			return err
+		}
+		rerr := a.cs.RecvMsg(m)
+		if rerr == nil {
+			return nil
+		}
+		a.finish(rerr)
+		s.mu.Lock()
+		for !a.failed && !s.committed && s.final == nil {
+			s.waitLocked()
+		}
+		committed := s.committed && s.cur == a
+		s.mu.Unlock()
+		if committed {
+			s.end()
+			return rerr
+		}
+	}
+}
+
+// Header returns the response's header once the stream is committed,
+// waiting through retries; nil when the call failed, whose error comes
+// from RecvMsg, as grpc-go does.
+func (s *stream) Header() (metadata.MD, error) {
+	s.mu.Lock()
+	for !s.committed && s.final == nil {
+		s.waitLocked()
+	}
+	a := s.cur
+	s.mu.Unlock()
+	if !s.committedTo(a) {
+		return nil, nil
+	}
+	return a.cs.Header()
+}
+
+func (s *stream) committedTo(a *attempt) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.committed && a != nil && s.cur == a
+}
+
+// Trailer returns the trailer of the call's last attempt.
+func (s *stream) Trailer() metadata.MD {
+	s.mu.Lock()
+	a := s.cur
+	if s.final != nil {
+		a = s.last
+	}
+	s.mu.Unlock()
+	if a == nil || a.cs == nil {
+		return nil
+	}
+	return a.cs.Trailer()
+}
+
+// CloseSend closes the sending side of the current attempt, and of every
+// later one.
+func (s *stream) CloseSend() error {
+	s.mu.Lock()
+	s.closeSent = true
+	a := s.cur
+	ok := a != nil && (s.committed || !a.failed)
+	s.mu.Unlock()
+	if ok {
+		return a.cs.CloseSend()
+	}
+	return nil
+}
+
+// Context commits the stream, as grpc-go's does, and returns its
+// context.
+func (s *stream) Context() context.Context {
+	a, err := s.current()
+	if err != nil {
+		s.mu.Lock()
+		a = s.last
+		s.mu.Unlock()
+		return a.cs.Context()
+	}
+	s.mu.Lock()
+	if !s.committed {
+		s.commitLocked(a)
+	}
+	s.mu.Unlock()
+	return a.cs.Context()
+}

@@ -1,0 +1,200 @@
+package grpcidempotency_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/resiliencekit/resiliencekit/grpc/grpcclient"
+	"github.com/resiliencekit/resiliencekit/grpc/grpcidempotency"
+	"github.com/resiliencekit/resiliencekit/grpc/grpctest"
+	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// setup starts a test server deduplicating by a memory store, and a plain
+// client of it.
+func setup(t *testing.T, opts ...idempotency.Option) (*grpctest.Server, *grpctest.Client) {
+	t.Helper()
+	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil, opts...)))
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	cc, err := grpctest.Dial(srv.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { cc.Close() })
+	return srv, grpctest.NewClient(cc)
+}
+
+func withKey(ctx context.Context, key string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, grpcidempotency.MetadataKey, key)
+}
+
+func TestRepeatIsReplayedWithoutRunningTheHandler(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault grpctest.Fault
+		code  codes.Code
+		runs  int
+	}{
+		{name: "a response", runs: 1},
+		{name: "an error is stored too", fault: grpctest.Fault{Code: codes.NotFound, Message: "no such order"}, code: codes.NotFound, runs: 1},
+		{name: "UNAVAILABLE frees the key", fault: grpctest.Fault{Code: codes.Unavailable}, code: codes.Unavailable, runs: 2},
+		{name: "RESOURCE_EXHAUSTED frees the key", fault: grpctest.Fault{Code: codes.ResourceExhausted}, code: codes.ResourceExhausted, runs: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, client := setup(t)
+			srv.SetFault(grpctest.Create, tc.fault)
+			ctx := withKey(t.Context(), "order-1")
+			var header metadata.MD
+			for i := range 2 {
+				got, err := client.Create(ctx, "x", grpc.Header(&header))
+				assert.Equal(t, tc.code, status.Code(err))
+				if tc.code == codes.OK {
+					assert.Equal(t, "created:x", got)
+				} else {
+					assert.Equal(t, status.Convert(err).Message(), func() string {
+						if tc.fault.Message != "" {
+							return tc.fault.Message
+						}
+						return "injected fault"
+					}())
+				}
+				if i == 1 && tc.runs == 1 {
+					assert.Equal(t, []string{"true"}, header.Get(grpcidempotency.ReplayedKey))
+				}
+			}
+			assert.Equal(t, tc.runs, srv.Count(grpctest.Create))
+		})
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	t.Run("another request under the same key", func(t *testing.T) {
+		srv, client := setup(t)
+		ctx := withKey(t.Context(), "k")
+		_, err := client.Create(ctx, "x")
+		require.NoError(t, err)
+		_, err = client.Create(ctx, "y")
+		assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+		assert.Equal(t, 1, srv.Count(grpctest.Create))
+	})
+	t.Run("a repeat while the first runs", func(t *testing.T) {
+		srv, client := setup(t)
+		srv.SetFault(grpctest.Create, grpctest.Fault{Delay: 300 * time.Millisecond, Calls: 1})
+		ctx := withKey(t.Context(), "k")
+		done := make(chan error)
+		go func() { _, err := client.Create(ctx, "x"); done <- err }()
+		require.Eventually(t, func() bool { return srv.Count(grpctest.Create) == 1 }, time.Second, time.Millisecond)
+		_, err := client.Create(ctx, "x")
+		assert.Equal(t, codes.Aborted, status.Code(err))
+		require.NoError(t, <-done)
+	})
+	t.Run("a malformed key", func(t *testing.T) {
+		_, client := setup(t)
+		_, err := client.Create(withKey(t.Context(), "a key with spaces"), "x")
+		assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	})
+	t.Run("Required", func(t *testing.T) {
+		srv, client := setup(t, idempotency.Required())
+		_, err := client.Create(t.Context(), "x")
+		assert.Equal(t, codes.InvalidArgument, status.Code(err))
+		assert.Zero(t, srv.Count(grpctest.Create))
+	})
+	t.Run("without a key: passes through", func(t *testing.T) {
+		srv, client := setup(t)
+		for range 2 {
+			_, err := client.Create(t.Context(), "x")
+			require.NoError(t, err)
+		}
+		assert.Equal(t, 2, srv.Count(grpctest.Create))
+	})
+	t.Run("keys are scoped per caller", func(t *testing.T) {
+		srv, client := setup(t)
+		for _, who := range []string{"alice", "bob"} {
+			ctx := metadata.AppendToOutgoingContext(withKey(t.Context(), "k"), "authorization", who)
+			_, err := client.Create(ctx, "x")
+			require.NoError(t, err)
+		}
+		assert.Equal(t, 2, srv.Count(grpctest.Create))
+	})
+}
+
+// dropFirstAnswer loses the answer of the first call that succeeds, as a
+// connection that breaks after the server answered.
+func dropFirstAnswer() grpc.UnaryClientInterceptor {
+	var once sync.Once
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		dropped := false
+		if err == nil {
+			once.Do(func() { dropped = true })
+		}
+		if dropped {
+			return status.Error(codes.Unavailable, "connection reset after the answer")
+		}
+		return err
+	}
+}
+
+func TestALostAnswerIsRetriedAndRunsOnce(t *testing.T) {
+	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil)))
+	require.NoError(t, err)
+	defer srv.Close()
+	ic := grpcclient.New(grpcclient.WithPipeline(pipeline.New(pipeline.WithRetry(
+		retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(time.Millisecond))))))
+	cc, err := grpctest.Dial(srv.Addr, grpc.WithChainUnaryInterceptor(ic.Unary, dropFirstAnswer()), grpc.WithDisableRetry())
+	require.NoError(t, err)
+	defer cc.Close()
+	client := grpctest.NewClient(cc)
+
+	got, err := client.Create(t.Context(), "order", grpcclient.IdempotencyKey("order-7"))
+	require.NoError(t, err)
+	assert.Equal(t, "created:order", got)
+	assert.Equal(t, 1, srv.Count(grpctest.Create), "the handler ran once; the retry got the stored answer")
+
+	_, err = client.Create(t.Context(), "order")
+	require.NoError(t, err)
+	assert.Equal(t, 2, srv.Count(grpctest.Create), "without a key: not retried, not deduplicated")
+}
+
+func TestAPanickingHandlerFreesTheKey(t *testing.T) {
+	intercept := grpcidempotency.UnaryServerInterceptor(nil)
+	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(grpcidempotency.MetadataKey, "k"))
+	info := &grpc.UnaryServerInfo{FullMethod: grpctest.Create}
+	assert.PanicsWithValue(t, "handler bug", func() {
+		_, _ = intercept(ctx, wrapperspb.String("x"), info, func(context.Context, any) (any, error) { panic("handler bug") })
+	})
+	runs := 0
+	for range 2 {
+		resp, err := intercept(ctx, wrapperspb.String("x"), info, func(ctx context.Context, req any) (any, error) {
+			runs++
+			return wrapperspb.String("ok"), nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, "ok", resp.(*wrapperspb.StringValue).GetValue())
+	}
+	assert.Equal(t, 1, runs, "run again after the panic, then replayed")
+}
+
+func TestHTTPStatus(t *testing.T) {
+	for code, want := range map[codes.Code]int{
+		codes.OK: 200, codes.InvalidArgument: 400, codes.NotFound: 404, codes.Aborted: 409,
+		codes.ResourceExhausted: 429, codes.Canceled: 499, codes.Internal: 500, codes.Unimplemented: 501,
+		codes.Unavailable: 503, codes.DeadlineExceeded: 504, codes.DataLoss: 500, codes.Unauthenticated: 401,
+	} {
+		assert.Equal(t, want, grpcidempotency.HTTPStatus(code), code.String())
+	}
+}

@@ -1,0 +1,171 @@
+// Package grpcsignal is package retrysignal for gRPC: it stops retries
+// multiplying through a chain of services by carrying, from hop to hop,
+// which attempt a call is and whether its caller should retry, in gRPC's
+// own metadata (gRFC A6).
+//
+// Outbound, every retry says how many attempts came before it in the
+// [PreviousAttemptsKey] header (grpc-previous-rpc-attempts), which
+// package grpcclient sends; the first attempt sends none. Inbound,
+// [PreviousAttempts] reads it.
+//
+// Back, a server asks its client not to retry with a
+// [PushbackKey] trailer (grpc-retry-pushback-ms) of -1: by gRFC A6 a
+// negative or malformed pushback means "do not retry", which grpc-go's own
+// retry policy honours as much as package grpcclient does. A service whose
+// own outbound call failed after its resilient client had done what it
+// could (retries, a quota, a breaker, its time budget) answers with
+// [Error], which keeps the failure's meaning in the status code
+// (UNAVAILABLE stays UNAVAILABLE) and adds the trailer; the interceptors
+// [UnaryServerInterceptor] and [StreamServerInterceptor] do it for every
+// such error a handler returns. A resilient client that gets the signal
+// treats the answer as terminal for this call: not retried, still a
+// breaker failure.
+//
+// A positive pushback is a hint of how long to wait before the next
+// attempt, honoured up to the retry policy's longest delay.
+package grpcsignal
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+)
+
+// PreviousAttemptsKey is the request header (gRFC A6) that says how many
+// attempts of the same call came before this one: "1" on the first retry.
+// The first attempt sends none.
+const PreviousAttemptsKey = "grpc-previous-rpc-attempts"
+
+// PushbackKey is the trailer (gRFC A6) by which a server says how long
+// its client should wait before retrying, in milliseconds, or with a
+// negative value that it should not retry.
+const PushbackKey = "grpc-retry-pushback-ms"
+
+// PreviousAttempts returns how many attempts of the call came before the
+// one whose incoming context ctx is, by its [PreviousAttemptsKey] header:
+// 0 for a first attempt or a missing, repeated or malformed header.
+func PreviousAttempts(ctx context.Context) int {
+	vs := metadata.ValueFromIncomingContext(ctx, PreviousAttemptsKey)
+	if len(vs) != 1 {
+		return 0
+	}
+	n, err := strconv.Atoi(vs[0])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// Pushback reads the [PushbackKey] values of a trailer: ok is false when
+// there are none; otherwise retry reports whether the server allows a
+// retry (one value, a whole number of milliseconds from 0 to 2^31-1) and
+// d is the wait it asks for. A negative, malformed or repeated value
+// allows no retry, as gRFC A6 says.
+func Pushback(trailer metadata.MD) (d time.Duration, retry, ok bool) {
+	vs := trailer[PushbackKey]
+	if len(vs) == 0 {
+		return 0, false, false
+	}
+	if len(vs) > 1 {
+		return 0, false, true
+	}
+	ms, err := strconv.ParseInt(vs[0], 10, 32)
+	if err != nil || ms < 0 {
+		return 0, false, true
+	}
+	return time.Duration(ms) * time.Millisecond, true, true
+}
+
+// Code returns the code with which a service answers when its own
+// outbound call failed with err, as a pipeline, package grpcclient or
+// package httpclient returns it, keeping the failure's meaning: the
+// dependency's own code when it answered over gRPC (UNAVAILABLE stays
+// UNAVAILABLE, NOT_FOUND stays NOT_FOUND); DEADLINE_EXCEEDED when the time
+// budget ran out or the attempts timed out; UNAVAILABLE when the breaker
+// is open or busy, or the retries or the retry quota ran out on errors
+// without a gRPC status; CANCELED when the caller went away; UNKNOWN for
+// another failure that a retry would not fix; INTERNAL when the request
+// this service made was at fault.
+func Code(err error) codes.Code {
+	var answered interface{ GRPCStatus() *status.Status }
+	switch {
+	case err == nil:
+		return codes.OK
+	case errors.Is(err, retrypolicy.ErrOutOfTime):
+		return codes.DeadlineExceeded
+	case errors.Is(err, breaker.ErrOpen), errors.Is(err, breaker.ErrTooManyRequests):
+		return codes.Unavailable
+	case errors.As(err, &answered) && answered.GRPCStatus() != nil:
+		return answered.GRPCStatus().Code()
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	}
+	switch resilience.Classify(err) {
+	case resilience.ClassTerminal:
+		return codes.Unknown
+	case resilience.ClassPermanent:
+		return codes.Internal
+	case resilience.ClassCanceled:
+		return codes.Canceled
+	default: // transient, given up on
+		return codes.Unavailable
+	}
+}
+
+// NoRetryMessage is the status message of an [Error] answer: the
+// dependency's own message is not passed on to this service's callers.
+const NoRetryMessage = "a dependency failed after retrying; do not retry"
+
+// Error returns the answer of a server handler whose outbound call failed
+// with err: a status error with the code of [Code], and a [PushbackKey]
+// trailer of -1 set on ctx, the handler's context (the caller must not
+// retry: this service's resilient client already did what retrying it
+// would). It returns nil for a nil err.
+func Error(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackKey, "-1")) // fails only outside a handler
+	return status.Error(Code(err), NoRetryMessage)
+}
+
+// fromPipeline reports whether err came out of a resilient outbound call:
+// it has a resilience class of its own somewhere in its chain, as the
+// errors of a pipeline, a breaker, a retry, grpcclient and httpclient do.
+func fromPipeline(err error) bool {
+	var classed interface{ ResilienceClass() resilience.Class }
+	return errors.As(err, &classed)
+}
+
+// UnaryServerInterceptor answers, by [Error], every error of a unary
+// handler that came out of a resilient outbound call (it carries a
+// resilience class, as what pipeline, breaker, retrypolicy, grpcclient and
+// httpclient return does); other errors, such as the handler's own
+// status errors, pass as they are. It is safe for concurrent use.
+func UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err != nil && fromPipeline(err) {
+		return nil, Error(ctx, err)
+	}
+	return resp, err
+}
+
+// StreamServerInterceptor is [UnaryServerInterceptor] for streaming
+// handlers. It is safe for concurrent use.
+func StreamServerInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	err := handler(srv, ss)
+	if err != nil && fromPipeline(err) {
+		return Error(ss.Context(), err)
+	}
+	return err
+}
