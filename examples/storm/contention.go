@@ -5,117 +5,189 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
+	"math/rand/v2"
 	"text/tabwriter"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
+// Marc Brooker's simulation ("Exponential Backoff And Jitter", AWS
+// Architecture Blog, 2015, and its simulator, aws-samples/
+// aws-arch-backoff-simulator): clients update one row under optimistic
+// concurrency. Each reads the row's version, then writes back conditioned
+// on it; a write with a stale version loses, and its client backs off and
+// starts again with a read. Every message crosses a network whose delay is
+// normal with a mean of 10 ms and a standard deviation of 2 ms (its
+// absolute value), as in his simulator. All clients start at once.
 const (
-	contentionRuns = 20
-	// hold is how long a successful attempt holds the contended resource.
-	hold = time.Millisecond
+	contentionRuns = 100 // runs averaged per figure, as in his simulator
+	netMean        = 10 * time.Millisecond
+	netSD          = 2 * time.Millisecond
 )
 
-// contended is a jitter mode's mean over runs of the contention simulation.
-type contended struct {
-	name  string
-	calls float64
-	time  time.Duration
-}
+// contentionCounts are the numbers of clients simulated.
+var contentionCounts = []int{10, 50, 100, 200}
 
-var contentionModes = []struct {
-	name string
-	mode retrypolicy.JitterMode
+// contentionStrategies are Brooker's backoffs with his base (5 ms) and cap
+// (2 s). His n-th retry waits up to 2^n * base, from n = 1, so his first
+// retry's cap is 10 ms: our BaseDelay. His decorrelated jitter starts from
+// his base, 5 ms.
+var contentionStrategies = []struct {
+	name   string
+	policy *retrypolicy.Policy
 }{
-	{"exponential, no jitter", retrypolicy.None},
-	{"full jitter", retrypolicy.Full},
-	{"equal jitter", retrypolicy.Equal},
-	{"decorrelated jitter", retrypolicy.Decorrelated},
+	{"no backoff", retrypolicy.New(retrypolicy.BaseDelay(0))},
+	{"exponential, no jitter", contentionPolicy(retrypolicy.None, 10*time.Millisecond)},
+	{"full jitter", contentionPolicy(retrypolicy.Full, 10*time.Millisecond)},
+	{"equal jitter", contentionPolicy(retrypolicy.Equal, 10*time.Millisecond)},
+	{"decorrelated jitter", contentionPolicy(retrypolicy.Decorrelated, 5*time.Millisecond)},
 }
 
-func runContention(clients, runs int) []contended {
+func contentionPolicy(m retrypolicy.JitterMode, base time.Duration) *retrypolicy.Policy {
+	return retrypolicy.New(retrypolicy.Jitter(m), retrypolicy.BaseDelay(base), retrypolicy.MaxDelay(2*time.Second))
+}
+
+// contended is one strategy's mean over runs at one number of clients.
+type contended struct {
+	name    string
+	clients int
+	calls   float64 // writes, as Brooker counts them
+	time    time.Duration
+}
+
+// runContention simulates every strategy at every count of clients, runs
+// times each, and returns the means by strategy, then count.
+func runContention(counts []int, runs int) []contended {
 	var out []contended
-	for _, m := range contentionModes {
-		p := retrypolicy.New(retrypolicy.Jitter(m.mode), retrypolicy.BaseDelay(5*time.Millisecond), retrypolicy.MaxDelay(2*time.Second))
-		var calls int
-		var total time.Duration
-		for range runs {
-			c, d := contend(p, clients)
-			calls += c
-			total += d
+	for _, s := range contentionStrategies {
+		for _, n := range counts {
+			var calls int
+			var total time.Duration
+			for range runs {
+				c, d := contend(s.policy, n)
+				calls += c
+				total += d
+			}
+			out = append(out, contended{s.name, n, float64(calls) / float64(runs), total / time.Duration(runs)})
 		}
-		out = append(out, contended{m.name, float64(calls) / float64(runs), total / time.Duration(runs)})
 	}
 	return out
 }
 
-// contend simulates clients that all try to write one resource at time 0,
-// in virtual time: an attempt succeeds if the resource is free, holding it
-// for a moment; the others fail and retry after the policy's delays. It
-// returns the attempts made and when the last client succeeded.
+// kind is what a message carries.
+type kind uint8
+
+const (
+	read       kind = iota // to the server
+	readReply              // the version, to the client
+	write                  // the version read, to the server
+	writeReply             // whether the write won, to the client
+)
+
+// message is one message in flight, arriving at at.
+type message struct {
+	at     time.Duration
+	seq    int // the order sent, to break ties
+	client int
+	kind   kind
+	value  int
+}
+
+// contend runs one simulation of clients updating the row once each, with
+// discrete events in virtual time. It returns the writes made and when the
+// last client learned that its write won.
 func contend(p *retrypolicy.Policy, clients int) (calls int, done time.Duration) {
-	q := make(attempts, clients)
-	stops := make([]func(), clients)
-	for i := range q {
+	delays := make([]func() (time.Duration, bool), clients)
+	for i := range delays {
 		next, stop := iter.Pull(p.Delays())
-		stops[i] = stop
-		q[i] = attempt{at: 0, client: i, next: next}
+		defer stop()
+		delays[i] = next
 	}
-	defer func() {
-		for _, stop := range stops {
-			stop()
-		}
-	}()
-	heap.Init(&q)
-	var busyUntil time.Duration
+	var q messages
+	seq := 0
+	send := func(at time.Duration, client int, k kind, value int) {
+		seq++
+		heap.Push(&q, message{at: at + network(), seq: seq, client: client, kind: k, value: value})
+	}
+	for c := range clients {
+		send(0, c, read, 0)
+	}
+	version := 0
 	for q.Len() > 0 {
-		a := heap.Pop(&q).(attempt)
-		calls++
-		if a.at >= busyUntil {
-			busyUntil = a.at + hold
-			done = a.at + hold
-			continue
+		m := heap.Pop(&q).(message)
+		switch m.kind {
+		case read:
+			send(m.at, m.client, readReply, version)
+		case readReply:
+			send(m.at, m.client, write, m.value)
+		case write:
+			calls++
+			won := 0
+			if m.value == version {
+				version++
+				won = 1
+			}
+			send(m.at, m.client, writeReply, won)
+		case writeReply:
+			if m.value == 1 {
+				done = m.at
+				continue
+			}
+			d, _ := delays[m.client]()
+			send(m.at+d, m.client, read, 0)
 		}
-		d, _ := a.next()
-		a.at += d
-		heap.Push(&q, a)
 	}
 	return calls, done
 }
 
-type attempt struct {
-	at     time.Duration
-	client int
-	next   func() (time.Duration, bool)
+// network draws a message's delay: |N(netMean, netSD)|.
+func network() time.Duration {
+	return time.Duration(math.Abs(float64(netMean) + rand.NormFloat64()*float64(netSD)))
 }
 
-// attempts is a min-heap by time, then client.
-type attempts []attempt
+// messages is a min-heap by arrival, then by the order sent.
+type messages []message
 
-func (q attempts) Len() int { return len(q) }
-func (q attempts) Less(i, j int) bool {
+func (q messages) Len() int { return len(q) }
+func (q messages) Less(i, j int) bool {
 	if q[i].at != q[j].at {
 		return q[i].at < q[j].at
 	}
-	return q[i].client < q[j].client
+	return q[i].seq < q[j].seq
 }
-func (q attempts) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *attempts) Push(x any)   { *q = append(*q, x.(attempt)) }
-func (q *attempts) Pop() any {
+func (q messages) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *messages) Push(x any)   { *q = append(*q, x.(message)) }
+func (q *messages) Pop() any {
 	old := *q
-	a := old[len(old)-1]
+	m := old[len(old)-1]
 	*q = old[:len(old)-1]
-	return a
+	return m
 }
 
-func printContention(w io.Writer, results []contended) {
-	base := results[0]
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tcalls\tcalls / no jitter\tall done after\ttime / no jitter\t")
+// find returns the result of strategy name at clients.
+func find(results []contended, name string, clients int) contended {
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.2f\t%v\t%.3f\t\n", r.name, r.calls, r.calls/base.calls,
-			r.time.Round(time.Millisecond), float64(r.time)/float64(base.time))
+		if r.name == name && r.clients == clients {
+			return r
+		}
+	}
+	panic(fmt.Sprintf("storm: no contention result for %q at %d clients", name, clients))
+}
+
+// printContention prints, at each count of clients, every strategy's
+// writes and completion time, and both as a ratio to full jitter's.
+func printContention(w io.Writer, results []contended, counts []int) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "clients\tstrategy\tcalls\tcalls / full jitter\tall done after\ttime / full jitter\t")
+	for _, n := range counts {
+		full := find(results, "full jitter", n)
+		for _, s := range contentionStrategies {
+			r := find(results, s.name, n)
+			fmt.Fprintf(tw, "%d\t%s\t%.0f\t%.2f\t%v\t%.2f\t\n", n, r.name, r.calls, r.calls/full.calls,
+				r.time.Round(time.Millisecond), float64(r.time)/float64(full.time))
+		}
 	}
 	tw.Flush()
 }
