@@ -46,6 +46,12 @@ var (
 	ErrTooManyRequests = errors.New("circuit breaker is half-open and busy")
 )
 
+// IsRejection reports whether err says a breaker did not make the call:
+// it matches [ErrOpen] or [ErrTooManyRequests].
+func IsRejection(err error) bool {
+	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests)
+}
+
 // State is a breaker's state, the type that events report.
 type State = resilience.State
 

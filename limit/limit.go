@@ -73,8 +73,7 @@ func NewFixed(n int, opts ...Option) *Limiter {
 	if n < 1 {
 		panic(fmt.Sprintf("limit: NewFixed(%d): n must be at least 1", n))
 	}
-	c := apply(config{initial: n, min: n, max: n, backoff: 1}, opts)
-	return &Limiter{limit: float64(n), min: float64(n), max: float64(n), backoff: 1, waiting: c.waiting}
+	return &Limiter{limit: float64(n), waiting: apply(config{}, opts).waiting}
 }
 
 // NewAIMD returns an adaptive Limiter: [Initial] 20, [Min] 1, [Max] 1000,

@@ -41,34 +41,26 @@ func BenchmarkPipelineSuccess(b *testing.B) {
 }
 
 // BenchmarkPipelineOverloadStages adds the throttle and an adaptive
-// concurrency limit to BenchmarkPipelineSuccess's stages; run both with
+// concurrency limit to BenchmarkPipelineParallel's stages; run both with
 // -cpu 1,16 to see the limit's lock under contention.
 func BenchmarkPipelineOverloadStages(b *testing.B) {
-	p := pipeline.New(
-		pipeline.WithBreaker(breaker.New("bench")),
-		pipeline.WithRetry(retrypolicy.New()),
+	benchmarkParallel(b,
 		pipeline.WithThrottle(throttle.New()),
 		pipeline.WithLimit(limit.NewAIMD(limit.Initial(1000))),
 	)
-	ctx := context.Background()
-	op := func(context.Context) (int, error) { return 1, nil }
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := pipeline.Do(ctx, p, op); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }
 
 // BenchmarkPipelineParallel is BenchmarkPipelineSuccess from many
 // goroutines, the baseline of BenchmarkPipelineOverloadStages.
-func BenchmarkPipelineParallel(b *testing.B) {
-	p := pipeline.New(
+func BenchmarkPipelineParallel(b *testing.B) { benchmarkParallel(b) }
+
+// benchmarkParallel runs successful calls from many goroutines through a
+// pipeline of a breaker, a retry policy and opts.
+func benchmarkParallel(b *testing.B, opts ...pipeline.Option) {
+	p := pipeline.New(append([]pipeline.Option{
 		pipeline.WithBreaker(breaker.New("bench")),
 		pipeline.WithRetry(retrypolicy.New()),
-	)
+	}, opts...)...)
 	ctx := context.Background()
 	op := func(context.Context) (int, error) { return 1, nil }
 	b.ReportAllocs()

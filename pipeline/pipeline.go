@@ -277,7 +277,7 @@ func execute[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 			res, err = retry(ctx, p, b, op, k, c, s)
 			return err
 		})
-		if !p.cfg.waitOpen || !(errors.Is(err, breaker.ErrOpen) || errors.Is(err, breaker.ErrTooManyRequests)) {
+		if !p.cfg.waitOpen || !breaker.IsRejection(err) {
 			return res, err
 		}
 		if !waited {

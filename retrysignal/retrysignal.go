@@ -144,7 +144,7 @@ func Status(err error) int {
 		return http.StatusGatewayTimeout
 	case errors.As(err, &answered):
 		return answered.HTTPStatus()
-	case errors.Is(err, breaker.ErrOpen), errors.Is(err, breaker.ErrTooManyRequests):
+	case breaker.IsRejection(err):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout // the attempts timed out

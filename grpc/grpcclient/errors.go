@@ -113,7 +113,7 @@ func callError(err error) error {
 	switch {
 	case errors.Is(err, retrypolicy.ErrOutOfTime), errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &answered):
 		st = status.New(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, breaker.ErrOpen), errors.Is(err, breaker.ErrTooManyRequests):
+	case breaker.IsRejection(err):
 		st = status.New(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
 		st = status.New(codes.Canceled, err.Error())

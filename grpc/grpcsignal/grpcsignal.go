@@ -103,7 +103,7 @@ func Code(err error) codes.Code {
 		return codes.OK
 	case errors.Is(err, retrypolicy.ErrOutOfTime):
 		return codes.DeadlineExceeded
-	case errors.Is(err, breaker.ErrOpen), errors.Is(err, breaker.ErrTooManyRequests):
+	case breaker.IsRejection(err):
 		return codes.Unavailable
 	case errors.As(err, &answered) && answered.GRPCStatus() != nil:
 		return answered.GRPCStatus().Code()
