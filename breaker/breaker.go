@@ -191,7 +191,7 @@ func init() {
 
 // changed reports a change of state of the breaker called name.
 func (b *Breaker) changed(name string, from, to State) {
-	b.wait.changed(to)
+	b.changedWaiting(to)
 	if fn := b.cfg.onStateChange; fn != nil {
 		safe.Call("breaker OnStateChange function", func() { fn(name, from, to) })
 	}
@@ -285,6 +285,7 @@ func (b *Breaker) executeOn(cb *gobreaker.CircuitBreaker[struct{}], ctx context.
 		}
 	}()
 	var opErr error
+	out := errFailure
 	_, err := cb.Execute(func() (struct{}, error) {
 		returned := false
 		defer func() {
@@ -297,12 +298,12 @@ func (b *Breaker) executeOn(cb *gobreaker.CircuitBreaker[struct{}], ctx context.
 		}()
 		opErr = op(ctx)
 		returned = true
-		out := b.outcome(ctx, opErr)
-		if out == errIgnored && State(b.state.Load()) == HalfOpen {
-			defer b.wait.wake() // its probe slot comes free with no change of state
-		}
+		out = b.outcome(ctx, opErr)
 		return struct{}{}, out
 	})
+	if out == errIgnored {
+		b.probeIgnored()
+	}
 	return b.result(err, opErr)
 }
 

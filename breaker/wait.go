@@ -1,47 +1,170 @@
 package breaker
 
 import (
+	"container/list"
 	"context"
 	"errors"
+	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// waiting is what Wait needs of a Breaker: a channel closed at its next
-// change of state, made only once someone waits, and when it last opened.
+// waiting is the queue of calls in [Breaker.Wait]. They go in the order
+// they came: [HalfOpenRequests] of them when the breaker turns half-open,
+// to be its probes, one when a probe slot comes free with no change of
+// state, and all when it closes.
 type waiting struct {
-	changes  atomic.Pointer[chan struct{}]
+	n        atomic.Int32 // waiters queued; read without the lock on every call
 	openedAt atomic.Int64 // unix nanoseconds of the last change to Open
+
+	mu       sync.Mutex
+	queue    list.List // of *waiter, oldest first
+	released time.Time // last release
+	timer    *time.Timer
 }
 
-// changed wakes every Wait in progress; it is called on every change of
-// state, local or of the fleet.
-func (w *waiting) changed(to State) {
-	if to == Open {
-		w.openedAt.Store(time.Now().UnixNano())
-	}
-	w.wake()
+// waiter is one call in Wait. ch is closed when it may go, or when it
+// must give up (gaveUp set first).
+type waiter struct {
+	ch       chan struct{}
+	deadline time.Time // the zero Time if none
+	gaveUp   bool
+	elem     *list.Element
 }
 
-// wake wakes every Wait in progress without a change of state: a probe
-// slot came free.
-func (w *waiting) wake() {
-	if ch := w.changes.Swap(nil); ch != nil {
-		close(*ch)
-	}
-}
-
-// next returns a channel closed at the next change of state.
-func (w *waiting) next() <-chan struct{} {
-	for {
-		if ch := w.changes.Load(); ch != nil {
-			return *ch
+// changedWaiting is called on every change of state, local or of the
+// fleet, with gobreaker's lock held for a local one: it must not ask for
+// the state.
+func (b *Breaker) changedWaiting(to State) {
+	w := &b.wait
+	switch to {
+	case Open:
+		now := time.Now()
+		w.openedAt.Store(now.UnixNano())
+		if w.n.Load() > 0 {
+			w.dropHopeless(now.Add(b.cfg.openTimeout))
 		}
-		ch := make(chan struct{})
-		if w.changes.CompareAndSwap(nil, &ch) {
-			return ch
+	case HalfOpen:
+		w.release(int(b.cfg.halfOpenRequests))
+	case Closed:
+		w.release(math.MaxInt)
+	}
+}
+
+// probeIgnored frees a half-open breaker's probe slot for a waiter: the
+// probe counted for nothing (canceled), so the state does not change.
+func (b *Breaker) probeIgnored() {
+	if b.wait.n.Load() > 0 && State(b.state.Load()) == HalfOpen {
+		b.wait.release(1)
+	}
+}
+
+// release lets the n oldest waiters go.
+func (w *waiting) release(n int) {
+	if n <= 0 || w.n.Load() == 0 {
+		return
+	}
+	w.mu.Lock()
+	w.releaseLocked(n)
+	w.mu.Unlock()
+}
+
+func (w *waiting) releaseLocked(n int) {
+	for ; n > 0; n-- {
+		e := w.queue.Front()
+		if e == nil {
+			return
+		}
+		w.removeLocked(e.Value.(*waiter))
+		close(e.Value.(*waiter).ch)
+	}
+	w.released = time.Now()
+}
+
+func (w *waiting) removeLocked(wt *waiter) {
+	w.queue.Remove(wt.elem)
+	wt.elem = nil
+	w.n.Add(-1)
+}
+
+// dropHopeless tells the waiters whose deadline comes before next, the
+// breaker's next probe, to give up now.
+func (w *waiting) dropHopeless(next time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for e := w.queue.Front(); e != nil; {
+		wt := e.Value.(*waiter)
+		e = e.Next()
+		if !wt.deadline.IsZero() && wt.deadline.Before(next) {
+			w.removeLocked(wt)
+			wt.gaveUp = true
+			close(wt.ch)
 		}
 	}
+}
+
+// enqueue adds a waiter with ctx's deadline at the back of the queue, and
+// starts b's ticks if they are not running.
+func (b *Breaker) enqueue(ctx context.Context) *waiter {
+	w := &b.wait
+	wt := &waiter{ch: make(chan struct{})}
+	wt.deadline, _ = ctx.Deadline()
+	after := b.tickAfter() // before the lock: gobreaker's is taken first
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wt.elem = w.queue.PushBack(wt)
+	if w.n.Add(1) == 1 {
+		w.released = time.Now()
+	}
+	if w.timer == nil {
+		w.timer = time.AfterFunc(after, b.tick)
+	}
+	return wt
+}
+
+// leave takes wt out of the queue, and reports whether it was still there
+// (not released meanwhile).
+func (w *waiting) leave(wt *waiter) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wt.elem == nil {
+		return false
+	}
+	w.removeLocked(wt)
+	return true
+}
+
+// tickAfter is how long the queue's timer waits from now.
+func (b *Breaker) tickAfter() time.Duration {
+	if next := b.NextProbe(); !next.IsZero() && (b.fleet == nil || State(b.fleet.state.Load()) != Open) {
+		// Open until just past its next probe (gobreaker's own rule).
+		return max(time.Until(next), 0) + time.Nanosecond
+	}
+	return b.cfg.flush
+}
+
+// tick runs while waiters are queued: asking for the state moves an open
+// breaker whose time is up to half-open, which releases the probes; a
+// half-open queue that nothing released for a FlushInterval (a shared
+// breaker's probe granted by the fleet) lets one go, and a closed one all.
+func (b *Breaker) tick() {
+	st := b.State()
+	after := b.tickAfter()
+	w := &b.wait
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queue.Len() == 0 {
+		w.timer = nil
+		return
+	}
+	switch {
+	case st == Closed:
+		w.releaseLocked(math.MaxInt)
+	case st == HalfOpen && time.Since(w.released) >= b.cfg.flush:
+		w.releaseLocked(1)
+	}
+	w.timer = time.AfterFunc(after, b.tick)
 }
 
 // NextProbe returns when the breaker, open, will let a probe through: its
@@ -55,20 +178,25 @@ func (b *Breaker) NextProbe() time.Time {
 }
 
 // Wait waits, after b rejected a call with rejection (an error matching
-// [ErrOpen] or [ErrTooManyRequests]), until the call is worth trying
-// again, and returns nil: b has changed state (it is woken at once by the
-// probe that closes it), or its open timeout has run out so that the call
-// may be the probe. It returns rejection at once if ctx's deadline comes
-// before b could let a probe through, and when ctx is done first. It
-// never lets anything through b itself: the caller tries again with
-// [Breaker.Execute], and waits again if rejected again. For a shared
-// breaker whose fleet is open it looks again every [FlushInterval].
+// [ErrOpen] or [ErrTooManyRequests]), until the call is worth trying again,
+// and returns nil. It never lets anything through b itself: the caller
+// tries again with [Breaker.Execute], and waits again if rejected again.
+//
+// Waiting calls go in the order they came: [HalfOpenRequests] of them
+// when b turns half-open, to be its probes, and all when a probe closes it
+// (at once). A call rejected by a breaker that has closed since does not
+// wait. To pace a backlog of waiting calls, pipeline.WaitWhenOpen puts them
+// through a concurrency limit of their own.
+//
+// Wait returns rejection at once if ctx's deadline comes before b could
+// let a probe through, and when ctx is done first, or when b opens again
+// and its next probe is after ctx's deadline. For a shared breaker whose
+// fleet is open it looks again every FlushInterval. It is safe for
+// concurrent use.
 func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 	if b == nil || b.cb == nil {
 		return nil
 	}
-	changed := b.wait.next()
-	var wake time.Duration
 	switch b.State() {
 	case Closed:
 		return nil
@@ -76,10 +204,6 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 		if errors.Is(rejection, ErrOpen) {
 			return nil // it was open and may take a probe now
 		}
-		// Its probes are out: wait for their outcome, or a slot that
-		// comes free without one (a probe canceled); look again every
-		// FlushInterval all the same, for a fleet's grant.
-		wake = b.cfg.flush
 	case Open:
 		next := b.NextProbe()
 		if b.fleet != nil && State(b.fleet.state.Load()) == Open {
@@ -88,30 +212,21 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 		if d, ok := ctx.Deadline(); ok && d.Before(next) {
 			return rejection // no probe within the budget
 		}
-		// Open until just past next (gobreaker's own rule): sleep past it
-		// at least, and never spin.
-		wake = max(time.Until(next), 0) + time.Nanosecond
 	}
-	if sleepUntil(ctx, changed, wake) != nil {
-		return rejection
-	}
-	return nil
-}
-
-// sleepUntil waits for changed, or d if positive, or ctx, whichever
-// comes first, and returns ctx's error if ctx came first.
-func sleepUntil(ctx context.Context, changed <-chan struct{}, d time.Duration) error {
-	var timeout <-chan time.Time
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timeout = t.C
+	wt := b.enqueue(ctx)
+	if b.State() == Closed && b.wait.leave(wt) {
+		return nil // it closed before the waiter was queued
 	}
 	select {
+	case <-wt.ch:
+		if wt.gaveUp {
+			return rejection
+		}
+		return nil
 	case <-ctx.Done():
-		return ctx.Err()
-	case <-changed:
-	case <-timeout:
+		if !b.wait.leave(wt) && !wt.gaveUp {
+			b.wait.release(1) // it was released as ctx ended: pass it on
+		}
+		return rejection
 	}
-	return nil
 }

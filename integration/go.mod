@@ -6,23 +6,42 @@ replace github.com/resiliencekit/resiliencekit => ../
 
 replace github.com/resiliencekit/resiliencekit/redis => ../redis
 
+replace github.com/resiliencekit/resiliencekit/grpc => ../grpc
+
+replace github.com/resiliencekit/resiliencekit/otelevents => ../otelevents
+
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/resiliencekit/resiliencekit v0.0.0
+	github.com/resiliencekit/resiliencekit/grpc v0.0.0-00010101000000-000000000000
+	github.com/resiliencekit/resiliencekit/otelevents v0.0.0-00010101000000-000000000000
 	github.com/resiliencekit/resiliencekit/redis v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
 )
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/sony/gobreaker/v2 v2.4.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -13,8 +13,11 @@
 // attempt that ends in a failure of the dependency (an overload, a 503, a
 // timeout: [resilience.Class] Failure) multiplies the limit by [Backoff];
 // each other attempt, while the limit is in use (at least half of it in
-// flight), adds one. So the limit settles near the concurrency the
-// dependency can serve, and falls fast when it cannot.
+// flight), raises it: by one until the first failure (slow start, doubling
+// the limit each round trip), and after a failure by one over the limit
+// (one a round trip) until it has doubled again. So the limit settles near
+// the concurrency the dependency can serve, with few failures, and falls
+// fast when it cannot.
 //
 // In a pipeline (see pipeline.WithLimit) the limiter guards each attempt,
 // retries and hedges included, inside the retry stage. A refused attempt's
@@ -48,7 +51,8 @@ type Limiter struct {
 	adaptive bool
 	min, max float64
 	backoff  float64
-	waiting  int // most attempts waiting
+	careful  float64 // below it the limit grows by one a round trip, not one an attempt
+	waiting  int     // most attempts waiting
 	queue    []*waiter
 }
 
@@ -197,9 +201,14 @@ func (l *Limiter) Release(err error) {
 		switch c := resilience.Classify(err); {
 		case c.Failure():
 			l.limit = max(l.min, l.limit*l.backoff)
+			l.careful = 2 * l.limit
 		case c == resilience.ClassCanceled:
 		case float64(l.inFlight)*2 >= l.limit:
-			l.limit = min(l.max, l.limit+1)
+			step := 1.0
+			if l.limit < l.careful {
+				step = 1 / l.limit
+			}
+			l.limit = min(l.max, l.limit+step)
 		}
 	}
 	l.inFlight--

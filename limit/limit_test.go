@@ -26,17 +26,30 @@ var errOverloaded = errors.New("503")
 func TestAIMDFallsOnFailuresAndClimbsWhenUsed(t *testing.T) {
 	l := limit.NewAIMD(limit.Initial(10), limit.Min(2), limit.Max(12))
 	ctx := t.Context()
-	for range 50 { // failures: 10 * 0.9^n, down to Min
+	for range 2 { // slow start: a full limit climbs by one an attempt
+		for range 10 {
+			require.NoError(t, l.Acquire(ctx))
+		}
+		for range 10 {
+			l.Release(nil)
+		}
+	}
+	assert.Equal(t, 12, l.Limit(), "10 + 10, up to Max")
+
+	for range 50 { // failures: 12 * 0.9^n, down to Min
 		require.NoError(t, l.Acquire(ctx))
 		l.Release(errOverloaded)
 	}
 	assert.Equal(t, 2, l.Limit())
 
-	for range 2 { // one in flight of 2 uses half: it climbs to 3, and one of 3 does not
-		require.NoError(t, l.Acquire(ctx))
+	for range 3 { // after a failure, a full limit climbs by one over the limit an attempt
+		for range 2 {
+			require.NoError(t, l.Acquire(ctx))
+		}
+		l.Release(nil)
 		l.Release(nil)
 	}
-	assert.Equal(t, 3, l.Limit())
+	assert.Equal(t, 3, l.Limit(), "2 + 1/2 + 1/2.5 + ... is 3 after 6 attempts")
 
 	for range 100 { // one in flight of 3 is not using it: it stays
 		require.NoError(t, l.Acquire(ctx))

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -250,6 +251,64 @@ func TestWaitWhenOpenRidesOutAnOutage(t *testing.T) {
 		slices.Sort(done)
 		assert.InDelta(t, 3*time.Second, done[len(done)-1], float64(time.Millisecond), "every waiter goes on as the probe closes the breaker")
 	})
+}
+
+// TestWaitWhenOpenPacesTheBacklog: 500 calls wait through an outage of a
+// dependency that can serve 10 at once (it fails the ones beyond, and
+// takes 10 ms). When a probe closes the breaker the backlog goes through
+// WaitWhenOpen's adaptive limit, queued: a few overloads while the limit
+// finds the capacity, then every call that waited succeeds within its
+// budget. The
+// same backlog unpaced (a limit too high to matter) sends all 500 at once.
+func TestWaitWhenOpenPacesTheBacklog(t *testing.T) {
+	run := func(opts ...pipeline.Option) (ok int, inFlightMax, overloads int64) {
+		synctest.Test(t, func(t *testing.T) {
+			var inFlight, peak, over atomic.Int64
+			var down atomic.Bool
+			down.Store(true)
+			op := func(ctx context.Context) (int, error) {
+				n := inFlight.Add(1)
+				defer inFlight.Add(-1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(10 * time.Millisecond)
+				if down.Load() {
+					return 0, errOverloaded
+				}
+				if n > 10 {
+					over.Add(1)
+					return 0, errOverloaded
+				}
+				return 1, nil
+			}
+			b := breaker.New("dep", breaker.ConsecutiveFailures(5), breaker.OpenTimeout(200*time.Millisecond))
+			p := pipeline.New(append([]pipeline.Option{pipeline.WithTimeBudget(3 * time.Second), pipeline.WithBreaker(b),
+				pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3))), pipeline.WaitWhenOpen()}, opts...)...)
+			time.AfterFunc(time.Second, func() { down.Store(false) })
+			var wg sync.WaitGroup
+			var succeeded atomic.Int64
+			for i := range 500 {
+				wg.Go(func() {
+					time.Sleep(time.Duration(i) * time.Millisecond) // from 0 to 500 ms, in the outage
+					if _, err := pipeline.Do(t.Context(), p, op); err == nil {
+						succeeded.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			ok, inFlightMax, overloads = int(succeeded.Load()), peak.Load(), over.Load()
+		})
+		return ok, inFlightMax, overloads
+	}
+	ok, peak, over := run()
+	t.Logf("paced: %d calls ok, at most %d in flight, %d overloads", ok, peak, over)
+	assert.GreaterOrEqual(t, ok, 490, "every call succeeds but those that opened the breaker and its probes in the outage")
+	assert.LessOrEqual(t, peak, int64(30), "the backlog goes at the pace of the dependency")
+	assert.Less(t, over, int64(100), "a few overloads while the limit finds the capacity")
+
+	_, peak, over = run(pipeline.WithLimit(limit.NewFixed(math.MaxInt)))
+	t.Logf("unpaced: at most %d in flight, %d overloads", peak, over)
+	assert.Greater(t, peak, int64(400), "without a limit, the backlog goes all at once")
 }
 
 func TestWaitWhenOpenKeepsToTheBudget(t *testing.T) {

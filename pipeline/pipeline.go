@@ -40,6 +40,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -82,6 +83,9 @@ func New(opts ...Option) *Pipeline {
 	if cfg.retry != nil && cfg.listener != nil {
 		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
 	}
+	if cfg.waitOpen && cfg.limit == nil {
+		cfg.limit = limit.NewAIMD(limit.MaxWaiting(math.MaxInt)) // paces the backlog
+	}
 	cfg.stateful = cfg.hedge != nil || cfg.tracer != nil
 	cfg.perAttempt = cfg.stateful || cfg.attemptTimeout > 0 || cfg.throttle != nil || cfg.limit != nil
 	return &Pipeline{cfg: cfg, opts: opts}
@@ -116,8 +120,9 @@ type CallOption interface {
 }
 
 type call struct {
-	single  bool
-	discard any // a func(T) for results a hedged call does not return
+	single     bool
+	sequential bool // not hedged
+	discard    any  // a func(T) for results a hedged call does not return
 }
 
 type singleAttempt struct{}
@@ -143,6 +148,24 @@ func callOf(opts []CallOption) call {
 // concurrency limit and the attempt timeout. For a call that is not safe to
 // repeat, such as a write without an idempotency key.
 func SingleAttempt() CallOption { return singleAttempt{} }
+
+type sequential struct{}
+
+func (sequential) applyCall(c call) call {
+	c.sequential = true
+	return c
+}
+
+// Sequential makes a call skip the hedging stage: its attempts never
+// overlap, each starting after the last has ended, as without
+// [WithHedging]. For an operation that cannot run twice at once, such as
+// one that writes into a single result the caller holds.
+func Sequential() CallOption { return sequential{} }
+
+// Hedges reports whether calls through p may run attempts at once: it
+// has a hedging stage ([WithHedging]). An integration whose attempts share
+// state can then give each its own, or make its calls [Sequential].
+func (p *Pipeline) Hedges() bool { return p != nil && p.cfg.hedge != nil }
 
 type discard[T any] func(T)
 
@@ -271,12 +294,13 @@ func execute[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 	if b == nil {
 		return retry(ctx, p, nil, op, k, c, s)
 	}
+	run := func(ctx context.Context) error {
+		var err error
+		res, err = retry(ctx, p, b, op, k, c, s)
+		return err
+	}
 	for waited := false; ; waited = true {
-		err = b.Execute(ctx, func(ctx context.Context) error {
-			var err error
-			res, err = retry(ctx, p, b, op, k, c, s)
-			return err
-		})
+		err = b.Execute(ctx, run)
 		if !p.cfg.waitOpen || !breaker.IsRejection(err) {
 			return res, err
 		}
@@ -455,11 +479,21 @@ func WithHedging(h *hedge.Policy) Option {
 // its probes out) wait for it instead of failing at once: until the probe
 // that closes it succeeds (it is woken at once) or, with no probe out yet,
 // until the call may be the probe itself. It sends nothing meanwhile.
+// Waiting calls go on in the order they came.
+//
 // It waits only within the time budget: a call whose deadline comes
 // before the breaker's next probe fails at once, and one whose deadline
 // comes while it waits fails with an error matching both the rejection
 // and [retrypolicy.ErrOutOfTime]. The wait is reported as
-// [resilience.EventWaitOpen]. Default off: a rejected call fails at once.
+// [resilience.EventWaitOpen].
+//
+// The backlog of calls that waited must not reach a dependency that has
+// just come back all at once: their attempts go through the concurrency
+// limit, which paces them to what the dependency answers. That is
+// [WithLimit]'s if set, else one that WaitWhenOpen adds: limit.NewAIMD
+// with a queue bounded only by each call's budget (limit.MaxWaiting of
+// math.MaxInt), so attempts beyond the limit wait for a slot rather than
+// fail. Default off: a rejected call fails at once.
 func WaitWhenOpen() Option {
 	return optionFunc(func(c *config) { c.waitOpen = true })
 }

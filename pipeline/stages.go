@@ -37,7 +37,9 @@ func (s *state) start(hedge bool) resilience.AttemptInfo {
 		a.State = s.p.cfg.breaker.State()
 		if !hedge && !s.lastEnd.IsZero() {
 			a.Delay = time.Since(s.lastEnd)
-			a.RetryAfter, _ = resilience.RetryAfterHint(s.lastErr)
+			if hint, ok := resilience.RetryAfterHint(s.lastErr); ok && s.p.cfg.retry != nil {
+				a.RetryAfter = min(hint, s.p.cfg.retry.MaxDelay()) // as the retry used it
+			}
 		}
 	}
 	return a
@@ -63,7 +65,7 @@ func try[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k 
 	if !p.cfg.perAttempt {
 		return timed(ctx, p, op, k)
 	}
-	if mayHedge && !c.single {
+	if mayHedge && !c.single && !c.sequential {
 		if d, ok := p.cfg.hedge.After(); ok {
 			return hedged(ctx, p, op, k, c, s, guard, d)
 		}

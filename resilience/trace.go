@@ -39,7 +39,8 @@ type AttemptInfo struct {
 	// (the retry's backoff), 0 for the first attempt or a hedge.
 	Delay time.Duration
 	// RetryAfter is the dependency's hint (see [RetryAfter]) carried by the
-	// previous attempt's error, which set a floor under Delay; 0 if none.
+	// previous attempt's error, as the retry used it (capped by the retry
+	// policy's longest delay), which set a floor under Delay; 0 if none.
 	RetryAfter time.Duration
 	// State is the breaker's state as the attempt starts; [StateClosed]
 	// without a breaker.

@@ -150,6 +150,10 @@ func (p *Policy) Delays() iter.Seq[time.Duration] {
 // MaxAttempts returns the configured attempt limit; 0 means unlimited.
 func (p *Policy) MaxAttempts() int { return p.config().maxAttempts }
 
+// MaxDelay returns the longest delay p waits before a retry, a
+// dependency's retry-after hint included.
+func (p *Policy) MaxDelay() time.Duration { return p.config().maxDelay }
+
 // Quota returns the policy's [Quota], nil if none.
 func (p *Policy) Quota() *Quota { return p.config().quota }
 

@@ -40,7 +40,7 @@ import (
 // once, in real time, would be more than two cores can run on schedule.
 var demoStrategies = map[string]bool{
 	"immediate retry": true, "exponential, no jitter": true, "full jitter": true,
-	pipelineName: true, waitLimitName: true,
+	pipelineName: true, waitName: true,
 }
 
 func main() {

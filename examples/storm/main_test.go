@@ -68,7 +68,7 @@ func TestOutage(t *testing.T) {
 	var strategies []strategy
 	for _, s := range outageStrategies {
 		switch s.name {
-		case "exponential, no jitter", "equal jitter", pipelineName, throttledName, waitLimitName:
+		case "exponential, no jitter", "equal jitter", pipelineName, throttledName, waitName:
 			strategies = append(strategies, s)
 		}
 	}
@@ -103,8 +103,8 @@ func byName[T any](t *testing.T, results []T, name func(T) string, want string) 
 
 // checkOutage checks the outage bounds of issue #13: the pipeline sends at
 // most half the offered load through the outage and no bucket above 1.5
-// times what was offered in it; with wait-when-open (and an AIMD limit
-// whose queue paces the calls that waited) it completes as many calls as
+// times what was offered in it; with wait-when-open (whose AIMD limit
+// paces the calls that waited) it completes as many calls as
 // the best retry-only strategy with at most half its backend calls; and
 // the pipeline's goodput is full again within 200 ms of the backend's
 // being healthy.
@@ -125,7 +125,7 @@ func checkOutage(t *testing.T, results []outcome) {
 		}
 	}
 	bestSent, _ := best.calls()
-	wait := byName(t, results, name, waitLimitName)
+	wait := byName(t, results, name, waitName)
 	waitSent, _ := wait.calls()
 	t.Logf("best retry-only strategy, %s: %d calls ok, %d sent; %s: %d ok, %d sent",
 		best.name, best.succeeded(), bestSent, wait.name, wait.succeeded(), waitSent)

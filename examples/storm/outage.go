@@ -72,11 +72,8 @@ var (
 		return pipeline.WithThrottle(throttle.New())
 	}
 	waitWhenOpen = func() pipeline.Option { return pipeline.WaitWhenOpen() }
-	// aimdQueue is an adaptive concurrency limit whose attempts wait for a
-	// slot, first come first served, within their time budget.
-	aimdQueue = func() pipeline.Option { return pipeline.WithLimit(limit.NewAIMD(limit.MaxWaiting(1 << 20))) }
-	aimd      = func() pipeline.Option { return pipeline.WithLimit(limit.NewAIMD()) }
-	hedging   = func() pipeline.Option {
+	aimd         = func() pipeline.Option { return pipeline.WithLimit(limit.NewAIMD()) }
+	hedging      = func() pipeline.Option {
 		return pipeline.WithHedging(hedge.New(hedge.Quantile(0.9), hedge.MaxExtra(1)))
 	}
 )
@@ -90,7 +87,6 @@ const (
 	pipelineName  = "pipeline (breaker, full jitter, retry quota)"
 	throttledName = "pipeline + throttling"
 	waitName      = "pipeline + wait when open"
-	waitLimitName = "pipeline + wait when open + AIMD limit"
 )
 
 var outageStrategies = []strategy{
@@ -102,7 +98,6 @@ var outageStrategies = []strategy{
 	{pipelineName, outagePipeline()},
 	{throttledName, outagePipeline(throttling)},
 	{waitName, outagePipeline(waitWhenOpen)},
-	{waitLimitName, outagePipeline(waitWhenOpen, aimdQueue)},
 }
 
 // withoutBreaker names the outage strategies of the retry stage alone.

@@ -51,7 +51,8 @@ func (e *attemptError) ResilienceClass() resilience.Class { return e.class }
 // classify returns err, the error of one attempt whose trailer is
 // trailer, marked with its class: that of its status code, made terminal
 // by a pushback that forbids a retry, and with a pushback's delay as a
-// retry-after hint. An error without a status is left to
+// retry-after hint; ABORTED (permanent by default) is transient with a
+// pushback that allows a retry. An error without a status is left to
 // resilience.Classify.
 func (c *config) classify(err error, trailer metadata.MD) error {
 	st, ok := status.FromError(err)
@@ -63,6 +64,14 @@ func (c *config) classify(err error, trailer metadata.MD) error {
 		class = c.classes[code]
 	}
 	e := &attemptError{err: err, st: st, class: class}
+	if st.Code() == codes.Aborted && class == resilience.ClassPermanent {
+		// ABORTED with a pushback says "try again later": a repeat of a
+		// keyed call still running (package grpcidempotency).
+		if d, retry, ok := grpcsignal.Pushback(trailer); ok && retry {
+			e.class = resilience.ClassTransient
+			return resilience.RetryAfter(e, d)
+		}
+	}
 	if class != resilience.ClassTransient && class != resilience.ClassTerminal {
 		return e
 	}

@@ -9,21 +9,30 @@
 // the caller's; INTERNAL, UNKNOWN and DATA_LOSS are failures that a retry
 // will not fix; the other codes are the caller's fault. A server's
 // grpc-retry-pushback-ms trailer is honoured as gRFC A6 says: a delay
-// before the next attempt, or, negative or malformed, no retry at all
-// (terminal for the call: still a breaker failure), which is how a
-// service that already retried below says "don't retry" (package
-// grpcsignal).
+// before the next attempt (up to the retry policy's MaxDelay), or,
+// negative or malformed, no retry at all (terminal for the call: still a
+// breaker failure), which is how a service that already retried below says
+// "don't retry" (package grpcsignal). ABORTED with a pushback is a "try
+// again later", retried after it: package grpcidempotency's answer to a
+// repeat of a call that still runs.
 //
 // Only idempotent methods are retried: those named by [RetryMethods], and
 // those whose idempotency_level option is NO_SIDE_EFFECTS or IDEMPOTENT in
-// the registered file descriptors. Another method is retried only with an
-// idempotency key ([IdempotencyKey], [AutoIdempotencyKey], or the
-// [MetadataKey] header set by hand), sent unchanged on every attempt, which
-// a server deduplicates by (package grpcidempotency); without one it is
-// tried once.
+// the registered file descriptors. Another method's unary calls are
+// retried only with an idempotency key ([IdempotencyKey],
+// [AutoIdempotencyKey], or the [MetadataKey] header set by hand), sent
+// unchanged on every attempt, which a server deduplicates by (package
+// grpcidempotency); without one, and for its streams, which no server
+// deduplicates, a call is tried once.
 //
 // Every retry says how many attempts came before it in the
-// grpc-previous-rpc-attempts header. The pipeline's time budget is the
+// grpc-previous-rpc-attempts header, which replaces one forwarded from
+// upstream. A call's grpc.OnFinish functions run once, after its last
+// attempt, with its error.
+//
+// A pipeline that hedges (pipeline.WithHedging) hedges unary calls: each
+// attempt decodes into a reply of its own, and the winner's is copied into
+// the caller's. Streams are not hedged: their attempts follow one another. The pipeline's time budget is the
 // call's deadline; each attempt's deadline is what remains of it, capped
 // by the attempt timeout, and grpc-go sends it on as grpc-timeout.
 //
@@ -49,12 +58,15 @@ package grpcclient
 import (
 	"context"
 	"crypto/rand"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
@@ -111,30 +123,60 @@ func (ic *Interceptor) DialOptions() []grpc.DialOption {
 	}
 }
 
-// singleAttempt is the call options of a call that is not retried.
-var singleAttempt = []pipeline.CallOption{pipeline.SingleAttempt()}
+// The pipeline's call options: of a call that is not retried, and of one
+// whose attempts must not overlap.
+var (
+	singleAttempt = []pipeline.CallOption{pipeline.SingleAttempt()}
+	sequential    = []pipeline.CallOption{pipeline.Sequential()}
+)
 
 // prepare returns the context of a call of method and, for a call that
 // must not be retried, the pipeline options that say so. A key from an
-// [IdempotencyKey] option, or made by [AutoIdempotencyKey], is added to
-// the context's outgoing metadata.
-func (ic *Interceptor) prepare(ctx context.Context, method string, opts []grpc.CallOption) (context.Context, []pipeline.CallOption) {
+// [IdempotencyKey] option, or made by [AutoIdempotencyKey], is set in the
+// context's outgoing metadata, and a grpc-previous-rpc-attempts header
+// forwarded from upstream is taken out of it. A stream of a method that is
+// not idempotent is tried once, key or not: a server deduplicates unary
+// calls only (package grpcidempotency), as a stream's outcome cannot be
+// stored.
+func (ic *Interceptor) prepare(ctx context.Context, method string, opts []grpc.CallOption, stream bool) (context.Context, []pipeline.CallOption) {
 	cfg := ic.config()
+	if len(metadata.ValueFromOutgoingContext(ctx, grpcsignal.PreviousAttemptsKey)) > 0 {
+		ctx = withHeader(ctx, grpcsignal.PreviousAttemptsKey, "")
+	}
+	key := false
 	for _, o := range opts {
-		if k, ok := o.(keyOption); ok {
-			return metadata.AppendToOutgoingContext(ctx, MetadataKey, k.key), nil
+		if k, ok := o.(keyOption); ok && k.key != "" {
+			ctx, key = withHeader(ctx, MetadataKey, k.key), true
 		}
 	}
-	if cfg.retryMethods[method] || ic.idempotent(method) {
+	switch {
+	case cfg.retryMethods[method] || ic.idempotent(method):
 		return ctx, nil
-	}
-	if vs := metadata.ValueFromOutgoingContext(ctx, MetadataKey); len(vs) > 0 {
+	case stream:
+		return ctx, singleAttempt
+	case key || slices.ContainsFunc(metadata.ValueFromOutgoingContext(ctx, MetadataKey), isKey):
 		return ctx, nil
-	}
-	if cfg.autoKey {
-		return metadata.AppendToOutgoingContext(ctx, MetadataKey, rand.Text()), nil
+	case cfg.autoKey:
+		return withHeader(ctx, MetadataKey, rand.Text()), nil
 	}
 	return ctx, singleAttempt
+}
+
+func isKey(v string) bool { return v != "" }
+
+// withHeader returns ctx with its outgoing metadata's key set to value
+// alone, replacing what it had; an empty value takes key out.
+func withHeader(ctx context.Context, key, value string) context.Context {
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy
+	if md == nil {
+		md = metadata.MD{}
+	}
+	if value == "" {
+		md.Delete(key)
+	} else {
+		md.Set(key, value)
+	}
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // idempotent reports whether method's descriptor says it is idempotent.
@@ -196,19 +238,47 @@ func withPreviousAttempts(ctx context.Context, n int) context.Context {
 }
 
 // Unary is a grpc.UnaryClientInterceptor that runs each call through the
-// pipeline. It returns nil or an [*Error]. The attempts of a call decode
-// into the caller's one reply, so they must not overlap: the pipeline
-// must not hedge (pipeline.WithHedging).
+// pipeline. It returns nil or an [*Error]. A caller's grpc.OnFinish
+// function is called once, with the call's error, after its last attempt;
+// its grpc.Header and grpc.Trailer options get the last attempt's. With a
+// pipeline that hedges (pipeline.WithHedging), each attempt decodes into a
+// reply of its own, and the winner's is copied into reply.
 func (ic *Interceptor) Unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	ctx, once := ic.prepare(ctx, method, opts)
+	ctx, once := ic.prepare(ctx, method, opts, false)
+	p := ic.pipelineFor(cc.Target(), method)
+	if p.Hedges() && len(once) == 0 {
+		if m, ok := reply.(proto.Message); ok {
+			return ic.hedgedUnary(ctx, p, method, req, m, cc, invoker, opts)
+		}
+		once = sequential // attempts cannot each have a reply of their own
+	}
 	c := unaryCalls.Get().(*unaryCall)
 	c.cfg, c.method, c.req, c.reply, c.cc, c.invoker = ic.config(), method, req, reply, cc, invoker
-	c.opts = append(append(c.opts[:0], opts...), grpc.Trailer(&c.trailer))
-	_, err := pipeline.Do(ctx, ic.pipelineFor(cc.Target(), method), c.op, once...)
+	c.opts, c.finish = callOptions(c.opts[:0], c.finish[:0], opts)
+	c.opts = append(c.opts, grpc.Trailer(&c.trailer))
+	_, err := pipeline.Do(ctx, p, c.op, once...)
+	err = callError(err)
+	for _, f := range c.finish {
+		f(err)
+	}
 	clear(c.opts)
-	*c = unaryCall{opts: c.opts[:0], op: c.op}
+	clear(c.finish)
+	*c = unaryCall{opts: c.opts[:0], finish: c.finish[:0], op: c.op}
 	unaryCalls.Put(c)
-	return callError(err)
+	return err
+}
+
+// callOptions appends to opts the caller's options but grpc.OnFinish, and
+// to finish the OnFinish functions, which run once a call.
+func callOptions(opts []grpc.CallOption, finish []func(error), caller []grpc.CallOption) ([]grpc.CallOption, []func(error)) {
+	for _, o := range caller {
+		if f, ok := o.(grpc.OnFinishCallOption); ok {
+			finish = append(finish, f.OnFinish)
+			continue
+		}
+		opts = append(opts, o)
+	}
+	return opts, finish
 }
 
 // unaryCall makes the attempts of one unary call. They are pooled, with
@@ -220,6 +290,7 @@ type unaryCall struct {
 	cc         *grpc.ClientConn
 	invoker    grpc.UnaryInvoker
 	opts       []grpc.CallOption // the caller's and the trailer's
+	finish     []func(error)     // the caller's OnFinish
 	trailer    metadata.MD
 	n          int // attempts made
 	op         func(context.Context) (struct{}, error)
@@ -241,4 +312,61 @@ func (c *unaryCall) run(ctx context.Context) (struct{}, error) {
 		return struct{}{}, c.cfg.classify(err, c.trailer)
 	}
 	return struct{}{}, nil
+}
+
+// hedgedAttempt is what one attempt of a hedged unary call received.
+type hedgedAttempt struct {
+	reply           proto.Message
+	header, trailer metadata.MD
+}
+
+// hedgedUnary makes a unary call whose attempts may overlap: each decodes
+// into a reply of its own, with its own header and trailer, and the
+// winner's are handed to the caller.
+func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	cfg := ic.config()
+	var headers, trailers []*metadata.MD
+	base := make([]grpc.CallOption, 0, len(opts)+2)
+	var finish []func(error)
+	for _, o := range opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			headers = append(headers, o.HeaderAddr)
+		case grpc.TrailerCallOption:
+			trailers = append(trailers, o.TrailerAddr)
+		case grpc.OnFinishCallOption:
+			finish = append(finish, o.OnFinish)
+		default:
+			base = append(base, o)
+		}
+	}
+	var n atomic.Int64
+	res, err := pipeline.Do(ctx, p, func(ctx context.Context) (*hedgedAttempt, error) {
+		if n := n.Add(1); n > 1 {
+			ctx = withPreviousAttempts(ctx, int(n-1))
+		}
+		a := &hedgedAttempt{reply: reply.ProtoReflect().New().Interface()}
+		aopts := append(base[:len(base):len(base)], grpc.Header(&a.header), grpc.Trailer(&a.trailer))
+		if err := invoker(ctx, method, req, a.reply, cc, aopts...); err != nil {
+			return a, cfg.classify(err, a.trailer)
+		}
+		return a, nil
+	})
+	if res != nil {
+		if err == nil {
+			proto.Reset(reply)
+			proto.Merge(reply, res.reply)
+		}
+		for _, h := range headers {
+			*h = res.header
+		}
+		for _, t := range trailers {
+			*t = res.trailer
+		}
+	}
+	err = callError(err)
+	for _, f := range finish {
+		f(err)
+	}
+	return err
 }

@@ -129,9 +129,9 @@ func ClassifyCode(code codes.Code, class resilience.Class) Option {
 	return optionFunc(func(c *config) { c.classes[code] = class })
 }
 
-// AutoIdempotencyKey gives every call of a method that is not retried by
-// itself (see [RetryMethods]) and has no idempotency key a fresh random
-// one, the same on all its attempts, so that it can be retried. Use it
+// AutoIdempotencyKey gives every unary call of a method that is not
+// retried by itself (see [RetryMethods]) and has no idempotency key a
+// fresh random one, the same on all its attempts, so that it can be retried. Use it
 // only against servers that deduplicate by the key (package
 // grpcidempotency). Default off.
 func AutoIdempotencyKey() Option {
@@ -158,8 +158,9 @@ type keyOption struct {
 }
 
 // IdempotencyKey is a call option that sends key in the [MetadataKey]
-// header on every attempt of the call, which lets a method that is not
-// idempotent be retried: the server runs it once (package
-// grpcidempotency). A key set in the outgoing metadata by hand counts as
-// well. It does nothing without an [Interceptor].
+// header on every attempt of the call, which lets a unary call of a method
+// that is not idempotent be retried: the server runs it once (package
+// grpcidempotency). It replaces a key set in the outgoing metadata by
+// hand, which counts as well; an empty key is none. It does nothing
+// without an [Interceptor].
 func IdempotencyKey(key string) grpc.CallOption { return keyOption{key: key} }

@@ -22,16 +22,20 @@ import (
 // receives, and the caller must read it to its end or cancel its
 // context. Its Context commits it, as grpc-go's does.
 func (ic *Interceptor) Stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	ctx, once := ic.prepare(ctx, method, opts)
+	ctx, once := ic.prepare(ctx, method, opts, true)
 	s := &stream{
 		cfg:      ic.config(),
+		ctx:      ctx,
 		desc:     desc,
 		cc:       cc,
 		method:   method,
 		streamer: streamer,
-		opts:     opts,
 		replay:   len(once) == 0,
 		changed:  make(chan struct{}),
+	}
+	s.opts, s.onFinish = callOptions(nil, nil, opts)
+	if once == nil {
+		once = sequential // attempts share the stream's state
 	}
 	go s.run(ctx, ic.pipelineFor(cc.Target(), method), once)
 	s.mu.Lock()
@@ -58,11 +62,14 @@ func (ic *Interceptor) Stream(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 // fails uncommitted, wait for the next one or the call's end.
 type stream struct {
 	cfg      *config
+	ctx      context.Context // the call's
 	desc     *grpc.StreamDesc
 	cc       *grpc.ClientConn
 	method   string
 	streamer grpc.Streamer
-	opts     []grpc.CallOption
+	opts     []grpc.CallOption // the caller's, but OnFinish
+	onFinish []func(error)     // the caller's OnFinish, called once the call is done
+	finished sync.Once
 	replay   bool // the call may make more than one attempt
 
 	mu        sync.Mutex
@@ -82,6 +89,7 @@ type stream struct {
 
 // attempt is one stream of the call.
 type attempt struct {
+	s        *stream
 	cs       grpc.ClientStream
 	finished chan struct{} // closed once err is the stream's outcome
 	once     sync.Once
@@ -94,12 +102,40 @@ type attempt struct {
 // finish records the outcome of the attempt's stream, once; grpc-go calls
 // it through grpc.OnFinish, and RecvMsg when it sees the end first.
 func (a *attempt) finish(err error) {
+	first := false
 	a.once.Do(func() {
 		if err == io.EOF {
 			err = nil
 		}
 		a.err = err
 		close(a.finished)
+		first = true
+	})
+	if first && a.s.committedTo(a) {
+		a.s.done(a.err)
+	}
+}
+
+// isFinished reports whether a's outcome is known.
+func (a *attempt) isFinished() bool {
+	select {
+	case <-a.finished:
+		return true
+	default:
+		return false
+	}
+}
+
+// done calls the caller's OnFinish functions, once, with the call's
+// error: its committed attempt's, or the call's own.
+func (s *stream) done(err error) {
+	s.finished.Do(func() {
+		if err != nil {
+			err = callError(err)
+		}
+		for _, f := range s.onFinish {
+			f(err)
+		}
 	})
 }
 
@@ -147,8 +183,14 @@ func (s *stream) run(ctx context.Context, p *pipeline.Pipeline, once []pipeline.
 		s.committed = true
 	}
 	ended := s.ended
+	a := s.cur
 	s.broadcastLocked()
 	s.mu.Unlock()
+	if err != nil {
+		s.done(err)
+	} else if a != nil && a.isFinished() {
+		s.done(a.err) // it ended before the call committed it
+	}
 	if ended {
 		release()
 	}
@@ -164,7 +206,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	if n > 1 {
 		ctx = withPreviousAttempts(ctx, n-1)
 	}
-	a := &attempt{finished: make(chan struct{})}
+	a := &attempt{s: s, finished: make(chan struct{})}
 	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.OnFinish(a.finish))
 	cs, err := s.streamer(ctx, s.desc, s.cc, s.method, opts...)
 	if err != nil {
@@ -415,19 +457,23 @@ func (s *stream) CloseSend() error {
 }
 
 // Context commits the stream, as grpc-go's does, and returns its
-// context.
+// context; between attempts it returns the call's context and commits
+// nothing. It never waits.
 func (s *stream) Context() context.Context {
-	a, err := s.current()
-	if err != nil {
-		s.mu.Lock()
-		a = s.last
-		s.mu.Unlock()
-		return a.cs.Context()
-	}
 	s.mu.Lock()
-	if !s.committed {
+	a := s.cur
+	switch {
+	case s.final != nil:
+		a = s.last
+	case a == nil || (!s.committed && a.failed):
+		s.mu.Unlock()
+		return s.ctx
+	case !s.committed:
 		s.commitLocked(a)
 	}
 	s.mu.Unlock()
+	if a == nil || a.cs == nil {
+		return s.ctx
+	}
 	return a.cs.Context()
 }

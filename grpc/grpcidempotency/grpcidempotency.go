@@ -14,7 +14,8 @@
 // request (method and marshaled message, fingerprinted) gets it back,
 // marked by an idempotent-replayed: true header, without running the
 // handler. A repeat that arrives while the first still runs gets ABORTED
-// (HTTP's 409); one with another request gets FAILED_PRECONDITION (HTTP's
+// (HTTP's 409) with a pushback of a second, which package grpcclient
+// retries after; one with another request gets FAILED_PRECONDITION (HTTP's
 // 422); a malformed key, INVALID_ARGUMENT; a store that fails, UNAVAILABLE
 // with a pushback of a second.
 //
@@ -30,6 +31,7 @@ package grpcidempotency
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -116,10 +118,10 @@ func serve(ctx context.Context, w http.ResponseWriter, req any, handler grpc.Una
 	h := w.Header()
 	sts.mu.Lock()
 	for k, vs := range sts.header {
-		h[headerPrefix+k] = vs
+		h[headerPrefix+k] = storable(k, vs)
 	}
 	for k, vs := range sts.trailer {
-		h[trailerPrefix+k] = vs
+		h[trailerPrefix+k] = storable(k, vs)
 	}
 	sts.mu.Unlock()
 	if err != nil {
@@ -167,9 +169,11 @@ func replay(ctx context.Context, rec *recorder, types *sync.Map) (any, error) {
 	header, trailer := metadata.MD{}, metadata.MD{}
 	for k, vs := range rec.header {
 		if n, ok := strings.CutPrefix(k, headerPrefix); ok {
-			header[strings.ToLower(n)] = vs
+			n = strings.ToLower(n)
+			header[n] = stored(n, vs)
 		} else if n, ok := strings.CutPrefix(k, trailerPrefix); ok {
-			trailer[strings.ToLower(n)] = vs
+			n = strings.ToLower(n)
+			trailer[n] = stored(n, vs)
 		}
 	}
 	header.Set(ReplayedKey, "true")
@@ -193,6 +197,34 @@ func replay(ctx context.Context, rec *recorder, types *sync.Map) (any, error) {
 		return nil, grpcstatus.Error(codes.Internal, "grpcidempotency: stored answer unreadable")
 	}
 	return m, nil
+}
+
+// storable returns the values of the metadata key k as a record keeps
+// them: a binary key's (k ends in "-bin") base64-encoded, since a store
+// may keep only text (the Redis and SQL stores keep JSON).
+func storable(k string, vs []string) []string {
+	if !strings.HasSuffix(k, "-bin") {
+		return vs
+	}
+	enc := make([]string, len(vs))
+	for i, v := range vs {
+		enc[i] = base64.StdEncoding.EncodeToString([]byte(v))
+	}
+	return enc
+}
+
+// stored undoes storable.
+func stored(k string, vs []string) []string {
+	if !strings.HasSuffix(k, "-bin") {
+		return vs
+	}
+	dec := make([]string, 0, len(vs))
+	for _, v := range vs {
+		if b, err := base64.StdEncoding.DecodeString(v); err == nil {
+			dec = append(dec, string(b))
+		}
+	}
+	return dec
 }
 
 // messageType finds the message type named name: one seen in an answer,
@@ -230,11 +262,12 @@ func refusal(ctx context.Context, rec *recorder) error {
 		code = codes.FailedPrecondition
 	case http.StatusServiceUnavailable:
 		code = codes.Unavailable
-		if s, err := strconv.Atoi(rec.header.Get("Retry-After")); err == nil {
-			_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.Itoa(s*1000)))
-		}
 	case http.StatusInternalServerError:
 		code = codes.Internal
+	}
+	// In progress, or a store failing: the middleware says when to try again.
+	if s, err := strconv.Atoi(rec.header.Get("Retry-After")); err == nil && (code == codes.Aborted || code == codes.Unavailable) {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.Itoa(s*1000)))
 	}
 	return grpcstatus.Error(code, msg)
 }

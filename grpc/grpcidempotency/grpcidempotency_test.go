@@ -2,7 +2,9 @@ package grpcidempotency_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,4 +199,92 @@ func TestHTTPStatus(t *testing.T) {
 	} {
 		assert.Equal(t, want, grpcidempotency.HTTPStatus(code), code.String())
 	}
+}
+
+// TestARetryWhileTheFirstRunsGetsItsAnswer: an attempt timeout shorter
+// than a handler that does not stop for its caller makes the client retry
+// while the first attempt still runs on the server; the retries get ABORTED with a pushback of a second,
+// wait it, and then get the first run's answer, replayed. The handler runs
+// once.
+func TestARetryWhileTheFirstRunsGetsItsAnswer(t *testing.T) {
+	var runs atomic.Int64
+	srv, err := grpctest.Start(grpc.ChainUnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil),
+		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if runs.Add(1) == 1 {
+				time.Sleep(300 * time.Millisecond) // a write that goes on when its caller has gone
+			}
+			return h(context.WithoutCancel(ctx), req)
+		}))
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	ic := grpcclient.New(grpcclient.WithPipeline(pipeline.New(pipeline.WithTimeBudget(5*time.Second),
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Millisecond))),
+		pipeline.WithAttemptTimeout(100*time.Millisecond))))
+	cc, err := grpctest.Dial(srv.Addr, ic.DialOptions()...)
+	require.NoError(t, err)
+	t.Cleanup(func() { cc.Close() })
+
+	var header metadata.MD
+	got, err := grpctest.NewClient(cc).Create(t.Context(), "a", grpcclient.IdempotencyKey("order-7"), grpc.Header(&header))
+	require.NoError(t, err)
+	assert.Equal(t, "created:a", got)
+	assert.Equal(t, []string{"true"}, header.Get(grpcidempotency.ReplayedKey), "the first run's answer, replayed")
+	assert.Equal(t, 1, srv.Count(grpctest.Create), "the handler ran once")
+}
+
+// jsonStore keeps its records as JSON, as the Redis and SQL stores do.
+type jsonStore struct{ idempotency.Store }
+
+func throughJSON(r idempotency.Record) idempotency.Record {
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(err)
+	}
+	var out idempotency.Record
+	if err := json.Unmarshal(b, &out); err != nil {
+		panic(err)
+	}
+	return out
+}
+
+func (s jsonStore) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
+	r, err := s.Store.Begin(ctx, key, claim, lease)
+	if r != nil {
+		j := throughJSON(*r)
+		r = &j
+	}
+	return r, err
+}
+
+func (s jsonStore) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) error {
+	return s.Store.Complete(ctx, key, claim, throughJSON(rec), ttl)
+}
+
+// TestBinaryMetadataIsReplayedAsSent: a -bin header is raw bytes, which a
+// store keeping text would mangle; it is kept encoded and replayed as the
+// handler set it.
+func TestBinaryMetadataIsReplayedAsSent(t *testing.T) {
+	raw := string([]byte{0xff, 0x00, 0xfe})
+	srv, err := grpctest.Start(grpc.ChainUnaryInterceptor(
+		grpcidempotency.UnaryServerInterceptor(jsonStore{idempotency.NewMemoryStore(0)}),
+		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			_ = grpc.SetHeader(ctx, metadata.Pairs("trace-bin", raw, "plain", "text"))
+			_ = grpc.SetTrailer(ctx, metadata.Pairs("state-bin", raw))
+			return h(ctx, req)
+		}))
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	cc, err := grpctest.Dial(srv.Addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { cc.Close() })
+	client := grpctest.NewClient(cc)
+	for i := range 2 {
+		var header, trailer metadata.MD
+		_, err := client.Create(withKey(t.Context(), "k"), "a", grpc.Header(&header), grpc.Trailer(&trailer))
+		require.NoError(t, err)
+		assert.Equal(t, []string{raw}, header.Get("trace-bin"), "call %d", i)
+		assert.Equal(t, []string{"text"}, header.Get("plain"), "call %d", i)
+		assert.Equal(t, []string{raw}, trailer.Get("state-bin"), "call %d", i)
+	}
+	assert.Equal(t, 1, srv.Count(grpctest.Create))
 }

@@ -1,0 +1,172 @@
+package breaker_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// waitAndRun runs op through b, waiting whenever b rejects it, as
+// pipeline.WaitWhenOpen does; it returns op's error, or the rejection if
+// the wait ended first.
+func waitAndRun(ctx context.Context, b *breaker.Breaker, op func(context.Context) error) error {
+	for {
+		err := b.Execute(ctx, op)
+		if !breaker.IsRejection(err) {
+			return err
+		}
+		if b.Wait(ctx, err) != nil {
+			return err
+		}
+	}
+}
+
+// rejections counts the calls a breaker rejected.
+type rejections struct{ n atomic.Int64 }
+
+func (r *rejections) OnEvent(e resilience.Event) {
+	if e.Kind == resilience.EventRejected {
+		r.n.Add(1)
+	}
+}
+
+func (r *rejections) Wants(k resilience.EventKind) bool { return k == resilience.EventRejected }
+
+// TestWaitersProbeOldestFirst: when the breaker turns half-open, the
+// oldest waiters are its probes, and only they are woken: the others are
+// not rejected again while the probes run.
+func TestWaitersProbeOldestFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rej := &rejections{}
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second),
+			breaker.HalfOpenRequests(3), breaker.WithListener(rej))
+		require.ErrorIs(t, b.Execute(t.Context(), func(context.Context) error { return errDown }), errDown)
+
+		var mu sync.Mutex
+		var order []int
+		var wg sync.WaitGroup
+		for i := range 50 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * time.Millisecond)
+				err := waitAndRun(t.Context(), b, func(context.Context) error {
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					time.Sleep(200 * time.Millisecond) // a slow probe
+					return nil
+				})
+				assert.NoError(t, err)
+			})
+		}
+		time.Sleep(time.Second + 100*time.Millisecond) // the probes run
+		mu.Lock()
+		assert.ElementsMatch(t, []int{0, 1, 2}, order, "the three oldest waiters are the probes")
+		mu.Unlock()
+		assert.EqualValues(t, 50, rej.n.Load(), "each waiter rejected once, none again while the probes run")
+		wg.Wait()
+		assert.Len(t, order, 50)
+	})
+}
+
+// TestReopenDropsHopelessWaiters: a waiter whose deadline comes before the
+// next probe gives up as soon as the breaker opens again, not at its
+// deadline.
+func TestReopenDropsHopelessWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
+		fail := func(context.Context) error {
+			time.Sleep(100 * time.Millisecond)
+			return errDown
+		}
+		require.ErrorIs(t, b.Execute(t.Context(), fail), errDown)                    // open at 100 ms, probe at 1.1 s
+		go func() { assert.ErrorIs(t, waitAndRun(t.Context(), b, fail), errDown) }() // the probe, fails at 1.2 s
+
+		time.Sleep(time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond) // past 1.1 s, before 2.2 s
+		defer cancel()
+		start := time.Now()
+		err := waitAndRun(ctx, b, fail)
+		require.True(t, breaker.IsRejection(err), "%v", err)
+		assert.InDelta(t, 1099*time.Millisecond, time.Since(start), float64(time.Microsecond), "it gives up when the probe fails")
+		assert.NoError(t, ctx.Err())
+	})
+}
+
+// TestCanceledWaiterPassesItsTurn: a waiter that gives up leaves the
+// queue, so the probe slot goes to the next one, not to nobody.
+func TestCanceledWaiterPassesItsTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
+		require.Error(t, b.Execute(t.Context(), func(context.Context) error { return errDown }))
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(500*time.Millisecond, cancel)
+		done := make(chan error)
+		go func() { done <- waitAndRun(ctx, b, func(context.Context) error { return nil }) }()
+		time.Sleep(time.Millisecond)
+		var ran time.Duration
+		start := time.Now()
+		go func() {
+			done <- waitAndRun(t.Context(), b, func(context.Context) error { ran = time.Since(start); return nil })
+		}()
+		require.ErrorIs(t, <-done, breaker.ErrOpen, "the first gives up at 500 ms")
+		require.NoError(t, <-done)
+		assert.InDelta(t, 999*time.Millisecond, ran, float64(time.Microsecond), "the second is the probe at 1 s")
+	})
+}
+
+// TestWaitUnderChurn: many callers wait on a flapping dependency, some
+// canceling at random: every Wait returns by its deadline, nothing waits
+// for ever (synctest would report a deadlock), and the breaker still
+// works after.
+func TestWaitUnderChurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var down atomic.Bool
+		b := breaker.New("dep", breaker.ConsecutiveFailures(3), breaker.OpenTimeout(50*time.Millisecond), breaker.HalfOpenRequests(2))
+		op := func(ctx context.Context) error {
+			time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+			if down.Load() {
+				return errDown
+			}
+			return nil
+		}
+		go func() {
+			for i := range 20 {
+				down.Store(i%2 == 0)
+				time.Sleep(37 * time.Millisecond)
+			}
+			down.Store(false)
+		}()
+		var wg sync.WaitGroup
+		var late atomic.Int64
+		for i := range 300 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(rand.IntN(700)) * time.Millisecond)
+				budget := time.Duration(1+rand.IntN(200)) * time.Millisecond
+				ctx, cancel := context.WithTimeout(t.Context(), budget)
+				defer cancel()
+				if i%7 == 0 {
+					time.AfterFunc(budget/3, cancel)
+				}
+				start := time.Now()
+				_ = waitAndRun(ctx, b, op)
+				if time.Since(start) > budget+5*time.Millisecond { // an op in flight at the deadline ends within 5 ms
+					late.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		assert.Zero(t, late.Load(), "every wait ends by its deadline")
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, waitAndRun(t.Context(), b, op), "and the breaker still works")
+	})
+}
