@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -47,7 +48,8 @@ func (f *finishes) code() codes.Code {
 
 // TestOnFinishRunsOncePerCall: grpc.OnFinish is the call's, not an
 // attempt's, as with grpc-go's own retry: once, with the call's outcome,
-// for unary calls and streams, retried, successful or not.
+// before the caller sees the call's end, for unary calls and streams,
+// retried, successful or not; and once for a call that panics.
 func TestOnFinishRunsOncePerCall(t *testing.T) {
 	srv := start(t)
 	client, _ := dial(t, srv, grpcclient.WithPipeline(fastPipeline()))
@@ -70,15 +72,17 @@ func TestOnFinishRunsOncePerCall(t *testing.T) {
 			call: func(o grpc.CallOption) error { _, err := client.List(t.Context(), "a", o); return err }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv.Reset()
-			srv.SetFault(tc.method, tc.fault)
-			var f finishes
-			err := tc.call(f.option())
-			assert.Equal(t, tc.code, status.Code(err))
-			require.Eventually(t, func() bool { return f.n.Load() > 0 }, time.Second, time.Millisecond)
-			time.Sleep(20 * time.Millisecond) // time for a second call, if any
-			assert.EqualValues(t, 1, f.n.Load(), "once per call")
-			assert.Equal(t, tc.code, f.code(), "with the call's outcome")
+			for range 10 {
+				srv.Reset()
+				srv.SetFault(tc.method, tc.fault)
+				var f finishes
+				err := tc.call(f.option())
+				assert.Equal(t, tc.code, status.Code(err))
+				assert.EqualValues(t, 1, f.n.Load(), "before the caller sees the end of the call, as grpc-go does")
+				time.Sleep(5 * time.Millisecond) // time for a second call, if any
+				assert.EqualValues(t, 1, f.n.Load(), "once per call")
+				assert.Equal(t, tc.code, f.code(), "with the call's outcome")
+			}
 		})
 	}
 }
@@ -227,4 +231,53 @@ func TestHedgingPipelineDoesNotHedgeStreams(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, srv.Count(grpctest.List))
 	assert.Equal(t, 1, srv.Count(grpctest.Upload))
+}
+
+func TestOnFinishRunsOnceForAPanic(t *testing.T) {
+	cc, err := grpctest.Dial("127.0.0.1:1")
+	require.NoError(t, err)
+	defer cc.Close()
+	panicking := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { panic("boom") }
+	for name, p := range map[string]*pipeline.Pipeline{
+		"sequential": fastPipeline(),
+		"hedged":     pipeline.New(pipeline.WithRetry(fastRetry(3)), pipeline.WithHedging(hedge.New(hedge.Delay(time.Millisecond)))),
+	} {
+		var f finishes
+		assert.PanicsWithValue(t, "boom", func() {
+			_ = grpcclient.New(grpcclient.WithPipeline(p)).Unary(t.Context(), grpctest.Get, wrapperspb.String("a"),
+				new(wrapperspb.StringValue), cc, panicking, f.option())
+		}, name)
+		assert.EqualValues(t, 1, f.n.Load(), name)
+		assert.Equal(t, codes.Unknown, f.code(), name)
+	}
+}
+
+// TestHedgedCallEndsWithItsAttempts: a hedged unary call returns once its
+// losing attempts have ended (canceled), so that nothing below the
+// interceptor uses the caller's request or options after it; the caller's
+// grpc.Peer is the winner's.
+func TestHedgedCallEndsWithItsAttempts(t *testing.T) {
+	srv := start(t)
+	p := pipeline.New(pipeline.WithRetry(fastRetry(3)), pipeline.WithHedging(hedge.New(hedge.Delay(20*time.Millisecond))))
+	var running atomic.Int64
+	below := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		running.Add(1)
+		defer running.Add(-1)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cc, err := grpctest.Dial(srv.Addr, append(grpcclient.New(grpcclient.WithPipeline(p)).DialOptions(),
+		grpc.WithChainUnaryInterceptor(below))...)
+	require.NoError(t, err)
+	defer cc.Close()
+	for range 20 {
+		srv.Reset()
+		srv.SetFault(grpctest.Get, grpctest.Fault{Code: codes.OK, Delay: 200 * time.Millisecond, Calls: 1})
+		var pr peer.Peer
+		out := new(wrapperspb.StringValue)
+		require.NoError(t, cc.Invoke(t.Context(), grpctest.Get, wrapperspb.String("a"), out, grpc.Peer(&pr)))
+		assert.Equal(t, "get:a", out.GetValue())
+		assert.Zero(t, running.Load(), "no attempt outlives the call")
+		require.NotNil(t, pr.Addr)
+		assert.Equal(t, srv.Addr, pr.Addr.String(), "the winner's peer")
+	}
 }

@@ -65,7 +65,10 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -256,11 +259,16 @@ func (ic *Interceptor) Unary(ctx context.Context, method string, req, reply any,
 	c.cfg, c.method, c.req, c.reply, c.cc, c.invoker = ic.config(), method, req, reply, cc, invoker
 	c.opts, c.finish = callOptions(c.opts[:0], c.finish[:0], opts)
 	c.opts = append(c.opts, grpc.Trailer(&c.trailer))
+	returned := false
+	defer func() {
+		if !returned { // a panic or runtime.Goexit: the call is over all the same
+			finish(c.finish, errAbandoned)
+		}
+	}()
 	_, err := pipeline.Do(ctx, p, c.op, once...)
+	returned = true
 	err = callError(err)
-	for _, f := range c.finish {
-		f(err)
-	}
+	finish(c.finish, err)
 	clear(c.opts)
 	clear(c.finish)
 	*c = unaryCall{opts: c.opts[:0], finish: c.finish[:0], op: c.op}
@@ -268,15 +276,29 @@ func (ic *Interceptor) Unary(ctx context.Context, method string, req, reply any,
 	return err
 }
 
+// errAbandoned is what a caller's OnFinish functions get for a call
+// that panicked or called runtime.Goexit.
+var errAbandoned = status.Error(codes.Unknown, "grpcclient: the call panicked or called runtime.Goexit")
+
+// finish calls the caller's OnFinish functions with err.
+func finish(fns []func(error), err error) {
+	for _, f := range fns {
+		f(err)
+	}
+}
+
 // callOptions appends to opts the caller's options but grpc.OnFinish, and
 // to finish the OnFinish functions, which run once a call.
 func callOptions(opts []grpc.CallOption, finish []func(error), caller []grpc.CallOption) ([]grpc.CallOption, []func(error)) {
 	for _, o := range caller {
-		if f, ok := o.(grpc.OnFinishCallOption); ok {
-			finish = append(finish, f.OnFinish)
-			continue
+		switch o := o.(type) {
+		case grpc.OnFinishCallOption:
+			finish = append(finish, o.OnFinish)
+		case *grpc.OnFinishCallOption:
+			finish = append(finish, o.OnFinish)
+		default:
+			opts = append(opts, o)
 		}
-		opts = append(opts, o)
 	}
 	return opts, finish
 }
@@ -318,55 +340,110 @@ func (c *unaryCall) run(ctx context.Context) (struct{}, error) {
 type hedgedAttempt struct {
 	reply           proto.Message
 	header, trailer metadata.MD
+	peer            peer.Peer
 }
 
-// hedgedUnary makes a unary call whose attempts may overlap: each decodes
-// into a reply of its own, with its own header and trailer, and the
-// winner's are handed to the caller.
-func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
-	cfg := ic.config()
-	var headers, trailers []*metadata.MD
-	base := make([]grpc.CallOption, 0, len(opts)+2)
-	var finish []func(error)
+// hedgedOptions are the caller's options of a hedged unary call: those
+// that write into the caller's memory (header, trailer, peer) are kept
+// aside, to be given the winner's, and OnFinish runs once a call.
+type hedgedOptions struct {
+	base              []grpc.CallOption
+	headers, trailers []*metadata.MD
+	peers             []*peer.Peer
+	finish            []func(error)
+}
+
+func splitHedged(opts []grpc.CallOption) hedgedOptions {
+	h := hedgedOptions{base: make([]grpc.CallOption, 0, len(opts)+3)}
 	for _, o := range opts {
 		switch o := o.(type) {
 		case grpc.HeaderCallOption:
-			headers = append(headers, o.HeaderAddr)
+			h.headers = append(h.headers, o.HeaderAddr)
+		case *grpc.HeaderCallOption:
+			h.headers = append(h.headers, o.HeaderAddr)
 		case grpc.TrailerCallOption:
-			trailers = append(trailers, o.TrailerAddr)
+			h.trailers = append(h.trailers, o.TrailerAddr)
+		case *grpc.TrailerCallOption:
+			h.trailers = append(h.trailers, o.TrailerAddr)
+		case grpc.PeerCallOption:
+			h.peers = append(h.peers, o.PeerAddr)
+		case *grpc.PeerCallOption:
+			h.peers = append(h.peers, o.PeerAddr)
 		case grpc.OnFinishCallOption:
-			finish = append(finish, o.OnFinish)
+			h.finish = append(h.finish, o.OnFinish)
+		case *grpc.OnFinishCallOption:
+			h.finish = append(h.finish, o.OnFinish)
 		default:
-			base = append(base, o)
+			h.base = append(h.base, o)
 		}
 	}
-	var n atomic.Int64
+	return h
+}
+
+// hedgedUnary makes a unary call whose attempts may overlap: each decodes
+// into a reply of its own, with its own header, trailer and peer, and the
+// winner's are handed to the caller. It returns once every attempt has
+// ended, the losers canceled, so that nothing below still uses req or the
+// caller's options.
+func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	cfg := ic.config()
+	h := splitHedged(opts)
+	var (
+		n       atomic.Int64
+		mu      sync.Mutex
+		closed  bool
+		running sync.WaitGroup
+	)
+	returned := false
+	defer func() {
+		mu.Lock()
+		closed = true
+		mu.Unlock()
+		running.Wait()
+		if !returned {
+			finish(h.finish, errAbandoned)
+		}
+	}()
 	res, err := pipeline.Do(ctx, p, func(ctx context.Context) (*hedgedAttempt, error) {
+		mu.Lock()
+		if closed { // a hedge launched as the call ended
+			mu.Unlock()
+			return nil, context.Canceled
+		}
+		running.Add(1)
+		mu.Unlock()
+		defer running.Done()
 		if n := n.Add(1); n > 1 {
 			ctx = withPreviousAttempts(ctx, int(n-1))
 		}
 		a := &hedgedAttempt{reply: reply.ProtoReflect().New().Interface()}
-		aopts := append(base[:len(base):len(base)], grpc.Header(&a.header), grpc.Trailer(&a.trailer))
+		aopts := append(h.base[:len(h.base):len(h.base)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
 		if err := invoker(ctx, method, req, a.reply, cc, aopts...); err != nil {
 			return a, cfg.classify(err, a.trailer)
 		}
 		return a, nil
 	})
+	mu.Lock()
+	closed = true
+	mu.Unlock()
+	running.Wait() // the losers, canceled, end promptly
+	returned = true
 	if res != nil {
 		if err == nil {
 			proto.Reset(reply)
 			proto.Merge(reply, res.reply)
 		}
-		for _, h := range headers {
-			*h = res.header
+		for _, hd := range h.headers {
+			*hd = res.header
 		}
-		for _, t := range trailers {
+		for _, t := range h.trailers {
 			*t = res.trailer
+		}
+		for _, pr := range h.peers {
+			*pr = res.peer
 		}
 	}
 	err = callError(err)
-	for _, f := range finish {
-		f(err)
-	}
+	finish(h.finish, err)
 	return err
 }

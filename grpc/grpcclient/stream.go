@@ -166,6 +166,7 @@ func (s *stream) run(ctx context.Context, p *pipeline.Pipeline, once []pipeline.
 		if r == nil {
 			r = "grpcclient: runtime.Goexit in a stream's attempt"
 		}
+		s.done(errAbandoned)
 		s.mu.Lock()
 		s.panicked = r
 		s.final = callError(errors.New("grpcclient: a stream's attempt panicked"))
@@ -174,6 +175,9 @@ func (s *stream) run(ctx context.Context, p *pipeline.Pipeline, once []pipeline.
 	}()
 	_, release, err := pipeline.DoStream(ctx, p, s.open, once...)
 	returned = true
+	if err != nil {
+		s.done(err) // before the caller can see the call's end
+	}
 	s.mu.Lock()
 	s.release = release
 	if err != nil {
@@ -186,9 +190,7 @@ func (s *stream) run(ctx context.Context, p *pipeline.Pipeline, once []pipeline.
 	a := s.cur
 	s.broadcastLocked()
 	s.mu.Unlock()
-	if err != nil {
-		s.done(err)
-	} else if a != nil && a.isFinished() {
+	if err == nil && a != nil && a.isFinished() {
 		s.done(a.err) // it ended before the call committed it
 	}
 	if ended {
@@ -390,6 +392,7 @@ func (s *stream) RecvMsg(m any) error {
 		}
 		rerr := a.cs.RecvMsg(m)
 		if rerr == nil {
+			s.received(a)
 			return nil
 		}
 		a.finish(rerr)
@@ -400,10 +403,38 @@ func (s *stream) RecvMsg(m any) error {
 		committed := s.committed && s.cur == a
 		s.mu.Unlock()
 		if committed {
-			s.end()
+			s.callOver(a)
 			return rerr
 		}
 	}
+}
+
+// received commits the stream to a, from which a message came. A call
+// whose response is one message has then ended (grpc-go read its status
+// too): its OnFinish runs and it is released before the caller sees it.
+func (s *stream) received(a *attempt) {
+	s.mu.Lock()
+	if !s.committed {
+		s.commitLocked(a)
+	}
+	s.mu.Unlock()
+	if !s.desc.ServerStreams && a.isFinished() {
+		s.callOver(a)
+	}
+}
+
+// callOver ends the call whose stream a has ended, before the caller sees
+// its end: it waits for the pipeline's call to return (its events are all
+// out then), runs the caller's OnFinish, as grpc-go does before RecvMsg
+// returns, and releases the call.
+func (s *stream) callOver(a *attempt) {
+	s.mu.Lock()
+	for s.release == nil && s.final == nil && s.panicked == nil {
+		s.waitLocked()
+	}
+	s.mu.Unlock()
+	s.done(a.err)
+	s.end()
 }
 
 // Header returns the response's header once the stream is committed,
