@@ -166,7 +166,7 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 		ReadyToTrip: cfg.readyToTrip,
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			b.state.Store(uint32(fromGobreaker(to)))
-			b.changed(name, fromGobreaker(from), fromGobreaker(to))
+			b.changed(name, fromGobreaker(from), fromGobreaker(to), false)
 		},
 		IsSuccessful: func(err error) bool { return err == nil },
 		IsExcluded:   func(err error) bool { return err == errIgnored },
@@ -190,8 +190,8 @@ func init() {
 }
 
 // changed reports a change of state of the breaker called name.
-func (b *Breaker) changed(name string, from, to State) {
-	b.changedWaiting(to)
+func (b *Breaker) changed(name string, from, to State, fleet bool) {
+	b.changedWaiting(to, fleet)
 	if fn := b.cfg.onStateChange; fn != nil {
 		safe.Call("breaker OnStateChange function", func() { fn(name, from, to) })
 	}
@@ -200,7 +200,7 @@ func (b *Breaker) changed(name string, from, to State) {
 
 // fleetChanged reports a change of state of the fleet breaker, named
 // "NAME (fleet)".
-func (b *Breaker) fleetChanged(from, to State) { b.changed(b.Name()+" (fleet)", from, to) }
+func (b *Breaker) fleetChanged(from, to State) { b.changed(b.Name()+" (fleet)", from, to, true) }
 
 // emit passes e to the listener, if any.
 func (b *Breaker) emit(e resilience.Event) {

@@ -22,6 +22,8 @@ type waiting struct {
 	queue    list.List // of *waiter, oldest first
 	released time.Time // last release
 	timer    *time.Timer
+	gen      int // of the timer: a tick of an earlier one does nothing
+	freed    int // half-open probe slots freed with nobody waiting
 }
 
 // waiter is one call in Wait. ch is closed when it may go, or when it
@@ -35,13 +37,19 @@ type waiter struct {
 
 // changedWaiting is called on every change of state, local or of the
 // fleet, with gobreaker's lock held for a local one: it must not ask for
-// the state.
-func (b *Breaker) changedWaiting(to State) {
+// the state. NextProbe is the local breaker's, so only its opening sets
+// openedAt; the fleet, opening, probes an open timeout later too.
+func (b *Breaker) changedWaiting(to State, fleet bool) {
 	w := &b.wait
+	w.mu.Lock()
+	w.freed = 0
+	w.mu.Unlock()
 	switch to {
 	case Open:
 		now := time.Now()
-		w.openedAt.Store(now.UnixNano())
+		if !fleet {
+			w.openedAt.Store(now.UnixNano())
+		}
 		if w.n.Load() > 0 {
 			w.dropHopeless(now.Add(b.cfg.openTimeout))
 		}
@@ -53,10 +61,19 @@ func (b *Breaker) changedWaiting(to State) {
 }
 
 // probeIgnored frees a half-open breaker's probe slot for a waiter: the
-// probe counted for nothing (canceled), so the state does not change.
+// probe counted for nothing (canceled), so the state does not change. With
+// nobody waiting, the slot is kept for the next caller to wait.
 func (b *Breaker) probeIgnored() {
-	if b.wait.n.Load() > 0 && State(b.state.Load()) == HalfOpen {
-		b.wait.release(1)
+	if State(b.state.Load()) != HalfOpen {
+		return
+	}
+	w := &b.wait
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queue.Len() > 0 {
+		w.releaseLocked(1)
+	} else if w.freed < int(b.cfg.halfOpenRequests) {
+		w.freed++
 	}
 }
 
@@ -86,6 +103,11 @@ func (w *waiting) removeLocked(wt *waiter) {
 	w.queue.Remove(wt.elem)
 	wt.elem = nil
 	w.n.Add(-1)
+	if w.queue.Len() == 0 && w.timer != nil {
+		w.timer.Stop() // so that it does not keep the breaker alive
+		w.timer = nil
+		w.gen++
+	}
 }
 
 // dropHopeless tells the waiters whose deadline comes before next, the
@@ -113,12 +135,17 @@ func (b *Breaker) enqueue(ctx context.Context) *waiter {
 	after := b.tickAfter() // before the lock: gobreaker's is taken first
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.freed > 0 { // a probe slot came free just before: take it
+		w.freed--
+		close(wt.ch)
+		return wt
+	}
 	wt.elem = w.queue.PushBack(wt)
 	if w.n.Add(1) == 1 {
 		w.released = time.Now()
 	}
 	if w.timer == nil {
-		w.timer = time.AfterFunc(after, b.tick)
+		w.startTimerLocked(b, after)
 	}
 	return wt
 }
@@ -139,7 +166,11 @@ func (w *waiting) leave(wt *waiter) bool {
 func (b *Breaker) tickAfter() time.Duration {
 	if next := b.NextProbe(); !next.IsZero() && (b.fleet == nil || State(b.fleet.state.Load()) != Open) {
 		// Open until just past its next probe (gobreaker's own rule).
-		return max(time.Until(next), 0) + time.Nanosecond
+		d := max(time.Until(next), 0)
+		if d < math.MaxInt64 {
+			d++ // saturated: a probe in 292 years
+		}
+		return d
 	}
 	return b.cfg.flush
 }
@@ -148,12 +179,15 @@ func (b *Breaker) tickAfter() time.Duration {
 // breaker whose time is up to half-open, which releases the probes; a
 // half-open queue that nothing released for a FlushInterval (a shared
 // breaker's probe granted by the fleet) lets one go, and a closed one all.
-func (b *Breaker) tick() {
+func (b *Breaker) tick(gen int) {
 	st := b.State()
 	after := b.tickAfter()
 	w := &b.wait
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if gen != w.gen {
+		return // stopped, and maybe started again since
+	}
 	if w.queue.Len() == 0 {
 		w.timer = nil
 		return
@@ -164,7 +198,16 @@ func (b *Breaker) tick() {
 	case st == HalfOpen && time.Since(w.released) >= b.cfg.flush:
 		w.releaseLocked(1)
 	}
-	w.timer = time.AfterFunc(after, b.tick)
+	if gen == w.gen { // not stopped by the release above
+		w.startTimerLocked(b, after)
+	}
+}
+
+// startTimerLocked starts the queue's timer, to tick after d.
+func (w *waiting) startTimerLocked(b *Breaker, d time.Duration) {
+	w.gen++
+	gen := w.gen
+	w.timer = time.AfterFunc(d, func() { b.tick(gen) })
 }
 
 // NextProbe returns when the breaker, open, will let a probe through: its
@@ -220,6 +263,10 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 	select {
 	case <-wt.ch:
 		if wt.gaveUp {
+			return rejection
+		}
+		if ctx.Err() != nil { // released as ctx ended: pass it on
+			b.wait.release(1)
 			return rejection
 		}
 		return nil

@@ -2,6 +2,7 @@ package breaker_test
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -168,5 +169,51 @@ func TestWaitUnderChurn(t *testing.T) {
 		assert.Zero(t, late.Load(), "every wait ends by its deadline")
 		time.Sleep(100 * time.Millisecond)
 		require.NoError(t, waitAndRun(t.Context(), b, op), "and the breaker still works")
+	})
+}
+
+// TestFreedProbeSlotGoesToTheNextCaller: a half-open probe that counts for
+// nothing (its caller canceled) frees its slot; a caller that waits just
+// after, with nobody queued when it freed, takes it at once rather than a
+// FlushInterval later.
+func TestFreedProbeSlotGoesToTheNextCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
+		require.Error(t, b.Execute(t.Context(), func(context.Context) error { return errDown }))
+		time.Sleep(time.Second + time.Millisecond)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = b.Execute(ctx, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }) // the probe
+		}()
+		synctest.Wait()
+		rejected := b.Execute(t.Context(), func(context.Context) error { return nil })
+		require.ErrorIs(t, rejected, breaker.ErrTooManyRequests)
+		cancel()
+		<-done // the probe's slot is free, with nobody waiting
+		start := time.Now()
+		require.NoError(t, b.Wait(t.Context(), rejected))
+		assert.Zero(t, time.Since(start), "no FlushInterval to wait")
+		require.NoError(t, b.Execute(t.Context(), func(context.Context) error { return nil }), "and it is the probe")
+		assert.Equal(t, breaker.Closed, b.State())
+	})
+}
+
+// TestHugeOpenTimeoutWaitsWithoutSpinning: an open timeout near
+// math.MaxInt64 does not overflow the queue's timer into a busy loop
+// (which would keep synctest's clock from ever moving).
+func TestHugeOpenTimeoutWaitsWithoutSpinning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(math.MaxInt64))
+		rejected := b.Execute(t.Context(), func(context.Context) error { return errDown })
+		require.Error(t, rejected)
+		rejected = b.Execute(t.Context(), func(context.Context) error { return nil })
+		require.ErrorIs(t, rejected, breaker.ErrOpen)
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(time.Second, cancel)
+		start := time.Now()
+		require.ErrorIs(t, b.Wait(ctx, rejected), breaker.ErrOpen)
+		assert.Equal(t, time.Second, time.Since(start))
 	})
 }

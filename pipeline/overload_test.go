@@ -3,7 +3,6 @@ package pipeline_test
 import (
 	"context"
 	"errors"
-	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -258,10 +257,10 @@ func TestWaitWhenOpenRidesOutAnOutage(t *testing.T) {
 // takes 10 ms). When a probe closes the breaker the backlog goes through
 // WaitWhenOpen's adaptive limit, queued: a few overloads while the limit
 // finds the capacity, then every call that waited succeeds within its
-// budget. The
-// same backlog unpaced (a limit too high to matter) sends all 500 at once.
+// budget. The same backlog waiting by hand (breaker.Wait, then the call
+// again) sends all 500 at once.
 func TestWaitWhenOpenPacesTheBacklog(t *testing.T) {
-	run := func(opts ...pipeline.Option) (ok int, inFlightMax, overloads int64) {
+	run := func(paced bool) (ok int, inFlightMax, overloads int64) {
 		synctest.Test(t, func(t *testing.T) {
 			var inFlight, peak, over atomic.Int64
 			var down atomic.Bool
@@ -282,15 +281,30 @@ func TestWaitWhenOpenPacesTheBacklog(t *testing.T) {
 				return 1, nil
 			}
 			b := breaker.New("dep", breaker.ConsecutiveFailures(5), breaker.OpenTimeout(200*time.Millisecond))
-			p := pipeline.New(append([]pipeline.Option{pipeline.WithTimeBudget(3 * time.Second), pipeline.WithBreaker(b),
-				pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3))), pipeline.WaitWhenOpen()}, opts...)...)
+			opts := []pipeline.Option{pipeline.WithTimeBudget(3 * time.Second), pipeline.WithBreaker(b),
+				pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3)))}
+			if paced {
+				opts = append(opts, pipeline.WaitWhenOpen())
+			}
+			p := pipeline.New(opts...)
+			do := func(ctx context.Context) error {
+				for {
+					_, err := pipeline.Do(ctx, p, op)
+					if paced || !breaker.IsRejection(err) {
+						return err
+					}
+					if b.Wait(ctx, err) != nil { // waiting by hand: unpaced
+						return err
+					}
+				}
+			}
 			time.AfterFunc(time.Second, func() { down.Store(false) })
 			var wg sync.WaitGroup
 			var succeeded atomic.Int64
 			for i := range 500 {
 				wg.Go(func() {
 					time.Sleep(time.Duration(i) * time.Millisecond) // from 0 to 500 ms, in the outage
-					if _, err := pipeline.Do(t.Context(), p, op); err == nil {
+					if do(t.Context()) == nil {
 						succeeded.Add(1)
 					}
 				})
@@ -300,15 +314,15 @@ func TestWaitWhenOpenPacesTheBacklog(t *testing.T) {
 		})
 		return ok, inFlightMax, overloads
 	}
-	ok, peak, over := run()
+	ok, peak, over := run(true)
 	t.Logf("paced: %d calls ok, at most %d in flight, %d overloads", ok, peak, over)
-	assert.GreaterOrEqual(t, ok, 490, "every call succeeds but those that opened the breaker and its probes in the outage")
+	assert.GreaterOrEqual(t, ok, 485, "every call succeeds but those that opened the breaker and its probes in the outage (about 10)")
 	assert.LessOrEqual(t, peak, int64(30), "the backlog goes at the pace of the dependency")
 	assert.Less(t, over, int64(100), "a few overloads while the limit finds the capacity")
 
-	_, peak, over = run(pipeline.WithLimit(limit.NewFixed(math.MaxInt)))
-	t.Logf("unpaced: at most %d in flight, %d overloads", peak, over)
-	assert.Greater(t, peak, int64(400), "without a limit, the backlog goes all at once")
+	_, peak, over = run(false)
+	t.Logf("unpaced (breaker.Wait by hand): at most %d in flight, %d overloads", peak, over)
+	assert.Greater(t, peak, int64(400), "unpaced, the backlog goes all at once")
 }
 
 func TestWaitWhenOpenKeepsToTheBudget(t *testing.T) {
@@ -449,4 +463,93 @@ func TestThrottleAndLimitCostNoAllocation(t *testing.T) {
 		pipeline.WithThrottle(throttle.New()), pipeline.WithLimit(limit.NewAIMD()))
 	op := func(context.Context) (int, error) { return 1, nil }
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = pipeline.Do(context.Background(), p, op) }))
+}
+
+// TestWaitWhenOpenLeavesAHealthyPipelineAlone: with the breaker closed and
+// nothing waiting, WaitWhenOpen's pacing is off: 1500 calls at once are
+// all in flight at once and take the dependency's time, no more, however
+// many fail.
+func TestWaitWhenOpenLeavesAHealthyPipelineAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var inFlight, peak atomic.Int64
+		var n atomic.Int64
+		op := func(ctx context.Context) (int, error) {
+			c := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for p := peak.Load(); c > p && !peak.CompareAndSwap(p, c); p = peak.Load() {
+			}
+			time.Sleep(100 * time.Millisecond)
+			if n.Add(1)%50 == 0 {
+				return 0, errOverloaded // 2% fail
+			}
+			return 1, nil
+		}
+		b := breaker.New("dep", breaker.ConsecutiveFailures(0))
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1))), pipeline.WaitWhenOpen())
+		var wg sync.WaitGroup
+		start := time.Now()
+		for range 1500 {
+			wg.Go(func() { _, _ = pipeline.Do(t.Context(), p, op) })
+		}
+		wg.Wait()
+		assert.EqualValues(t, 1500, peak.Load(), "no cap")
+		assert.Equal(t, 100*time.Millisecond, time.Since(start), "no queue")
+	})
+}
+
+// TestHedgeKeepsTheLongestRetryAfter: when a hedged group fails, the
+// retry waits for the longest retry-after hint among its answers, not the
+// last answer's.
+func TestHedgeKeepsTheLongestRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		var third time.Duration
+		start := time.Now()
+		op := func(ctx context.Context) (int, error) {
+			switch n.Add(1) {
+			case 1:
+				time.Sleep(20 * time.Millisecond)
+				return 0, resilience.RetryAfter(errOverloaded, 2*time.Second)
+			case 2: // the hedge, sent at 10 ms
+				time.Sleep(30 * time.Millisecond)
+				return 0, errOverloaded
+			}
+			third = time.Since(start)
+			return 1, nil
+		}
+		p := pipeline.New(pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Millisecond), retrypolicy.MaxAttempts(3))),
+			pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond), hedge.MaxExtra(1))))
+		_, err := pipeline.Do(t.Context(), p, op)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, third, 2*time.Second+40*time.Millisecond, "the 2 s hint, counted from the group's end")
+	})
+}
+
+// TestHedgeDelayRunsFromTheSend: an attempt queued for a slot of the
+// concurrency limit is not hedged for its time in the queue.
+func TestHedgeDelayRunsFromTheSend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hedges atomic.Int64
+		count := resilience.ListenerFunc(func(e resilience.Event) {
+			if e.Kind == resilience.EventHedged {
+				hedges.Add(1)
+			}
+		})
+		p := pipeline.New(pipeline.WithListener(count), pipeline.WithRetry(retrypolicy.New()),
+			pipeline.WithLimit(limit.NewFixed(1, limit.MaxWaiting(100))),
+			pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond))))
+		op := func(ctx context.Context) (int, error) {
+			time.Sleep(5 * time.Millisecond)
+			return 1, nil
+		}
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				_, err := pipeline.Do(t.Context(), p, op)
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		assert.Zero(t, hedges.Load(), "each attempt answers 5 ms after it is sent")
+	})
 }

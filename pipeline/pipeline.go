@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
@@ -83,11 +84,12 @@ func New(opts ...Option) *Pipeline {
 	if cfg.retry != nil && cfg.listener != nil {
 		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
 	}
-	if cfg.waitOpen && cfg.limit == nil {
-		cfg.limit = limit.NewAIMD(limit.MaxWaiting(math.MaxInt)) // paces the backlog
+	if cfg.waitOpen && cfg.breaker != nil {
+		cfg.waiters = limit.NewAIMD(limit.MaxWaiting(math.MaxInt))
+		cfg.backlog = new(atomic.Int64)
 	}
 	cfg.stateful = cfg.hedge != nil || cfg.tracer != nil
-	cfg.perAttempt = cfg.stateful || cfg.attemptTimeout > 0 || cfg.throttle != nil || cfg.limit != nil
+	cfg.perAttempt = cfg.stateful || cfg.attemptTimeout > 0 || cfg.throttle != nil || cfg.limit != nil || cfg.waiters != nil
 	return &Pipeline{cfg: cfg, opts: opts}
 }
 
@@ -122,6 +124,7 @@ type CallOption interface {
 type call struct {
 	single     bool
 	sequential bool // not hedged
+	waited     bool // for the breaker (WaitWhenOpen): its attempts are paced
 	discard    any  // a func(T) for results a hedged call does not return
 }
 
@@ -305,6 +308,9 @@ func execute[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 			return res, err
 		}
 		if !waited {
+			c.waited = true
+			p.cfg.backlog.Add(1)
+			defer p.cfg.backlog.Add(-1)
 			p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventWaitOpen, Err: err})
 		}
 		if b.Wait(ctx, err) != nil {
@@ -383,6 +389,8 @@ type config struct {
 	limit          *limit.Limiter
 	hedge          *hedge.Policy
 	waitOpen       bool
+	waiters        *limit.Limiter // paces the calls that waited
+	backlog        *atomic.Int64  // calls that waited, not yet over
 	tracer         resilience.Tracer
 	perAttempt     bool // some stage inside the retry stage is set
 	stateful       bool // a call keeps a state: for hedging or the tracer
@@ -488,12 +496,13 @@ func WithHedging(h *hedge.Policy) Option {
 // [resilience.EventWaitOpen].
 //
 // The backlog of calls that waited must not reach a dependency that has
-// just come back all at once: their attempts go through the concurrency
-// limit, which paces them to what the dependency answers. That is
-// [WithLimit]'s if set, else one that WaitWhenOpen adds: limit.NewAIMD
-// with a queue bounded only by each call's budget (limit.MaxWaiting of
-// math.MaxInt), so attempts beyond the limit wait for a slot rather than
-// fail. Default off: a rejected call fails at once.
+// just come back all at once. So while any call that waited is not over,
+// the attempts of every call go through an adaptive concurrency limit of
+// the pipeline's own (limit.NewAIMD, attempts beyond it queued within
+// their budget), which paces the backlog to what the dependency answers,
+// doubling each round trip while it keeps up. With nothing waiting, the
+// limit is not used: a healthy pipeline is neither capped nor slowed by
+// it. Default off: a rejected call fails at once.
 func WaitWhenOpen() Option {
 	return optionFunc(func(c *config) { c.waitOpen = true })
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"github.com/resiliencekit/resiliencekit/limit"
 	"runtime"
 	"sync"
 	"time"
@@ -62,7 +63,8 @@ var errPanicked = errors.New("pipeline: the operation panicked or called runtime
 // try runs one attempt of the retry stage: hedged if hedging is set and
 // the call may be repeated, else a single attempt.
 func try[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call, s *state, guard func() error, mayHedge bool) (T, error) {
-	if !p.cfg.perAttempt {
+	pacer := p.pacer(c)
+	if !p.cfg.perAttempt && pacer == nil {
 		return timed(ctx, p, op, k)
 	}
 	if mayHedge && !c.single && !c.sequential {
@@ -70,12 +72,25 @@ func try[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k 
 			return hedged(ctx, p, op, k, c, s, guard, d)
 		}
 	}
-	return attempt(ctx, p, op, k, s, false)
+	return attempt(ctx, p, op, k, s, false, pacer, nil)
 }
 
-// attempt runs op once through the throttle, the concurrency limit and
-// the attempt timeout, and reports it to the tracer.
-func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, s *state, hedge bool) (res T, err error) {
+// pacer returns the limit that paces the attempts of call c: with
+// WaitWhenOpen, the waiters' limit while any call that waited for the
+// breaker is not over (so that the backlog, and what comes with it, goes
+// no faster than the dependency answers); else nil.
+func (p *Pipeline) pacer(c call) *limit.Limiter {
+	if p.cfg.waiters != nil && (c.waited || p.cfg.backlog.Load() > 0) {
+		return p.cfg.waiters
+	}
+	return nil
+}
+
+// attempt runs op once through the throttle, the concurrency limit, the
+// pacer if any, and the attempt timeout, and reports it to the tracer.
+// sent, if not nil, is called once the attempt holds its slots, as it is
+// sent.
+func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, s *state, hedge bool, pacer *limit.Limiter, sent func()) (res T, err error) {
 	info := s.start(hedge)
 	if err := p.cfg.throttle.Admit(); err != nil {
 		p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventThrottled, Attempt: info.Number, Err: err})
@@ -84,6 +99,14 @@ func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 	if err := p.cfg.limit.Acquire(ctx); err != nil {
 		p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventLimited, Attempt: info.Number, Err: err})
 		return res, err
+	}
+	if err := pacer.Acquire(ctx); err != nil {
+		p.cfg.limit.Release(context.Canceled) // not sent: nothing learned
+		p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventLimited, Attempt: info.Number, Err: err})
+		return res, err
+	}
+	if sent != nil {
+		sent()
 	}
 	var end func(error)
 	if s != nil && s.trace != nil {
@@ -103,6 +126,7 @@ func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T]
 			outcome = context.Canceled // abandoned, as a hedge that lost: not the dependency's failure
 		}
 		p.cfg.limit.Release(outcome)
+		pacer.Release(outcome)
 		p.cfg.throttle.Done(outcome)
 		if end != nil {
 			end(outcome)
@@ -153,7 +177,12 @@ func hedged[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T],
 	extra := p.cfg.hedge.Extra()
 	results := make(chan result, extra+1)
 	var keepers []*keeper
+	first := make(chan struct{}) // closed as the first attempt is sent
 	launch := func(hedge bool) {
+		var sent func()
+		if !hedge {
+			sent = func() { close(first) }
+		}
 		hk := new(keeper)
 		actx, cancel := context.WithCancel(ctx)
 		hk.budget = cancel
@@ -169,7 +198,7 @@ func hedged[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T],
 				}
 				results <- r
 			}()
-			r.res, r.err = attempt(actx, p, op, hk, s, hedge)
+			r.res, r.err = attempt(actx, p, op, hk, s, hedge, p.pacer(c), sent)
 			returned = true
 		}()
 	}
@@ -194,12 +223,19 @@ func hedged[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T],
 
 	launch(false)
 	running, sent := 1, 1
+	// The delay runs from when the first attempt is sent, not from a wait
+	// for a slot of the concurrency limit.
 	timer := time.NewTimer(delay)
+	timer.Stop()
 	defer timer.Stop()
+	started := first
 	var last result
 	have := false
 	for running > 0 {
 		select {
+		case <-started:
+			started = nil
+			timer.Reset(delay)
 		case r := <-results:
 			running--
 			if r.panicked != nil || r.goexit {
@@ -214,6 +250,10 @@ func hedged[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T],
 				// the attempts out may still answer.
 				sent = extra + 1
 				dispose(r)
+				continue
+			}
+			if have && r.err != nil && retryAfter(last.err) > retryAfter(r.err) {
+				dispose(r) // the dependency's longest hint decides the retry's delay
 				continue
 			}
 			if have {
@@ -241,6 +281,12 @@ func hedged[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T],
 	}
 	keep(last)
 	return last.res, last.err
+}
+
+// retryAfter returns err's retry-after hint, 0 if none.
+func retryAfter(err error) time.Duration {
+	d, _ := resilience.RetryAfterHint(err)
+	return d
 }
 
 // abandon cancels the attempts still running, all but the winner's, and
