@@ -553,3 +553,62 @@ func TestHedgeDelayRunsFromTheSend(t *testing.T) {
 		assert.Zero(t, hedges.Load(), "each attempt answers 5 ms after it is sent")
 	})
 }
+
+// TestWaitWhenOpenRecoveryCost measures what the pacing of WaitWhenOpen
+// costs where no ramp calls for it: 200 callers in a closed loop, a
+// backend answering in 50 ms that fails fast from 1 s to 2 s and then
+// comes back at full capacity at once. It prints when each pipeline's
+// goodput is back to 95% of what it was before, after the backend is.
+func TestWaitWhenOpenRecoveryCost(t *testing.T) {
+	back := func(wait bool) time.Duration {
+		var at time.Duration
+		synctest.Test(t, func(t *testing.T) {
+			opts := []pipeline.Option{pipeline.WithBreaker(breaker.New("dep", breaker.OpenTimeout(100*time.Millisecond))),
+				pipeline.WithTimeBudget(2 * time.Second)}
+			if wait {
+				opts = append(opts, pipeline.WaitWhenOpen())
+			}
+			p := pipeline.New(opts...)
+			start := time.Now()
+			var buckets [40]atomic.Int64
+			ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
+			defer cancel()
+			op := func(ctx context.Context) (int, error) {
+				if el := time.Since(start); el >= time.Second && el < 2*time.Second {
+					time.Sleep(time.Millisecond)
+					return 0, errOverloaded
+				}
+				time.Sleep(50 * time.Millisecond)
+				return 1, nil
+			}
+			var wg sync.WaitGroup
+			for range 200 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						if _, err := pipeline.Do(ctx, p, op); err != nil {
+							time.Sleep(time.Millisecond)
+						} else if i := int(time.Since(start) / (100 * time.Millisecond)); i < len(buckets) {
+							buckets[i].Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			before := buckets[5].Load()
+			for i := 20; i < len(buckets); i++ {
+				if float64(buckets[i].Load()) >= 0.95*float64(before) {
+					at = time.Duration(i-19) * 100 * time.Millisecond // the end of bucket i, from 2 s
+					return
+				}
+			}
+			at = -1
+		})
+		return at
+	}
+	plain, waiting := back(false), back(true)
+	t.Logf("goodput back to 95%% after the backend: %v without WaitWhenOpen, %v with it", plain, waiting)
+	assert.Positive(t, plain)
+	assert.LessOrEqual(t, plain, 200*time.Millisecond)
+	assert.Positive(t, waiting, "the backlog is served")
+	assert.LessOrEqual(t, waiting, time.Second, "in slow start, not for ever")
+}
