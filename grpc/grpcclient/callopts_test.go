@@ -87,52 +87,19 @@ func TestOnFinishRunsOncePerCall(t *testing.T) {
 	}
 }
 
-// TestIdempotencyKeys: an empty key is none; a key by call option replaces
-// one set by hand, so the server sees one value; a forwarded
-// grpc-previous-rpc-attempts is replaced by this hop's count.
-func TestIdempotencyKeysAndPreviousAttempts(t *testing.T) {
+// TestForwardedPreviousAttemptsIsReplaced: a grpc-previous-rpc-attempts
+// forwarded from upstream is replaced by this hop's count.
+func TestForwardedPreviousAttemptsIsReplaced(t *testing.T) {
 	srv := start(t)
 	client, _ := dial(t, srv, grpcclient.WithPipeline(fastPipeline()))
-	for _, tc := range []struct {
-		name  string
-		md    metadata.MD
-		opts  []grpc.CallOption
-		calls int
-		key   []string
-	}{
-		{name: "an empty key by option is none", opts: []grpc.CallOption{grpcclient.IdempotencyKey("")}, calls: 1},
-		{name: "an empty key by hand is none", md: metadata.Pairs(grpcclient.MetadataKey, ""), calls: 1, key: []string{""}},
-		{name: "the option's key replaces one by hand", md: metadata.Pairs(grpcclient.MetadataKey, "hand"),
-			opts: []grpc.CallOption{grpcclient.IdempotencyKey("opt")}, calls: 3, key: []string{"opt"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			srv.Reset()
-			srv.SetFault(grpctest.Create, grpctest.Fault{Code: codes.Unavailable})
-			ctx := t.Context()
-			if tc.md != nil {
-				ctx = metadata.NewOutgoingContext(ctx, tc.md)
-			}
-			_, err := client.Create(ctx, "x", tc.opts...)
-			assert.Equal(t, codes.Unavailable, status.Code(err))
-			calls := srv.Calls(grpctest.Create)
-			require.Len(t, calls, tc.calls)
-			for _, c := range calls {
-				assert.Equal(t, tc.key, c.Metadata.Get(grpcclient.MetadataKey))
-			}
-		})
-	}
-
-	t.Run("a forwarded count of attempts is replaced", func(t *testing.T) {
-		srv.Reset()
-		srv.SetFault(grpctest.Get, grpctest.Fault{Code: codes.Unavailable, Calls: 1})
-		ctx := metadata.NewOutgoingContext(t.Context(), metadata.Pairs(grpcsignal.PreviousAttemptsKey, "3"))
-		_, err := client.Get(ctx, "a")
-		require.NoError(t, err)
-		calls := srv.Calls(grpctest.Get)
-		require.Len(t, calls, 2)
-		assert.Empty(t, previous(calls[0]), "this hop's first attempt")
-		assert.Equal(t, []string{"1"}, previous(calls[1]))
-	})
+	srv.SetFault(grpctest.Get, grpctest.Fault{Code: codes.Unavailable, Calls: 1})
+	ctx := metadata.NewOutgoingContext(t.Context(), metadata.Pairs(grpcsignal.PreviousAttemptsKey, "3"))
+	_, err := client.Get(ctx, "a")
+	require.NoError(t, err)
+	calls := srv.Calls(grpctest.Get)
+	require.Len(t, calls, 2)
+	assert.Empty(t, previous(calls[0]), "this hop's first attempt")
+	assert.Equal(t, []string{"1"}, previous(calls[1]))
 }
 
 // TestNonIdempotentStreamIsTriedOnceEvenWithAKey: a server deduplicates

@@ -291,12 +291,9 @@ func finish(fns []func(error), err error) {
 // to finish the OnFinish functions, which run once a call.
 func callOptions(opts []grpc.CallOption, finish []func(error), caller []grpc.CallOption) ([]grpc.CallOption, []func(error)) {
 	for _, o := range caller {
-		switch o := o.(type) {
-		case grpc.OnFinishCallOption:
-			finish = append(finish, o.OnFinish)
-		case *grpc.OnFinishCallOption:
-			finish = append(finish, o.OnFinish)
-		default:
+		if f, ok := value(o).(grpc.OnFinishCallOption); ok {
+			finish = append(finish, f.OnFinish)
+		} else {
 			opts = append(opts, o)
 		}
 	}
@@ -356,28 +353,36 @@ type hedgedOptions struct {
 func splitHedged(opts []grpc.CallOption) hedgedOptions {
 	h := hedgedOptions{base: make([]grpc.CallOption, 0, len(opts)+3)}
 	for _, o := range opts {
-		switch o := o.(type) {
+		switch v := value(o).(type) {
 		case grpc.HeaderCallOption:
-			h.headers = append(h.headers, o.HeaderAddr)
-		case *grpc.HeaderCallOption:
-			h.headers = append(h.headers, o.HeaderAddr)
+			h.headers = append(h.headers, v.HeaderAddr)
 		case grpc.TrailerCallOption:
-			h.trailers = append(h.trailers, o.TrailerAddr)
-		case *grpc.TrailerCallOption:
-			h.trailers = append(h.trailers, o.TrailerAddr)
+			h.trailers = append(h.trailers, v.TrailerAddr)
 		case grpc.PeerCallOption:
-			h.peers = append(h.peers, o.PeerAddr)
-		case *grpc.PeerCallOption:
-			h.peers = append(h.peers, o.PeerAddr)
+			h.peers = append(h.peers, v.PeerAddr)
 		case grpc.OnFinishCallOption:
-			h.finish = append(h.finish, o.OnFinish)
-		case *grpc.OnFinishCallOption:
-			h.finish = append(h.finish, o.OnFinish)
+			h.finish = append(h.finish, v.OnFinish)
 		default:
 			h.base = append(h.base, o)
 		}
 	}
 	return h
+}
+
+// value returns o, or the struct o points to for one of grpc-go's option
+// types that a caller may pass by pointer.
+func value(o grpc.CallOption) grpc.CallOption {
+	switch p := o.(type) {
+	case *grpc.HeaderCallOption:
+		return *p
+	case *grpc.TrailerCallOption:
+		return *p
+	case *grpc.PeerCallOption:
+		return *p
+	case *grpc.OnFinishCallOption:
+		return *p
+	}
+	return o
 }
 
 // hedgedUnary makes a unary call whose attempts may overlap: each decodes

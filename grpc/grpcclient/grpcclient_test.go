@@ -51,12 +51,17 @@ func TestOnlyIdempotentMethodsAreRetried(t *testing.T) {
 		md    metadata.MD
 		calls int
 		keyed bool
+		sent  []string // the key header of every attempt, if set
 	}{
 		{name: "not idempotent, no key: tried once", calls: 1},
 		{name: "a key by call option", call: []grpc.CallOption{grpcclient.IdempotencyKey("order-42")}, calls: 3, keyed: true},
 		{name: "a key in the metadata", md: metadata.Pairs(grpcclient.MetadataKey, "order-42"), calls: 3, keyed: true},
 		{name: "AutoIdempotencyKey", opts: []grpcclient.Option{grpcclient.AutoIdempotencyKey()}, calls: 3, keyed: true},
 		{name: "RetryMethods", opts: []grpcclient.Option{grpcclient.RetryMethods(grpctest.Create)}, calls: 3},
+		{name: "an empty key by option is none", call: []grpc.CallOption{grpcclient.IdempotencyKey("")}, calls: 1},
+		{name: "an empty key by hand is none", md: metadata.Pairs(grpcclient.MetadataKey, ""), calls: 1, sent: []string{""}},
+		{name: "the option's key replaces one by hand", md: metadata.Pairs(grpcclient.MetadataKey, "hand"),
+			call: []grpc.CallOption{grpcclient.IdempotencyKey("opt")}, calls: 3, keyed: true, sent: []string{"opt"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := start(t)
@@ -74,13 +79,16 @@ func TestOnlyIdempotentMethodsAreRetried(t *testing.T) {
 			keys := map[string]bool{}
 			for _, c := range calls {
 				for _, k := range c.Metadata.Get(grpcclient.MetadataKey) {
-					keys[k] = true
+					keys[k] = k != ""
+				}
+				if tc.sent != nil {
+					assert.Equal(t, tc.sent, c.Metadata.Get(grpcclient.MetadataKey), "one value")
 				}
 			}
 			if tc.keyed {
 				assert.Len(t, keys, 1, "the same key on every attempt")
 			} else {
-				assert.Empty(t, keys)
+				assert.NotContains(t, keys, true)
 			}
 			if tc.calls == 1 {
 				assert.Equal(t, 1, ev.count(resilience.EventNotRetried))
