@@ -10,6 +10,9 @@
 // is retried. Only idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE) are
 // retried, and POST or PATCH only when they carry an Idempotency-Key
 // header, sent unchanged on every attempt; [AutoIdempotencyKey] adds one.
+// A 409 with a Retry-After to a request with a key is package
+// idempotency's "the key's first request still runs": retried after it, so
+// that a retry that overtook a slow first attempt gets its answer.
 //
 // Each attempt sends the time left in its budget in the header of package
 // deadline, so the next service can stop when nobody waits any more. The
@@ -559,6 +562,13 @@ func (c *config) statusError(req *http.Request, resp *http.Response) error {
 	case c.transient[resp.StatusCode]:
 		se.class = resilience.ClassTransient
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			return resilience.RetryAfter(se, d)
+		}
+	case resp.StatusCode == http.StatusConflict && req.Header.Get(idempotency.Header) != "":
+		// The key's first request still runs (package idempotency says
+		// so with a Retry-After): its answer comes after it.
+		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			se.class = resilience.ClassTransient
 			return resilience.RetryAfter(se, d)
 		}
 	case resp.StatusCode >= 500:
