@@ -522,6 +522,20 @@ func TestHedgeKeepsTheLongestRetryAfter(t *testing.T) {
 		_, err := pipeline.Do(t.Context(), p, op)
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, third, 2*time.Second+40*time.Millisecond, "the 2 s hint, counted from the group's end")
+
+		// An answer not to retry, after one with a hint, still stops the call.
+		n.Store(0)
+		stop := func(ctx context.Context) (int, error) {
+			if n.Add(1) == 1 {
+				time.Sleep(20 * time.Millisecond)
+				return 0, resilience.RetryAfter(errOverloaded, 2*time.Second)
+			}
+			time.Sleep(30 * time.Millisecond)
+			return 0, resilience.Permanent(errOverloaded)
+		}
+		_, err = pipeline.Do(t.Context(), p, stop)
+		require.Error(t, err)
+		assert.EqualValues(t, 2, n.Load(), "no retry after the hedge's permanent answer")
 	})
 }
 

@@ -3,11 +3,11 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"github.com/resiliencekit/resiliencekit/limit"
 	"runtime"
 	"sync"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/limit"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -63,10 +63,10 @@ var errPanicked = errors.New("pipeline: the operation panicked or called runtime
 // try runs one attempt of the retry stage: hedged if hedging is set and
 // the call may be repeated, else a single attempt.
 func try[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call, s *state, guard func() error, mayHedge bool) (T, error) {
-	pacer := p.pacer(c)
-	if !p.cfg.perAttempt && pacer == nil {
+	if !p.cfg.perAttempt {
 		return timed(ctx, p, op, k)
 	}
+	pacer := p.pacer(c)
 	if mayHedge && !c.single && !c.sequential {
 		if d, ok := p.cfg.hedge.After(); ok {
 			return hedged(ctx, p, op, k, c, s, guard, d)
@@ -252,7 +252,8 @@ func hedged[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T],
 				dispose(r)
 				continue
 			}
-			if have && r.err != nil && retryAfter(last.err) > retryAfter(r.err) {
+			retryable := r.err != nil && resilience.Classify(r.err).Retryable()
+			if have && retryable && retryAfter(last.err) > retryAfter(r.err) {
 				dispose(r) // the dependency's longest hint decides the retry's delay
 				continue
 			}
@@ -260,7 +261,7 @@ func hedged[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T],
 				dispose(last)
 			}
 			last, have = r, true
-			if r.err == nil || !resilience.Classify(r.err).Retryable() {
+			if !retryable {
 				// A success wins; an answer not to retry stops the hedges.
 				abandon(keepers, r.keep, results, running, dispose)
 				keep(r)
