@@ -93,8 +93,9 @@ func (w *waiting) releaseLocked(n int) {
 		if e == nil {
 			return
 		}
-		w.removeLocked(e.Value.(*waiter))
-		close(e.Value.(*waiter).ch)
+		wt := e.Value.(*waiter)
+		w.removeLocked(wt)
+		close(wt.ch)
 	}
 	w.released = time.Now()
 }
@@ -228,8 +229,9 @@ func (b *Breaker) NextProbe() time.Time {
 // Waiting calls go in the order they came: [HalfOpenRequests] of them
 // when b turns half-open, to be its probes, and all when a probe closes it
 // (at once). A call rejected by a breaker that has closed since does not
-// wait. To pace a backlog of waiting calls, pipeline.WaitWhenOpen puts them
-// through a concurrency limit of their own.
+// wait. To pace a backlog of waiting calls, pipeline.WaitWhenOpen puts
+// their attempts, and every other attempt while they last, through a
+// concurrency limit.
 //
 // Wait returns rejection at once if ctx's deadline comes before b could
 // let a probe through, and when ctx is done first, or when b opens again

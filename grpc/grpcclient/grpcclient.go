@@ -390,7 +390,7 @@ func value(o grpc.CallOption) grpc.CallOption {
 // winner's are handed to the caller. It returns once every attempt has
 // ended, the losers canceled, so that nothing below still uses req or the
 // caller's options.
-func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, method string, req any, reply proto.Message, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) (err error) {
 	cfg := ic.config()
 	h := splitHedged(opts)
 	var (
@@ -399,15 +399,13 @@ func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, me
 		closed  bool
 		running sync.WaitGroup
 	)
-	returned := false
+	err = errAbandoned // unless the call returns: a panic or runtime.Goexit
 	defer func() {
 		mu.Lock()
 		closed = true
 		mu.Unlock()
-		running.Wait()
-		if !returned {
-			finish(h.finish, errAbandoned)
-		}
+		running.Wait() // the losers, canceled, end promptly
+		finish(h.finish, err)
 	}()
 	res, err := pipeline.Do(ctx, p, func(ctx context.Context) (*hedgedAttempt, error) {
 		mu.Lock()
@@ -428,11 +426,6 @@ func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, me
 		}
 		return a, nil
 	})
-	mu.Lock()
-	closed = true
-	mu.Unlock()
-	running.Wait() // the losers, canceled, end promptly
-	returned = true
 	if res != nil {
 		if err == nil {
 			proto.Reset(reply)
@@ -448,7 +441,5 @@ func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, me
 			*pr = res.peer
 		}
 	}
-	err = callError(err)
-	finish(h.finish, err)
-	return err
+	return callError(err)
 }
