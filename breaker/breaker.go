@@ -29,7 +29,6 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 
-	"github.com/resiliencekit/resiliencekit/internal/hook"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -52,27 +51,14 @@ func IsRejection(err error) bool {
 	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests)
 }
 
-// State is a breaker's state, the type that events report.
-type State = resilience.State
-
-// The states of a breaker.
-const (
-	// Closed lets every call through.
-	Closed = resilience.StateClosed
-	// HalfOpen lets [HalfOpenRequests] probe calls through.
-	HalfOpen = resilience.StateHalfOpen
-	// Open rejects every call.
-	Open = resilience.StateOpen
-)
-
-func fromGobreaker(s gobreaker.State) State {
+func fromGobreaker(s gobreaker.State) resilience.State {
 	switch s {
 	case gobreaker.StateOpen:
-		return Open
+		return resilience.StateOpen
 	case gobreaker.StateHalfOpen:
-		return HalfOpen
+		return resilience.StateHalfOpen
 	default:
-		return Closed
+		return resilience.StateClosed
 	}
 }
 
@@ -121,8 +107,9 @@ var (
 type Breaker struct {
 	cb       *gobreaker.CircuitBreaker[struct{}]
 	cfg      config
-	listener atomic.Pointer[safe.Listener] // set once: by WithListener or by the first pipeline
-	state    atomic.Uint32                 // last State seen by a transition, for Check
+	listener *safe.Listener // WithListener's: hears everything, rejections included
+	audience audience       // Listen's: hear state changes
+	state    atomic.Uint32  // last State seen by a transition, for Check
 	errOpen  error
 	errBusy  error
 	fleet    *fleet // nil unless the state is shared
@@ -146,9 +133,7 @@ func New(name string, opts ...Option) *Breaker {
 		errOpen: &rejection{name: name, sentinel: ErrOpen},
 		errBusy: &rejection{name: name, sentinel: ErrTooManyRequests},
 	}
-	if l := safe.New(name, cfg.listeners...); l != nil {
-		b.listener.Store(l)
-	}
+	b.listener = safe.New(name, cfg.listeners...)
 	st := b.settings(name)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](st)
 	if cfg.shared != nil {
@@ -180,31 +165,16 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 	return st
 }
 
-func init() {
-	hook.ClaimBreakerEvents = func(b any, l resilience.Listener) {
-		if l != nil {
-			br := b.(*Breaker)
-			br.listener.CompareAndSwap(nil, safe.New(br.Name(), l))
-		}
-	}
-}
-
 // changed reports a change of state of the breaker called name.
-func (b *Breaker) changed(name string, from, to State, fleet bool) {
+func (b *Breaker) changed(name string, from, to resilience.State, fleet bool) {
 	b.changedWaiting(to, fleet)
-	if fn := b.cfg.onStateChange; fn != nil {
-		safe.Call("breaker OnStateChange function", func() { fn(name, from, to) })
-	}
 	b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: name, From: from, To: to})
 }
 
 // fleetChanged reports a change of state of the fleet breaker, named
 // "NAME (fleet)".
-func (b *Breaker) fleetChanged(from, to State) { b.changed(b.Name()+" (fleet)", from, to, true) }
-
-// emit passes e to the listener, if any.
-func (b *Breaker) emit(e resilience.Event) {
-	b.listener.Load().Emit(e)
+func (b *Breaker) fleetChanged(from, to resilience.State) {
+	b.changed(b.Name()+" (fleet)", from, to, true)
 }
 
 // Name returns the breaker's name.
@@ -218,12 +188,12 @@ func (b *Breaker) Name() string {
 // State returns the current state, moving from open to half-open if the
 // open timeout has passed. A shared breaker's is the fleet's when the
 // fleet's is not closed, and its own otherwise.
-func (b *Breaker) State() State {
+func (b *Breaker) State() resilience.State {
 	if b == nil || b.cb == nil {
-		return Closed
+		return resilience.StateClosed
 	}
 	if b.fleet != nil {
-		if st := State(b.fleet.state.Load()); st != Closed {
+		if st := resilience.State(b.fleet.state.Load()); st != resilience.StateClosed {
 			return st
 		}
 	}
@@ -245,7 +215,7 @@ func (b *Breaker) Counts() Counts {
 // before every retry and stop as soon as another call has opened the
 // breaker. Use [Breaker.State] for the exact state.
 func (b *Breaker) Check() error {
-	if b == nil || (State(b.state.Load()) == Closed && (b.fleet == nil || State(b.fleet.state.Load()) == Closed)) {
+	if b == nil || (resilience.State(b.state.Load()) == resilience.StateClosed && (b.fleet == nil || resilience.State(b.fleet.state.Load()) == resilience.StateClosed)) {
 		return nil
 	}
 	return b.errOpen
@@ -319,9 +289,10 @@ func (b *Breaker) result(err, opErr error) error {
 	return opErr
 }
 
-// reject reports a rejection and returns err.
+// reject reports a rejection to b's own listener (the caller's hears of
+// it from the error) and returns err.
 func (b *Breaker) reject(err error) error {
-	b.emit(resilience.Event{Kind: resilience.EventRejected, Name: b.Name(), Err: err})
+	b.listener.Emit(resilience.Event{Kind: resilience.EventRejected, Name: b.Name(), Err: err})
 	return err
 }
 

@@ -39,16 +39,18 @@ func TestOpensProbesAndCloses(t *testing.T) {
 		ctx := t.Context()
 		var changes []string
 		b := breaker.New("payments", breaker.ConsecutiveFailures(3), breaker.OpenTimeout(10*time.Second),
-			breaker.OnStateChange(func(name string, from, to breaker.State) {
-				changes = append(changes, fmt.Sprintf("%s: %s->%s", name, from, to))
-			}))
+			breaker.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+				if e.Kind == resilience.EventStateChange {
+					changes = append(changes, fmt.Sprintf("%s: %s->%s", e.Name, e.From, e.To))
+				}
+			})))
 		dep := &dependency{}
 		dep.down.Store(true)
 
 		for range 3 {
 			require.ErrorIs(t, b.Execute(ctx, dep.call), errDown)
 		}
-		assert.Equal(t, breaker.Open, b.State())
+		assert.Equal(t, resilience.StateOpen, b.State())
 		require.ErrorIs(t, b.Check(), breaker.ErrOpen)
 
 		for range 100 {
@@ -62,12 +64,12 @@ func TestOpensProbesAndCloses(t *testing.T) {
 		time.Sleep(10 * time.Second)
 		require.ErrorIs(t, b.Execute(ctx, dep.call), breaker.ErrOpen, "still open at exactly OpenTimeout")
 		time.Sleep(time.Nanosecond)
-		assert.Equal(t, breaker.HalfOpen, b.State())
+		assert.Equal(t, resilience.StateHalfOpen, b.State())
 
 		dep.down.Store(false)
 		require.NoError(t, b.Execute(ctx, dep.call))
 		assert.EqualValues(t, 4, dep.calls.Load(), "one probe")
-		assert.Equal(t, breaker.Closed, b.State())
+		assert.Equal(t, resilience.StateClosed, b.State())
 		require.NoError(t, b.Check())
 		assert.Equal(t, []string{
 			"payments: closed->open",
@@ -85,7 +87,7 @@ func TestFailedProbeReopens(t *testing.T) {
 		_ = b.Execute(t.Context(), dep.call)
 		time.Sleep(time.Second + time.Nanosecond)
 		require.ErrorIs(t, b.Execute(t.Context(), dep.call), errDown)
-		assert.Equal(t, breaker.Open, b.State())
+		assert.Equal(t, resilience.StateOpen, b.State())
 		assert.EqualValues(t, 2, dep.calls.Load())
 	})
 }
@@ -109,7 +111,7 @@ func TestHalfOpenAdmitsOnlyItsProbes(t *testing.T) {
 		assert.Equal(t, resilience.ClassTerminal, resilience.Classify(err))
 		close(release)
 		wg.Wait()
-		assert.Equal(t, breaker.Closed, b.State(), "two probe successes close it")
+		assert.Equal(t, resilience.StateClosed, b.State(), "two probe successes close it")
 	})
 }
 
@@ -135,7 +137,7 @@ func TestWhatCountsAsFailure(t *testing.T) {
 			for range 2 {
 				require.ErrorIs(t, b.Execute(context.Background(), func(context.Context) error { return tt.err }), tt.err)
 			}
-			assert.Equal(t, tt.opens, b.State() == breaker.Open)
+			assert.Equal(t, tt.opens, b.State() == resilience.StateOpen)
 			if !tt.opens {
 				c := b.Counts()
 				assert.EqualValues(t, 2, c.Requests)
@@ -157,7 +159,7 @@ func TestCallerCancellationIsNotCounted(t *testing.T) {
 		return errDown // what a client returns when its request is torn down
 	})
 	require.ErrorIs(t, err, errDown)
-	assert.Equal(t, breaker.Closed, b.State())
+	assert.Equal(t, resilience.StateClosed, b.State())
 
 	var called bool
 	err = b.Execute(ctx, func(context.Context) error { called = true; return nil })
@@ -176,11 +178,11 @@ func TestFailureRate(t *testing.T) {
 			return nil
 		})
 	}
-	assert.Equal(t, breaker.Closed, b.State(), "5 of 9 failed, below the minimum of 10 calls")
+	assert.Equal(t, resilience.StateClosed, b.State(), "5 of 9 failed, below the minimum of 10 calls")
 	_ = b.Execute(ctx, func(context.Context) error { return nil })
-	assert.Equal(t, breaker.Closed, b.State(), "5 of 10 failed, the 10th a success: rate is only checked on failures")
+	assert.Equal(t, resilience.StateClosed, b.State(), "5 of 10 failed, the 10th a success: rate is only checked on failures")
 	_ = b.Execute(ctx, func(context.Context) error { return errDown })
-	assert.Equal(t, breaker.Open, b.State(), "6 of 11 failed")
+	assert.Equal(t, resilience.StateOpen, b.State(), "6 of 11 failed")
 }
 
 func TestWindowForgetsOldFailures(t *testing.T) {
@@ -195,7 +197,7 @@ func TestWindowForgetsOldFailures(t *testing.T) {
 		_ = b.Execute(t.Context(), ok)
 		_ = b.Execute(t.Context(), ok)
 		_ = b.Execute(t.Context(), fail)
-		assert.Equal(t, breaker.Closed, b.State(), "1 of 4 in the window")
+		assert.Equal(t, resilience.StateClosed, b.State(), "1 of 4 in the window")
 		assert.EqualValues(t, 4, b.Counts().Requests)
 	})
 }
@@ -205,7 +207,7 @@ func TestPanicCountsAsFailure(t *testing.T) {
 	assert.PanicsWithValue(t, "boom", func() {
 		_ = b.Execute(context.Background(), func(context.Context) error { panic("boom") })
 	})
-	assert.Equal(t, breaker.Open, b.State())
+	assert.Equal(t, resilience.StateOpen, b.State())
 }
 
 func TestSafeForConcurrentUse(t *testing.T) {
@@ -228,7 +230,7 @@ func TestSafeForConcurrentUse(t *testing.T) {
 }
 
 func TestStateString(t *testing.T) {
-	for s, want := range map[breaker.State]string{breaker.Closed: "closed", breaker.HalfOpen: "half-open", breaker.Open: "open", 7: "unknown"} {
+	for s, want := range map[resilience.State]string{resilience.StateClosed: "closed", resilience.StateHalfOpen: "half-open", resilience.StateOpen: "open", 7: "unknown"} {
 		assert.Equal(t, want, s.String())
 	}
 }

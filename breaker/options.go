@@ -25,7 +25,6 @@ type config struct {
 	buckets          int
 	openTimeout      time.Duration
 	halfOpenRequests uint32
-	onStateChange    func(name string, from, to State)
 	failIf           func(error) bool
 	ignoreIf         func(error) bool
 	listeners        []resilience.Listener
@@ -114,13 +113,6 @@ func HalfOpenRequests(n uint32) Option {
 	return optionFunc(func(c *config) { c.halfOpenRequests = max(n, 1) })
 }
 
-// OnStateChange sets a function called on every change of state with the
-// breaker's name. It is called while the breaker holds its lock: it must be
-// quick and must not call the breaker. Default none.
-func OnStateChange(fn func(name string, from, to State)) Option {
-	return optionFunc(func(c *config) { c.onStateChange = fn })
-}
-
 // FailIf replaces the test for whether a call's error counts as a failure;
 // an error that is not a failure counts as a success. Default: its
 // [resilience.Class] is transient or terminal.
@@ -135,14 +127,13 @@ func IgnoreIf(fn func(err error) bool) Option {
 	return optionFunc(func(c *config) { c.ignoreIf = fn })
 }
 
-// WithListener reports the breaker's state changes and rejections to l,
-// after any listener set before. State changes are reported under the
-// breaker's lock: l must not call the breaker. Without this option, the
-// listener of the first pipeline built on the breaker with one
-// ([pipeline.WithListener]) hears the breaker; with it, l does and no
-// pipeline's listener is added. Default none, at no cost.
-//
-// [pipeline.WithListener]: https://pkg.go.dev/github.com/resiliencekit/resiliencekit/pipeline#WithListener
+// WithListener reports the breaker's state changes, the events of its
+// shared state store and its rejections to l, after any listener set
+// before: for a breaker used on its own. A pipeline's listener
+// (pipeline.WithListener) hears the state changes of its breaker without
+// it, and the rejections of its own calls; a listener given to both hears
+// each event once. State changes are reported under the breaker's
+// lock: l must not call the breaker. Default none, at no cost.
 func WithListener(l resilience.Listener) Option {
 	return optionFunc(func(c *config) { c.listeners = append(c.listeners, l) })
 }

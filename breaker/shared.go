@@ -54,7 +54,7 @@ type Sync struct {
 	// and State its state then; a store that lost its state (restarted
 	// empty) takes them back from a replica that saw the fleet not closed.
 	Generation uint64
-	State      State
+	State      resilience.State
 	// WantProbe asks for a probe, if the fleet is half-open: a call of this
 	// replica is waiting to probe.
 	WantProbe bool
@@ -82,7 +82,7 @@ type FleetPolicy struct {
 
 // Fleet is the fleet breaker's state as a store returns it.
 type Fleet struct {
-	State State
+	State resilience.State
 	// Generation changes with each change of state.
 	Generation uint64
 	// ProbeGranted grants the replica one probe call.
@@ -262,8 +262,8 @@ func (f *fleet) flush() {
 		f.formed = time.Now()
 	}
 	s := *f.pending
-	s.State = State(f.state.Load())
-	s.WantProbe = s.State == HalfOpen && f.permits.Load() <= 0 && f.demand.Load()
+	s.State = resilience.State(f.state.Load())
+	s.WantProbe = s.State == resilience.StateHalfOpen && f.permits.Load() <= 0 && f.demand.Load()
 	s.ProbeRunning = f.running.Load() > 0
 	s.Policy = f.policy
 	ctx, cancel := context.WithTimeout(context.Background(), f.every)
@@ -290,7 +290,7 @@ func (f *fleet) flush() {
 		f.demand.Store(false)
 		f.permits.Add(1)
 	}
-	if from := State(f.state.Swap(uint32(got.State))); from != got.State {
+	if from := resilience.State(f.state.Swap(uint32(got.State))); from != got.State {
 		f.b.fleetChanged(from, got.State)
 	}
 }
@@ -300,13 +300,13 @@ func (f *fleet) flush() {
 // breaker is not closed does not probe for the fleet: it cannot tell the
 // fleet's dependency is back.
 func (f *fleet) admit() (probe bool, gen uint64, err error) {
-	switch State(f.state.Load()) {
-	case Open:
+	switch resilience.State(f.state.Load()) {
+	case resilience.StateOpen:
 		return false, 0, f.b.reject(f.b.errOpen)
-	case HalfOpen:
+	case resilience.StateHalfOpen:
 		gen = f.gen.Load()
-		if State(f.b.state.Load()) != Closed || f.permits.Add(-1) < 0 {
-			if State(f.b.state.Load()) == Closed {
+		if resilience.State(f.b.state.Load()) != resilience.StateClosed || f.permits.Add(-1) < 0 {
+			if resilience.State(f.b.state.Load()) == resilience.StateClosed {
 				f.permits.Add(1)
 				f.demand.Store(true)
 				f.flushNow() // ask for a grant now

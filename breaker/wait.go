@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
 // waiting is the queue of calls in [Breaker.Wait]. They go in the order
@@ -39,13 +41,13 @@ type waiter struct {
 // fleet, with gobreaker's lock held for a local one: it must not ask for
 // the state. NextProbe is the local breaker's, so only its opening sets
 // openedAt; the fleet, opening, probes an open timeout later too.
-func (b *Breaker) changedWaiting(to State, fleet bool) {
+func (b *Breaker) changedWaiting(to resilience.State, fleet bool) {
 	w := &b.wait
 	w.mu.Lock()
 	w.freed = 0
 	w.mu.Unlock()
 	switch to {
-	case Open:
+	case resilience.StateOpen:
 		now := time.Now()
 		if !fleet {
 			w.openedAt.Store(now.UnixNano())
@@ -53,9 +55,9 @@ func (b *Breaker) changedWaiting(to State, fleet bool) {
 		if w.n.Load() > 0 {
 			w.dropHopeless(now.Add(b.cfg.openTimeout))
 		}
-	case HalfOpen:
+	case resilience.StateHalfOpen:
 		w.release(int(b.cfg.halfOpenRequests))
-	case Closed:
+	case resilience.StateClosed:
 		w.release(math.MaxInt)
 	}
 }
@@ -64,7 +66,7 @@ func (b *Breaker) changedWaiting(to State, fleet bool) {
 // probe counted for nothing (canceled), so the state does not change. With
 // nobody waiting, the slot is kept for the next caller to wait.
 func (b *Breaker) probeIgnored() {
-	if State(b.state.Load()) != HalfOpen {
+	if resilience.State(b.state.Load()) != resilience.StateHalfOpen {
 		return
 	}
 	w := &b.wait
@@ -165,7 +167,7 @@ func (w *waiting) leave(wt *waiter) bool {
 
 // tickAfter is how long the queue's timer waits from now.
 func (b *Breaker) tickAfter() time.Duration {
-	if next := b.NextProbe(); !next.IsZero() && (b.fleet == nil || State(b.fleet.state.Load()) != Open) {
+	if next := b.NextProbe(); !next.IsZero() && (b.fleet == nil || resilience.State(b.fleet.state.Load()) != resilience.StateOpen) {
 		// Open until just past its next probe (gobreaker's own rule).
 		d := max(time.Until(next), 0)
 		if d < math.MaxInt64 {
@@ -194,9 +196,9 @@ func (b *Breaker) tick(gen int) {
 		return
 	}
 	switch {
-	case st == Closed:
+	case st == resilience.StateClosed:
 		w.releaseLocked(math.MaxInt)
-	case st == HalfOpen && time.Since(w.released) >= b.cfg.flush:
+	case st == resilience.StateHalfOpen && time.Since(w.released) >= b.cfg.flush:
 		w.releaseLocked(1)
 	}
 	if gen == w.gen { // not stopped by the release above
@@ -215,7 +217,7 @@ func (w *waiting) startTimerLocked(b *Breaker, d time.Duration) {
 // open timeout after it opened. It is the zero Time unless the breaker is
 // open.
 func (b *Breaker) NextProbe() time.Time {
-	if b.State() != Open {
+	if b.State() != resilience.StateOpen {
 		return time.Time{}
 	}
 	return time.Unix(0, b.wait.openedAt.Load()).Add(b.cfg.openTimeout)
@@ -243,15 +245,15 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 		return nil
 	}
 	switch b.State() {
-	case Closed:
+	case resilience.StateClosed:
 		return nil
-	case HalfOpen:
+	case resilience.StateHalfOpen:
 		if errors.Is(rejection, ErrOpen) {
 			return nil // it was open and may take a probe now
 		}
-	case Open:
+	case resilience.StateOpen:
 		next := b.NextProbe()
-		if b.fleet != nil && State(b.fleet.state.Load()) == Open {
+		if b.fleet != nil && resilience.State(b.fleet.state.Load()) == resilience.StateOpen {
 			next = time.Now().Add(b.cfg.flush)
 		}
 		if d, ok := ctx.Deadline(); ok && d.Before(next) {
@@ -259,7 +261,7 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 		}
 	}
 	wt := b.enqueue(ctx)
-	if b.State() == Closed && b.wait.leave(wt) {
+	if b.State() == resilience.StateClosed && b.wait.leave(wt) {
 		return nil // it closed before the waiter was queued
 	}
 	select {

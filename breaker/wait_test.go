@@ -196,7 +196,7 @@ func TestFreedProbeSlotGoesToTheNextCaller(t *testing.T) {
 		require.NoError(t, b.Wait(t.Context(), rejected))
 		assert.Zero(t, time.Since(start), "no FlushInterval to wait")
 		require.NoError(t, b.Execute(t.Context(), func(context.Context) error { return nil }), "and it is the probe")
-		assert.Equal(t, breaker.Closed, b.State())
+		assert.Equal(t, resilience.StateClosed, b.State())
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/chaos"
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -66,11 +67,11 @@ func TestBreakerLimitsAnOutageToProbes(t *testing.T) {
 		backend := chaos.New(100*time.Millisecond, nil)
 		var openAt atomic.Int64
 		b := breaker.New("backend", breaker.ConsecutiveFailures(5), breaker.OpenTimeout(openTimeout), breaker.HalfOpenRequests(1),
-			breaker.OnStateChange(func(_ string, _, to breaker.State) {
-				if to == breaker.Open && openAt.Load() == 0 {
+			breaker.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+				if e.Kind == resilience.EventStateChange && e.To == resilience.StateOpen && openAt.Load() == 0 {
 					openAt.Store(int64(time.Since(start)))
 				}
-			}))
+			})))
 		client := httpclient.New(httpclient.Base(backend.Transport()), httpclient.WithPipeline(pipeline.New(
 			pipeline.WithBreaker(b), pipeline.WithTimeBudget(2*time.Second),
 			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(50*time.Millisecond))))))
@@ -101,7 +102,7 @@ func TestBreakerLimitsAnOutageToProbes(t *testing.T) {
 				require.True(t, log.ok[i], "every call succeeds after recovery")
 			}
 		}
-		assert.Equal(t, breaker.Closed, b.State())
+		assert.Equal(t, resilience.StateClosed, b.State())
 	})
 }
 

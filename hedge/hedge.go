@@ -45,27 +45,39 @@ const (
 )
 
 // Option configures a [Policy].
-type Option func(*Policy)
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	fixed    time.Duration
+	quantile float64
+	extra    int
+}
 
 // New returns a Policy hedging after the 95th percentile of recent
 // latencies, with one extra attempt at most, changed by opts.
 func New(opts ...Option) *Policy {
-	p := &Policy{quantile: 0.95, extra: 1}
+	c := config{quantile: 0.95, extra: 1}
 	for _, o := range opts {
 		if o != nil {
-			o(p)
+			o.apply(&c)
 		}
 	}
-	return p
+	return &Policy{fixed: c.fixed, quantile: c.quantile, extra: c.extra}
 }
 
-// Delay hedges after a fixed d instead of a quantile. It panics unless d
-// is positive.
+// Delay hedges after a fixed d instead of a quantile. Default off: the
+// [Quantile] 0.95. It panics unless d is positive.
 func Delay(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("hedge: Delay(%v): d must be positive", d))
 	}
-	return func(p *Policy) { p.fixed, p.quantile = d, 0 }
+	return optionFunc(func(c *config) { c.fixed, c.quantile = d, 0 })
 }
 
 // Quantile hedges after the q-quantile of the latencies of the last 256
@@ -75,7 +87,7 @@ func Quantile(q float64) Option {
 	if math.IsNaN(q) || q <= 0 || q >= 1 {
 		panic(fmt.Sprintf("hedge: Quantile(%v): q must be in (0, 1)", q))
 	}
-	return func(p *Policy) { p.fixed, p.quantile = 0, q }
+	return optionFunc(func(c *config) { c.fixed, c.quantile = 0, q })
 }
 
 // MaxExtra sets the most hedges a single attempt gets. Default 1. It
@@ -84,7 +96,7 @@ func MaxExtra(n int) Option {
 	if n < 1 {
 		panic(fmt.Sprintf("hedge: MaxExtra(%d): n must be at least 1", n))
 	}
-	return func(p *Policy) { p.extra = n }
+	return optionFunc(func(c *config) { c.extra = n })
 }
 
 // After returns how long to wait for an attempt before sending a hedge,

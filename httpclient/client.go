@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/idempotencykey"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -43,17 +43,23 @@ func (c *Client) client() *Client {
 }
 
 // CallOption configures one call of a [Client].
-type CallOption func(*http.Request)
+type CallOption interface {
+	applyCall(*http.Request)
+}
+
+type callOptionFunc func(*http.Request)
+
+func (f callOptionFunc) applyCall(r *http.Request) { f(r) }
 
 // IdempotencyKey sends key as the Idempotency-Key header on every attempt
 // of the call, which lets a POST or PATCH be retried.
 func IdempotencyKey(key string) CallOption {
-	return func(r *http.Request) { r.Header.Set(idempotency.Header, key) }
+	return callOptionFunc(func(r *http.Request) { r.Header.Set(idempotencykey.Header, key) })
 }
 
 // Header sets a request header on the call.
 func Header(key, value string) CallOption {
-	return func(r *http.Request) { r.Header.Set(key, value) }
+	return callOptionFunc(func(r *http.Request) { r.Header.Set(key, value) })
 }
 
 // GetJSON gets url and decodes its JSON response into out.
@@ -98,7 +104,9 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 		req.Header.Set("Content-Type", "application/json")
 	}
 	for _, o := range opts {
-		o(req)
+		if o != nil {
+			o.applyCall(req)
+		}
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -219,8 +219,8 @@ func TestBreakerPerHost(t *testing.T) {
 	assert.EqualValues(t, 5, bCalls.Load())
 	aBreaker, _ := breakers.Load("http://" + strings.TrimPrefix(a.URL, "http://"))
 	require.NotNil(t, aBreaker)
-	assert.Equal(t, breaker.Open, aBreaker.(*breaker.Breaker).State())
-	assert.Equal(t, breaker.Closed, shared.State(), "the pipeline's own breaker is not used")
+	assert.Equal(t, resilience.StateOpen, aBreaker.(*breaker.Breaker).State())
+	assert.Equal(t, resilience.StateClosed, shared.State(), "the pipeline's own breaker is not used")
 }
 
 func TestBreakerPerHostIsBounded(t *testing.T) {
@@ -228,7 +228,7 @@ func TestBreakerPerHostIsBounded(t *testing.T) {
 	var calls atomic.Int64
 	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1); _, _ = io.WriteString(w, `{}`) }))
 	port := strings.TrimPrefix(srv.URL, "http://127.0.0.1")
-	c := httpclient.New(httpclient.MaxHosts(2), httpclient.BreakerPerHost(func(string) *breaker.Breaker {
+	c := httpclient.New(httpclient.MaxBreakers(2), httpclient.BreakerPerHost(func(string) *breaker.Breaker {
 		made.Add(1)
 		return breaker.New("host")
 	}))
@@ -352,7 +352,7 @@ func TestBreakerPerHostBoundHoldsUnderConcurrency(t *testing.T) {
 	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, `{}`) }))
 	port := strings.TrimPrefix(srv.URL, "http://127.0.0.1")
 	var made atomic.Int64
-	c := httpclient.New(httpclient.MaxHosts(2), httpclient.BreakerPerHost(func(string) *breaker.Breaker {
+	c := httpclient.New(httpclient.MaxBreakers(2), httpclient.BreakerPerHost(func(string) *breaker.Breaker {
 		made.Add(1)
 		time.Sleep(10 * time.Millisecond) // a breaker on a shared store takes a while
 		return breaker.New("host")

@@ -7,9 +7,11 @@
 // are transient: retried, with a Retry-After header honoured up to the
 // retry's MaxDelay and the budget. Other 4xx statuses are the caller's fault
 // and 500, 501 and other 5xx are failures that a retry will not fix: neither
-// is retried. Only idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE) are
-// retried, and POST or PATCH only when they carry an Idempotency-Key
-// header, sent unchanged on every attempt; [AutoIdempotencyKey] adds one.
+// is retried ([ClassifyStatus] changes the class of a status). Only
+// idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE, and those added by
+// [RetryMethods]) are retried, and others such as POST or PATCH only when
+// they carry an Idempotency-Key header, sent unchanged on every attempt;
+// [AutoIdempotencyKey] adds one.
 // A 409 with a Retry-After to a request with a key is package
 // idempotency's "the key's first request still runs": retried after it, so
 // that a retry that overtook a slow first attempt gets its answer.
@@ -24,7 +26,8 @@
 // net/http would return it. The caller's request is never modified.
 //
 // With [BreakerPerHost], each scheme, host and port gets a breaker of its
-// own, so that one dead host does not open the breaker for the others.
+// own, at most [MaxBreakers] of them, so that one dead host does not open
+// the breaker for the others.
 //
 // Each attempt also says which it is (retrysignal.AttemptHeader), and an
 // answer from a trusted service that asks not to be retried
@@ -42,6 +45,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,8 +55,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/deadline"
-	"github.com/resiliencekit/resiliencekit/idempotency"
-	"github.com/resiliencekit/resiliencekit/internal/keyed"
+	"github.com/resiliencekit/resiliencekit/idempotencykey"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
@@ -98,10 +101,12 @@ func (e *StatusError) Error() string {
 	return e.Method + " " + e.URL + ": " + e.Status
 }
 
-// ResilienceClass returns the status's class: transient for the
-// transport's transient statuses, permanent for other 4xx, terminal for
-// other 5xx, and for a 429 or 5xx that a trusted service asked not to
-// retry.
+// ResilienceClass returns the status's class: by default transient for
+// 429, 502, 503 and 504, permanent for other 4xx, terminal for other 5xx,
+// as changed by [ClassifyStatus]; terminal for a transient or terminal
+// status that a trusted service asked not to retry ([TrustNoRetry]); and
+// permanent for a status that the [Client] fails (outside 2xx) but the
+// [Transport] classes as a success.
 func (e *StatusError) ResilienceClass() resilience.Class { return e.class }
 
 // HTTPStatus returns StatusCode, so that a service passing the failure on
@@ -121,12 +126,12 @@ type config struct {
 	base         http.RoundTripper
 	pipeline     *pipeline.Pipeline
 	retryMethods map[string]bool
-	transient    map[int]bool
+	classes      [600]resilience.Class // by status, 100 to 599
 	autoKey      bool
 	maxErrorBody int
 	maxBuffered  int64
 	perHost      func(authority string) *breaker.Breaker
-	maxHosts     int
+	maxBreakers  int
 	trustNoRetry func(*url.URL) bool
 	jar          http.CookieJar
 	redirect     func(req *http.Request, via []*http.Request) error
@@ -160,43 +165,74 @@ func WithPipeline(p *pipeline.Pipeline) Option {
 // "https://api.example.com:443") a breaker of its own, made by newBreaker
 // on the authority's first request, in place of the pipeline's breaker, so
 // that one dead host does not fail the calls to the others. The pipeline's
-// other stages stay as they are. At most [MaxHosts] authorities get a
-// breaker; requests to more share the pipeline's own breaker. newBreaker
-// may share state across replicas ([breaker.Shared]). Default off: one
-// breaker, the pipeline's, for every host.
+// other stages stay as they are. At most [MaxBreakers] authorities get a
+// breaker (a [breaker.Group]); requests to more share the pipeline's own
+// breaker. newBreaker may share state across replicas ([breaker.Shared]).
+// Default off: one breaker, the pipeline's, for every host.
 func BreakerPerHost(newBreaker func(authority string) *breaker.Breaker) Option {
 	return optionFunc(func(c *config) { c.perHost = newBreaker })
 }
 
-// MaxHosts bounds the authorities that [BreakerPerHost] makes breakers for.
-// Default 1024. It panics if n < 1.
-func MaxHosts(n int) Option {
+// MaxBreakers bounds the breakers that [BreakerPerHost] makes, one per
+// authority: requests to an authority past the bound share the pipeline's
+// own breaker. Default 1024. It panics if n < 1.
+func MaxBreakers(n int) Option {
 	if n < 1 {
-		panic(fmt.Sprintf("httpclient: MaxHosts(%d): n must be 1 or more", n))
+		panic(fmt.Sprintf("httpclient: MaxBreakers(%d): n must be 1 or more", n))
 	}
-	return optionFunc(func(c *config) { c.maxHosts = n })
+	return optionFunc(func(c *config) { c.maxBreakers = n })
 }
 
-// RetryMethods sets the methods retried without an idempotency key.
-// Default GET, HEAD, OPTIONS, PUT, DELETE.
+// defaultRetryMethods are the methods retried without an idempotency key
+// unless [RetryMethods] adds more: those RFC 9110 calls idempotent, but
+// TRACE.
+var defaultRetryMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete}
+
+// RetryMethods adds methods, such as "PATCH" for a service whose PATCH is
+// idempotent, to those retried without an idempotency key: GET, HEAD,
+// OPTIONS, PUT and DELETE. Calls with an idempotency key are retried
+// whatever their method. It may be given more than once. It panics for a
+// method that is not one of net/http's Method constants (GET, HEAD, POST,
+// PUT, PATCH, DELETE, CONNECT, OPTIONS, TRACE), in upper case.
 func RetryMethods(methods ...string) Option {
+	for _, m := range methods {
+		switch m {
+		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+			http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		default:
+			panic(fmt.Sprintf("httpclient: RetryMethods(%q): not an HTTP method", m))
+		}
+	}
+	methods = slices.Clone(methods)
 	return optionFunc(func(c *config) {
-		c.retryMethods = make(map[string]bool, len(methods))
 		for _, m := range methods {
 			c.retryMethods[m] = true
 		}
 	})
 }
 
-// TransientStatus sets the statuses that are retried. Default 429, 502,
-// 503, 504.
-func TransientStatus(codes ...int) Option {
-	return optionFunc(func(c *config) {
-		c.transient = make(map[int]bool, len(codes))
-		for _, code := range codes {
-			c.transient[code] = true
-		}
-	})
+// ClassifyStatus sets the class of the HTTP status status: transient
+// (retried, with its Retry-After honoured; a breaker failure), permanent
+// (the caller's fault: neither), terminal (not retried, a breaker failure),
+// canceled (neither retried nor counted), or success (the answer is the
+// call's result: not retried, a breaker success; the [Client] still fails
+// a status outside 2xx, with a permanent [StatusError]). It applies on top
+// of the defaults and of earlier calls, and may be given more than once.
+// Default: 429, 502, 503 and 504 transient; other 4xx permanent (but a 409
+// with a Retry-After to a request with an idempotency key, which is
+// transient); other 5xx terminal; 1xx, 2xx and 3xx success. It panics for a
+// status outside 100 to 599, a 1xx, 2xx or 3xx status with a class other
+// than success, or a class that is none of these.
+func ClassifyStatus(status int, class resilience.Class) Option {
+	switch {
+	case status < 100 || status > 599:
+		panic(fmt.Sprintf("httpclient: ClassifyStatus(%d, %v): status must be 100 to 599", status, class))
+	case class > resilience.ClassCanceled:
+		panic(fmt.Sprintf("httpclient: ClassifyStatus(%d, %v): class must be success, transient, permanent, terminal or canceled", status, class))
+	case status < 400 && class != resilience.ClassSuccess:
+		panic(fmt.Sprintf("httpclient: ClassifyStatus(%d, %v): a 1xx, 2xx or 3xx status is a success", status, class))
+	}
+	return optionFunc(func(c *config) { c.classes[status] = class })
 }
 
 // AutoIdempotencyKey gives every POST or PATCH without an Idempotency-Key
@@ -240,7 +276,7 @@ func MaxBufferedBody(n int64) Option {
 // Opt out with a function that reports false.
 func TrustNoRetry(fn func(u *url.URL) bool) Option {
 	if fn == nil {
-		panic("httpclient: TrustNoRetry(nil)")
+		panic("httpclient: TrustNoRetry(nil): fn must not be nil")
 	}
 	return optionFunc(func(c *config) { c.trustNoRetry = fn })
 }
@@ -276,11 +312,22 @@ func newConfig(opts []Option) *config {
 		pipeline:     defaultPipeline,
 		maxErrorBody: 64 << 10,
 		maxBuffered:  1 << 20,
-		maxHosts:     1024,
+		maxBreakers:  1024,
+		retryMethods: make(map[string]bool, len(defaultRetryMethods)),
 		trustNoRetry: sameNetwork,
 	}
-	RetryMethods(http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete).apply(c)
-	TransientStatus(http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout).apply(c)
+	for _, m := range defaultRetryMethods {
+		c.retryMethods[m] = true
+	}
+	for status := 400; status < len(c.classes); status++ {
+		c.classes[status] = resilience.ClassPermanent
+		if status >= 500 {
+			c.classes[status] = resilience.ClassTerminal
+		}
+	}
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout} {
+		c.classes[status] = resilience.ClassTransient
+	}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(c)
@@ -295,13 +342,24 @@ var defaultConfig = newConfig(nil)
 // pipeline: a time budget, a breaker and a retry. It is safe for concurrent
 // use. The zero Transport works as NewTransport().
 type Transport struct {
-	cfg   *config
-	hosts keyed.Map[string, *pipeline.Pipeline] // by authority, with BreakerPerHost
+	cfg       *config
+	breakers  *breaker.Group[string] // by authority, with BreakerPerHost
+	pipelines sync.Map               // of each of breakers' breakers: *breaker.Breaker to *pipeline.Pipeline
 }
 
 // NewTransport returns a Transport configured by opts.
 func NewTransport(opts ...Option) *Transport {
-	return &Transport{cfg: newConfig(opts)}
+	t := &Transport{cfg: newConfig(opts)}
+	if cfg := t.cfg; cfg.perHost != nil {
+		t.breakers = breaker.NewGroup(cfg.maxBreakers, func(auth string) *breaker.Breaker {
+			b := cfg.perHost(auth)
+			if _, ok := t.pipelines.Load(b); !ok { // newBreaker may give several authorities one breaker
+				t.pipelines.Store(b, cfg.pipeline.With(pipeline.WithBreaker(b)))
+			}
+			return b
+		})
+	}
+	return t
 }
 
 func (t *Transport) config() *config {
@@ -329,7 +387,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // its response.
 func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	cfg := t.config()
-	key := req.Header.Get(idempotency.Header)
+	key := req.Header.Get(idempotencykey.Header)
 	if key == "" && cfg.autoKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		key = uuid.NewString()
 	}
@@ -382,17 +440,15 @@ var discardResponse = pipeline.Discard(func(r *http.Response) {
 // pipelineFor returns the pipeline for a request to u: the configured
 // one, or with BreakerPerHost the one with u's authority's breaker.
 func (t *Transport) pipelineFor(u *url.URL) *pipeline.Pipeline {
-	cfg := t.config()
-	if cfg.perHost == nil {
-		return cfg.pipeline
+	if t.breakers == nil {
+		return t.config().pipeline
 	}
-	p, ok := t.hosts.Get(authority(u), cfg.maxHosts, func(auth string) *pipeline.Pipeline {
-		return cfg.pipeline.With(pipeline.WithBreaker(cfg.perHost(auth)))
-	})
+	b, ok := t.breakers.Get(authority(u))
 	if !ok {
-		return cfg.pipeline
+		return t.cfg.pipeline // past MaxBreakers
 	}
-	return p
+	p, _ := t.pipelines.Load(b) // stored before the Group handed b out
+	return p.(*pipeline.Pipeline)
 }
 
 // authority returns scheme://host:port of u, with the scheme's default
@@ -488,7 +544,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	r := a.req.Clone(ctx) // headers to set: the caller's are not changed
 	if a.key != "" {
-		r.Header.Set(idempotency.Header, a.key)
+		r.Header.Set(idempotencykey.Header, a.key)
 	}
 	deadline.Inject(ctx, r.Header)
 	r.Header.Set(retrysignal.AttemptHeader, retrysignal.Attempt{N: n, Max: a.max}.String())
@@ -503,7 +559,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if err != nil {
 		return nil, classify(err)
 	}
-	if resp.StatusCode < 400 && !a.cfg.transient[resp.StatusCode] {
+	if a.cfg.class(resp.StatusCode) == resilience.ClassSuccess {
 		return resp, nil
 	}
 	err = a.cfg.statusError(r, resp)
@@ -541,9 +597,25 @@ func classify(err error) error {
 	return err
 }
 
+// class returns the class of an answer's status; one outside 100 to 599,
+// which a server should not send, is a success below 400, permanent below
+// 500 and terminal from 500.
+func (c *config) class(status int) resilience.Class {
+	switch {
+	case status >= 100 && status < len(c.classes):
+		return c.classes[status]
+	case status < 400:
+		return resilience.ClassSuccess
+	case status < 500:
+		return resilience.ClassPermanent
+	}
+	return resilience.ClassTerminal
+}
+
 // statusError returns the error for a failed answer, without reading its
 // body.
 func (c *config) statusError(req *http.Request, resp *http.Response) error {
+	class := c.class(resp.StatusCode)
 	u := *req.URL
 	u.User, u.RawQuery, u.Fragment = nil, "", ""
 	se := &StatusError{
@@ -552,27 +624,25 @@ func (c *config) statusError(req *http.Request, resp *http.Response) error {
 		Method:     req.Method,
 		URL:        u.String(),
 		Header:     resp.Header,
-		class:      resilience.ClassPermanent,
+		class:      class,
 		response:   resp,
 	}
 	switch {
-	case (resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests) &&
-		retrysignal.NoRetry(resp.Header) && c.trustNoRetry(req.URL):
+	case class.Failure() && retrysignal.NoRetry(resp.Header) && c.trustNoRetry(req.URL):
 		se.class = resilience.ClassTerminal // retried below already: not here, Retry-After or not
-	case c.transient[resp.StatusCode]:
-		se.class = resilience.ClassTransient
+	case class == resilience.ClassTransient:
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 			return resilience.RetryAfter(se, d)
 		}
-	case resp.StatusCode == http.StatusConflict && req.Header.Get(idempotency.Header) != "":
+	case class == resilience.ClassPermanent && resp.StatusCode == http.StatusConflict && req.Header.Get(idempotencykey.Header) != "":
 		// The key's first request still runs (package idempotency says
 		// so with a Retry-After): its answer comes after it.
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 			se.class = resilience.ClassTransient
 			return resilience.RetryAfter(se, d)
 		}
-	case resp.StatusCode >= 500:
-		se.class = resilience.ClassTerminal
+	case class == resilience.ClassSuccess:
+		se.class = resilience.ClassPermanent // failed by the Client (outside 2xx), not by the Transport
 	}
 	return se
 }

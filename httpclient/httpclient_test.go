@@ -156,7 +156,7 @@ func TestPermanentStatusIsOneAttemptWithTypedError(t *testing.T) {
 	assert.NotContains(t, err.Error(), "secret", "no query in errors")
 	assert.True(t, resilience.IsPermanent(err))
 	assert.EqualValues(t, 1, calls.Load())
-	assert.Equal(t, breaker.Closed, b.State(), "a caller error does not trip the breaker")
+	assert.Equal(t, resilience.StateClosed, b.State(), "a caller error does not trip the breaker")
 }
 
 func TestServerErrorsAreNotRetriedButTripTheBreaker(t *testing.T) {

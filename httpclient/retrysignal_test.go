@@ -109,7 +109,7 @@ func TestNoRetryOnACallerErrorIsNoBreakerFailure(t *testing.T) {
 	b := breaker.New("dep", breaker.ConsecutiveFailures(1))
 	err := httpclient.New(fastRetry(pipeline.WithBreaker(b))).GetJSON(t.Context(), srv.URL, nil)
 	assert.True(t, resilience.IsPermanent(err))
-	assert.Equal(t, breaker.Closed, b.State())
+	assert.Equal(t, resilience.StateClosed, b.State())
 }
 
 // TestAProbeSaysItIsTheOnlyAttempt: a call let through a half-open breaker

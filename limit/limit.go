@@ -61,23 +61,50 @@ type waiter struct {
 	granted bool
 }
 
-// Option configures a [Limiter].
-type Option func(*config)
+// Option configures a [Limiter]. [MaxWaiting] configures both kinds;
+// [Initial], [Min], [Max] and [Backoff] only an adaptive one ([NewAIMD]).
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// aimdOption is an option of an adaptive Limiter only, which [NewFixed]
+// refuses.
+type aimdOption struct {
+	name string
+	f    func(*config)
+}
+
+func (o aimdOption) apply(c *config) {
+	o.f(c)
+	if c.aimdOnly == "" {
+		c.aimdOnly = o.name
+	}
+}
 
 type config struct {
 	initial, min, max int
 	backoff           float64
 	waiting           int
+	aimdOnly          string // the first option given that only NewAIMD takes
 }
 
-// NewFixed returns a Limiter of n attempts in flight: a bulkhead. It panics
-// if n is under 1. Options other than [MaxWaiting] apply only to
-// [NewAIMD].
+// NewFixed returns a Limiter of n attempts in flight: a bulkhead. Of the
+// options, it takes only [MaxWaiting]. It panics if n is under 1, or
+// names the option if given one of an adaptive Limiter ([Initial], [Min],
+// [Max], [Backoff]), which would have no effect.
 func NewFixed(n int, opts ...Option) *Limiter {
 	if n < 1 {
 		panic(fmt.Sprintf("limit: NewFixed(%d): n must be at least 1", n))
 	}
-	return &Limiter{limit: float64(n), waiting: apply(config{}, opts).waiting}
+	c := apply(config{}, opts)
+	if c.aimdOnly != "" {
+		panic(fmt.Sprintf("limit: NewFixed: option %s applies only to NewAIMD", c.aimdOnly))
+	}
+	return &Limiter{limit: float64(n), waiting: c.waiting}
 }
 
 // NewAIMD returns an adaptive Limiter: [Initial] 20, [Min] 1, [Max] 1000,
@@ -95,7 +122,7 @@ func NewAIMD(opts ...Option) *Limiter {
 func apply(c config, opts []Option) config {
 	for _, o := range opts {
 		if o != nil {
-			o(&c)
+			o.apply(&c)
 		}
 	}
 	return c
@@ -108,44 +135,45 @@ func atLeastOne(name string, n int) {
 }
 
 // Initial sets the limit an adaptive Limiter starts at. Default 20. It
-// panics if n is under 1.
+// panics if n is under 1; [NewFixed] panics if given it.
 func Initial(n int) Option {
 	atLeastOne("Initial", n)
-	return func(c *config) { c.initial = n }
+	return aimdOption{"Initial", func(c *config) { c.initial = n }}
 }
 
 // Min sets the lowest limit of an adaptive Limiter. Default 1. It panics if
-// n is under 1.
+// n is under 1; [NewFixed] panics if given it.
 func Min(n int) Option {
 	atLeastOne("Min", n)
-	return func(c *config) { c.min = n }
+	return aimdOption{"Min", func(c *config) { c.min = n }}
 }
 
 // Max sets the highest limit of an adaptive Limiter. Default 1000. It
-// panics if n is under 1.
+// panics if n is under 1; [NewFixed] panics if given it.
 func Max(n int) Option {
 	atLeastOne("Max", n)
-	return func(c *config) { c.max = n }
+	return aimdOption{"Max", func(c *config) { c.max = n }}
 }
 
 // Backoff sets the factor by which an adaptive Limiter's limit is
 // multiplied on a failure of the dependency. Default 0.9. It panics unless
-// 0.5 <= f < 1.
+// 0.5 <= f < 1; [NewFixed] panics if given it.
 func Backoff(f float64) Option {
 	if math.IsNaN(f) || f < 0.5 || f >= 1 {
 		panic(fmt.Sprintf("limit: Backoff(%v): f must be in [0.5, 1)", f))
 	}
-	return func(c *config) { c.backoff = f }
+	return aimdOption{"Backoff", func(c *config) { c.backoff = f }}
 }
 
 // MaxWaiting lets up to n attempts wait for a slot when the limit is
 // reached, first come first served, each until its context is done. More
-// are refused at once. Default 0: none waits. It panics if n is negative.
+// are refused at once. Default 0: none waits. It applies to both kinds of
+// Limiter. It panics if n is negative.
 func MaxWaiting(n int) Option {
 	if n < 0 {
 		panic(fmt.Sprintf("limit: MaxWaiting(%d): n must be 0 or more", n))
 	}
-	return func(c *config) { c.waiting = n }
+	return optionFunc(func(c *config) { c.waiting = n })
 }
 
 // Acquire takes a slot for an attempt, waiting for one if the Limiter

@@ -170,6 +170,34 @@ func TestNonsenseOptionsPanic(t *testing.T) {
 	assert.PanicsWithValue(t, "limit: NewAIMD: need Min (30) <= Initial (20) <= Max (1000)", func() { limit.NewAIMD(limit.Min(30)) })
 }
 
+func TestNewFixedRefusesTheOptionsOfAnAdaptiveLimiter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []limit.Option
+		want string // the panic; "" for none
+	}{
+		{name: "Initial", opts: []limit.Option{limit.Initial(5)}, want: "limit: NewFixed: option Initial applies only to NewAIMD"},
+		{name: "Min", opts: []limit.Option{limit.Min(2)}, want: "limit: NewFixed: option Min applies only to NewAIMD"},
+		{name: "Max", opts: []limit.Option{limit.Max(50)}, want: "limit: NewFixed: option Max applies only to NewAIMD"},
+		{name: "Backoff", opts: []limit.Option{limit.Backoff(0.5)}, want: "limit: NewFixed: option Backoff applies only to NewAIMD"},
+		{name: "the first of several", opts: []limit.Option{limit.MaxWaiting(1), limit.Max(50), limit.Initial(5)},
+			want: "limit: NewFixed: option Max applies only to NewAIMD"},
+		{name: "MaxWaiting", opts: []limit.Option{limit.MaxWaiting(3)}},
+		{name: "nil", opts: []limit.Option{nil}},
+		{name: "none"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.want != "" {
+				assert.PanicsWithValue(t, tc.want, func() { limit.NewFixed(2, tc.opts...) })
+				assert.NotPanics(t, func() { limit.NewAIMD(tc.opts...) }, "NewAIMD takes it")
+				return
+			}
+			l := limit.NewFixed(2, tc.opts...)
+			assert.Equal(t, 2, l.Limit())
+		})
+	}
+}
+
 func BenchmarkLimiter(b *testing.B) {
 	l := limit.NewAIMD(limit.Initial(1000))
 	ctx := context.Background()

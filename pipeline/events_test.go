@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -114,32 +116,122 @@ func TestGiveUpEvents(t *testing.T) {
 	}
 }
 
+func TestBreakerListenerHearsWhatAPipelineListenerHears(t *testing.T) {
+	own, heard := &recorder{}, &recorder{}
+	b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.WithListener(own))
+	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(heard))
+	_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, errDown })
+	_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, nil })
+	assert.Equal(t, []string{"stock state_change closed->open", "stock rejected"}, own.take(),
+		"the breaker's own listener: its state changes and rejections")
+	assert.Equal(t, []string{
+		"stock attempt 1 ok=false",
+		"stock state_change closed->open",
+		"stock call_done ok=false",
+		"stock rejected",
+		"stock call_done ok=false",
+	}, withoutDurations(heard.take()), "the pipeline's: its calls and its breaker's state changes, each once")
+}
+
 func TestListenerGivenTwiceHearsEachEventOnce(t *testing.T) {
 	rec := &recorder{}
 	b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.WithListener(rec))
 	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(rec))
 	pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(rec)) // a second pipeline on the same breaker
 	_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, errDown })
+	_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, nil })
 	assert.Equal(t, []string{
 		"stock attempt 1 ok=false",
 		"stock state_change closed->open",
 		"stock call_done ok=false",
+		"stock rejected",
+		"stock call_done ok=false",
 	}, withoutDurations(rec.take()))
 }
 
-func TestFirstPipelineWithAListenerHearsTheBreaker(t *testing.T) {
-	r1, r2 := &recorder{}, &recorder{}
+// TestOneListenerOfSeveralPipelinesHearsEachChangeOnce: an app-wide
+// listener given to every pipeline, two of them on one breaker, counts
+// each state change once.
+func TestOneListenerOfSeveralPipelinesHearsEachChangeOnce(t *testing.T) {
+	rec := &recorder{}
 	b := breaker.New("stock", breaker.ConsecutiveFailures(1))
-	p1 := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r1))
-	p2 := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r2))
-	for range 100 { // pipelines built per request add nothing to the breaker
-		pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(resilience.ListenerFunc(func(resilience.Event) {})))
+	base := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(rec))
+	derived := base.With(pipeline.WithName("stock"))
+	_, _ = pipeline.Do(t.Context(), derived, func(context.Context) (int, error) { return 0, errDown })
+	assert.Equal(t, []string{"stock attempt 1 ok=false", "stock state_change closed->open", "stock call_done ok=false"},
+		withoutDurations(rec.take()))
+	runtime.KeepAlive(base)
+}
+
+// TestEveryPipelineHearsItsBreaker: pipelines that share a breaker hear
+// the same state changes, whichever was built first and whichever made
+// the call that changed the state; each hears only its own calls.
+func TestEveryPipelineHearsItsBreaker(t *testing.T) {
+	for _, order := range []string{"first built calls", "last built calls"} {
+		t.Run(order, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r1, r2 := &recorder{}, &recorder{}
+				b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
+				p1 := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r1))
+				p2 := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r2))
+				caller, other := p1, r2
+				mine := r1
+				if order == "last built calls" {
+					caller, other, mine = p2, r1, r2
+				}
+				_, _ = pipeline.Do(t.Context(), caller, func(context.Context) (int, error) { return 0, errDown })
+				time.Sleep(2 * time.Second)
+				_, _ = pipeline.Do(t.Context(), caller, func(context.Context) (int, error) { return 1, nil })
+				changes := []string{"stock state_change closed->open", "stock state_change open->half-open", "stock state_change half-open->closed"}
+				assert.Equal(t, changes, other.take(), "the pipeline that made no call hears every change")
+				assert.Equal(t, []string{
+					"stock attempt 1 ok=false", changes[0], "stock call_done ok=false",
+					changes[1], "stock attempt 1 ok=true", changes[2], "stock call_done ok=true",
+				}, withoutDurations(mine.take()))
+			})
+		})
 	}
-	_, _ = pipeline.Do(t.Context(), p2, func(context.Context) (int, error) { return 0, errDown })
-	assert.Equal(t, []string{"stock state_change closed->open"}, r1.take(), "the breaker's one listener")
-	assert.Equal(t, []string{"stock attempt 1 ok=false", "stock call_done ok=false"}, withoutDurations(r2.take()))
-	_, _ = pipeline.Do(t.Context(), p1, func(context.Context) (int, error) { return 0, nil })
-	assert.Equal(t, []string{"stock rejected", "stock call_done ok=false"}, withoutDurations(r1.take()))
+}
+
+// owner is a listener that refers back to its pipeline, as a client
+// that holds both might.
+type owner struct {
+	p     *pipeline.Pipeline
+	heard *atomic.Int64
+}
+
+func (o *owner) OnEvent(e resilience.Event) {
+	if e.Kind == resilience.EventStateChange {
+		o.heard.Add(1)
+	}
+}
+
+// TestUnusedPipelinesStopListening: pipelines built per request and
+// dropped leave nothing behind on their breaker once collected, even
+// those whose listener refers back to them.
+func TestUnusedPipelinesStopListening(t *testing.T) {
+	var heard atomic.Int64
+	counter := resilience.ListenerFunc(func(e resilience.Event) {
+		if e.Kind == resilience.EventStateChange {
+			heard.Add(1)
+		}
+	})
+	b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Millisecond))
+	kept := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(counter))
+	for range 100 {
+		pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(counter))
+		o := &owner{heard: &heard}
+		o.p = pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(o))
+	}
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		heard.Store(0)
+		_ = b.Execute(t.Context(), func(context.Context) error { return errDown }) // opens it
+		time.Sleep(2 * time.Millisecond)
+		_ = b.Execute(t.Context(), func(context.Context) error { return nil }) // closes it
+		return heard.Load() == 3                                               // the kept pipeline's alone
+	}, 5*time.Second, 10*time.Millisecond, "dropped pipelines still listen")
+	runtime.KeepAlive(kept)
 }
 
 func TestRetriesStoppedByTheBreakerAreReported(t *testing.T) {
@@ -196,23 +288,23 @@ func TestPanickingListenerChangesNoOutcome(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
 	panicky := resilience.ListenerFunc(func(e resilience.Event) { panic("listener bug on " + e.Kind.String()) })
 	b := breaker.New("dep", breaker.ConsecutiveFailures(1),
-		breaker.OnStateChange(func(string, breaker.State, breaker.State) { panic("callback bug") }))
+		breaker.WithListener(resilience.ListenerFunc(func(resilience.Event) { panic("breaker listener bug") })))
 	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(panicky),
 		pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(0))))
 
 	got, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 7, nil })
 	require.NoError(t, err, "a success stays a success")
 	assert.Equal(t, 7, got)
-	assert.Equal(t, breaker.Closed, b.State())
+	assert.Equal(t, resilience.StateClosed, b.State())
 	assert.EqualValues(t, 1, b.Counts().TotalSuccesses, "and the breaker counted a success")
 
 	_, err = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, resilience.Terminal(errDown) })
 	require.ErrorIs(t, err, errDown)
-	assert.Equal(t, breaker.Open, b.State(), "the breaker opened despite its panicking listeners")
+	assert.Equal(t, resilience.StateOpen, b.State(), "the breaker opened despite its panicking listeners")
 	_, err = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 7, nil })
 	require.ErrorIs(t, err, breaker.ErrOpen)
 	assert.Contains(t, logged.String(), "listener bug on attempt", "the panic is logged, not lost")
-	assert.Contains(t, logged.String(), "callback bug")
+	assert.Contains(t, logged.String(), "breaker listener bug")
 }
 
 func TestPanickingListenerSilencesNoOtherListener(t *testing.T) {

@@ -216,7 +216,7 @@ func TestWaitWhenOpenRidesOutAnOutage(t *testing.T) {
 		var sent, sentWhileOpen atomic.Int64
 		op := func(context.Context) (int, error) {
 			sent.Add(1)
-			if b.State() == breaker.Open {
+			if b.State() == resilience.StateOpen {
 				sentWhileOpen.Add(1)
 			}
 			if time.Since(start) < 2500*time.Millisecond {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/hedge"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
@@ -64,7 +65,7 @@ func TestBreakerRecordsOneOutcomePerCall(t *testing.T) {
 			assert.Equal(t, "ok", got)
 		}
 		assert.EqualValues(t, 12, calls.Load())
-		assert.Equal(t, breaker.Closed, b.State(), "8 failed attempts, but every call succeeded")
+		assert.Equal(t, resilience.StateClosed, b.State(), "8 failed attempts, but every call succeeded")
 		assert.EqualValues(t, 4, b.Counts().TotalSuccesses)
 
 		dep := &dependency{}
@@ -85,7 +86,7 @@ func TestOpenBreakerNeverCallsAndProbeMakesOneAttempt(t *testing.T) {
 		_, err := pipeline.Do(t.Context(), p, dep.call)
 		require.ErrorIs(t, err, retrypolicy.ErrMaxAttempts)
 		require.EqualValues(t, 4, dep.calls.Load())
-		require.Equal(t, breaker.Open, b.State())
+		require.Equal(t, resilience.StateOpen, b.State())
 
 		for range 20 {
 			_, err = pipeline.Do(t.Context(), p, dep.call)
@@ -97,14 +98,14 @@ func TestOpenBreakerNeverCallsAndProbeMakesOneAttempt(t *testing.T) {
 		_, err = pipeline.Do(t.Context(), p, dep.call)
 		require.ErrorIs(t, err, errDown)
 		assert.EqualValues(t, 5, dep.calls.Load(), "a probe is a single attempt")
-		assert.Equal(t, breaker.Open, b.State())
+		assert.Equal(t, resilience.StateOpen, b.State())
 
 		time.Sleep(10*time.Second + time.Nanosecond)
 		dep.down.Store(false)
 		got, err := pipeline.Do(t.Context(), p, dep.call)
 		require.NoError(t, err)
 		assert.Equal(t, "ok", got)
-		assert.Equal(t, breaker.Closed, b.State())
+		assert.Equal(t, resilience.StateClosed, b.State())
 	})
 }
 
@@ -114,11 +115,11 @@ func TestInFlightRetriesStopWhenTheBreakerOpens(t *testing.T) {
 		var callsAtOpen atomic.Int64
 		dep := &dependency{}
 		b := breaker.New("dep", breaker.ConsecutiveFailures(10), breaker.OpenTimeout(time.Minute),
-			breaker.OnStateChange(func(_ string, _, to breaker.State) {
-				if to == breaker.Open {
+			breaker.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+				if e.Kind == resilience.EventStateChange && e.To == resilience.StateOpen {
 					callsAtOpen.Store(dep.calls.Load())
 				}
-			}))
+			})))
 		p := pipeline.New(pipeline.WithBreaker(b),
 			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(6), retrypolicy.BaseDelay(100*time.Millisecond))))
 
@@ -207,7 +208,7 @@ func TestCallerCancellationIsNeitherRetriedNorCounted(t *testing.T) {
 		})
 		require.ErrorIs(t, err, context.Canceled)
 		assert.EqualValues(t, 1, calls.Load())
-		assert.Equal(t, breaker.Closed, b.State())
+		assert.Equal(t, resilience.StateClosed, b.State())
 		assert.Equal(t, resilience.ClassCanceled, resilience.Classify(err))
 	})
 }
@@ -220,7 +221,7 @@ func TestPermanentErrorIsTriedOnceAndDoesNotTrip(t *testing.T) {
 	_, err := pipeline.Do(context.Background(), p, func(context.Context) (int, error) { calls.Add(1); return 0, errBad })
 	require.ErrorIs(t, err, errBad)
 	assert.EqualValues(t, 1, calls.Load())
-	assert.Equal(t, breaker.Closed, b.State())
+	assert.Equal(t, resilience.StateClosed, b.State())
 }
 
 func TestPipelinesOfDifferentTypesShareABreaker(t *testing.T) {
@@ -319,7 +320,7 @@ func TestSingleAttemptSkipsTheRetryOnly(t *testing.T) {
 	_, err := pipeline.Do(t.Context(), p, dep.call, pipeline.SingleAttempt())
 	require.ErrorIs(t, err, errDown)
 	assert.EqualValues(t, 1, dep.calls.Load())
-	assert.Equal(t, breaker.Open, b.State(), "the breaker still counts it")
+	assert.Equal(t, resilience.StateOpen, b.State(), "the breaker still counts it")
 }
 
 func TestZeroValuesWork(t *testing.T) {
@@ -337,7 +338,7 @@ func TestZeroValuesWork(t *testing.T) {
 		})
 	}
 	for _, b := range []*breaker.Breaker{{}, nil} {
-		assert.Equal(t, breaker.Closed, b.State())
+		assert.Equal(t, resilience.StateClosed, b.State())
 		assert.NoError(t, b.Check())
 		assert.Zero(t, b.Counts())
 		assert.Empty(t, b.Name())
@@ -431,6 +432,7 @@ func TestPanickingOperationReleasesItsContexts(t *testing.T) {
 		"attempt timeout": pipeline.New(pipeline.WithAttemptTimeout(time.Minute)),
 		"retry and attempt timeout": pipeline.New(pipeline.WithRetry(retrypolicy.New()), pipeline.WithAttemptTimeout(time.Minute),
 			pipeline.WithBreaker(breaker.New("dep", breaker.ConsecutiveFailures(0)))),
+		"hedging, the only attempt panicking": pipeline.New(pipeline.WithHedging(hedge.New(hedge.Delay(time.Hour)))),
 	} {
 		t.Run(name, func(t *testing.T) {
 			for range 100 {
@@ -440,4 +442,18 @@ func TestPanickingOperationReleasesItsContexts(t *testing.T) {
 			goleak.VerifyNone(t)
 		})
 	}
+}
+
+// TestFailingCallAllocatesOnlyItsError: a call that fails after its
+// retries allocates what its error and its backoff need (the retry
+// error, its delays, the classification of its causes), and nothing for
+// the stages that only tell a rejection from a failure.
+func TestFailingCallAllocatesOnlyItsError(t *testing.T) {
+	p := pipeline.New(
+		pipeline.WithBreaker(breaker.New("dep", breaker.ConsecutiveFailures(0))),
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(6),
+			retrypolicy.WithSleep(func(context.Context, time.Duration) error { return nil }))))
+	op := func(context.Context) (int, error) { return 0, errDown }
+	allocs := testing.AllocsPerRun(100, func() { _, _ = pipeline.Do(context.Background(), p, op) })
+	assert.LessOrEqual(t, allocs, 6.0)
 }

@@ -3,307 +3,285 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"runtime"
-	"sync"
 	"time"
 
-	"github.com/resiliencekit/resiliencekit/limit"
+	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
-// state is what the stages inside the retry stage keep of one call: a
-// call has one only for hedging or a tracer. Its methods do nothing on a
-// nil *state.
-type state struct {
-	p      *Pipeline
-	single bool
-	trace  resilience.CallTrace
-
-	mu      sync.Mutex // hedged attempts run at once
-	n       int        // attempts started
-	lastEnd time.Time  // when the last attempt ended, while tracing
-	lastErr error
+// call is one call through a pipeline. Its stages are its methods, below
+// in the order they run, outermost first; each does its part and runs the
+// next:
+//
+//	run      the call as the tracer and the listener see it (its span, EventCallDone)
+//	budget   time budget (WithTimeBudget)
+//	breaker  breaker (WithBreaker), and waiting for it (WaitWhenOpen)
+//	retry    retry (WithRetry): runs hedge once per attempt
+//	hedge    hedging (WithHedging): a race of twins, each an attempt
+//	attempt  the gates, in order: throttle (WithThrottle), concurrency limit
+//	         (WithLimit), the pacer of WaitWhenOpen; then the attempt's span
+//	timeout  attempt timeout (WithAttemptTimeout), then the operation
+//
+// A new stage around the call is a method between two of these, calling
+// the next; a new stage that admits each attempt is a gate (gates.go),
+// built in config.buildGates. A call is a value on the caller's stack:
+// with the stages that keep no state, a call allocates nothing.
+type call[T any] struct {
+	p     *Pipeline
+	op    resilience.Operation[T]
+	k     *keeper // the contexts a streamed result needs; nil for Do
+	opts  callOpts
+	s     *state           // for hedging and the tracer; nil without them
+	b     *breaker.Breaker // checked between attempts; nil without one
+	probe bool             // admitted by a breaker not closed: one attempt, not hedged
 }
 
-// start numbers a new attempt and describes it for the tracer.
-func (s *state) start(hedge bool) resilience.AttemptInfo {
-	if s == nil {
-		return resilience.AttemptInfo{}
+// run reports the call to the tracer, if any, and times it for the
+// listener if it wants EventCallDone.
+func (c *call[T]) run(ctx context.Context) (T, error) {
+	cfg := &c.p.cfg
+	if cfg.hedge != nil || cfg.tracer != nil {
+		c.s = &state{p: c.p}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.n++
-	a := resilience.AttemptInfo{Number: s.n, Hedge: hedge}
-	if s.trace != nil {
-		a.State = s.p.cfg.breaker.State()
-		if !hedge && !s.lastEnd.IsZero() {
-			a.Delay = time.Since(s.lastEnd)
-			if hint, ok := resilience.RetryAfterHint(s.lastErr); ok && s.p.cfg.retry != nil {
-				a.RetryAfter = min(hint, s.p.cfg.retry.MaxDelay()) // as the retry used it
+	if cfg.tracer != nil {
+		return c.traced(ctx)
+	}
+	return c.timed(ctx)
+}
+
+// traced runs the call within its span.
+func (c *call[T]) traced(ctx context.Context) (res T, err error) {
+	ctx, c.s.trace = c.p.cfg.tracer.StartCall(ctx, c.p.cfg.name)
+	returned := false
+	defer func() {
+		if !returned {
+			err = errPanicked
+		}
+		c.s.trace.End(err)
+	}()
+	res, err = c.timed(ctx)
+	returned = true
+	return res, err
+}
+
+// timed runs the call, timed for the listener if it wants EventCallDone.
+func (c *call[T]) timed(ctx context.Context) (T, error) {
+	if l := c.p.cfg.listener; l.Wants(resilience.EventCallDone) {
+		start := time.Now()
+		res, err := c.budget(ctx)
+		l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Duration: time.Since(start), Err: err})
+		return res, err
+	}
+	return c.budget(ctx)
+}
+
+// budget caps the rest of the call at the time budget, if any.
+func (c *call[T]) budget(ctx context.Context) (T, error) {
+	if d := c.p.cfg.budget; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		if c.k == nil {
+			defer cancel()
+		} else {
+			c.k.budget = cancel
+		}
+	}
+	return c.breaker(ctx)
+}
+
+// breaker runs the rest of the call if the breaker admits it; with
+// WaitWhenOpen, a call it rejects waits for it.
+func (c *call[T]) breaker(ctx context.Context) (T, error) {
+	b := c.p.cfg.breaker
+	if b == nil {
+		return c.retry(ctx)
+	}
+	c.b = b
+	res, rejected, err := c.through(ctx, b)
+	if rejected && c.p.cfg.waitOpen {
+		return c.waitOpen(ctx, b, err)
+	}
+	return res, err
+}
+
+// through runs the rest of the call inside b. rejected reports that b
+// refused it or, with WaitWhenOpen, stopped its retries: the call then
+// waits. The listener hears of a refusal here, and of a stop from the
+// retry stage. Only a call that failed pays for telling which.
+func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejected bool, err error) {
+	ran := false
+	err = b.Execute(ctx, func(ctx context.Context) error {
+		ran = true
+		var err error
+		res, err = c.retry(ctx)
+		return err
+	})
+	switch {
+	case err == nil:
+	case !ran:
+		rejected = breaker.IsRejection(err)
+		if rejected {
+			c.p.cfg.rejected.Emit(resilience.Event{Kind: resilience.EventRejected, Err: err})
+		}
+	case c.p.cfg.waitOpen: // a call whose retries the breaker stopped waits too
+		rejected = breaker.IsRejection(err)
+	}
+	return res, rejected, err
+}
+
+// waitOpen waits, within the budget, for the breaker that rejected a call
+// with err, and tries the call again; its attempts are paced.
+func (c *call[T]) waitOpen(ctx context.Context, b *breaker.Breaker, err error) (res T, _ error) {
+	c.opts.waited = true
+	backlog := &c.p.cfg.pacer.backlog
+	backlog.Add(1)
+	defer backlog.Add(-1)
+	c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventWaitOpen, Err: err})
+	for rejected := true; rejected; {
+		if b.Wait(ctx, err) != nil {
+			if ctx.Err() != nil {
+				return res, c.p.outOfTime(ctx, 0, err)
 			}
+			return res, err // no probe within the budget
+		}
+		res, rejected, err = c.through(ctx, b)
+	}
+	return res, err
+}
+
+// retry runs attempts until one succeeds or the policy gives up; the
+// breaker's check stops it between attempts. A probe of a breaker not
+// closed makes one attempt.
+func (c *call[T]) retry(ctx context.Context) (T, error) {
+	c.probe = c.b.Check() != nil
+	if c.p.cfg.retry == nil || c.opts.single || c.probe {
+		return c.once(ctx)
+	}
+	var guard func() error // a method value here, where it does not escape
+	if c.b != nil {
+		guard = c.b.Check
+	}
+	if c.direct() {
+		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.op)
+	}
+	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.hedge)
+}
+
+// direct reports whether an attempt is the operation alone: no stage
+// inside the retry stage is set, neither a gate nor hedging, the tracer
+// (which need c.s) or the attempt timeout.
+func (c *call[T]) direct() bool {
+	return c.s == nil && len(c.p.cfg.gates) == 0 && c.p.cfg.attemptTimeout <= 0
+}
+
+// once runs the only attempt of a call that is not retried, and reports
+// it as the retry stage would.
+func (c *call[T]) once(ctx context.Context) (res T, err error) {
+	if c.direct() {
+		res, err = c.op(ctx)
+	} else {
+		res, err = c.hedge(ctx)
+	}
+	l := c.p.cfg.listener
+	l.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
+	if err != nil && ctx.Err() != nil {
+		err = c.p.outOfTime(ctx, 1, err)
+	} else if err != nil && c.opts.single && c.p.cfg.retry != nil && resilience.Classify(err).Retryable() {
+		l.Emit(resilience.Event{Kind: resilience.EventNotRetried, Attempt: 1, Err: err})
+	}
+	return res, err
+}
+
+// hedge runs one attempt of the retry stage, as a race of hedges if the
+// pipeline hedges and the call may be repeated.
+func (c *call[T]) hedge(ctx context.Context) (T, error) {
+	if h := c.p.cfg.hedge; h != nil && !c.probe && !c.opts.single && !c.opts.sequential {
+		if d, ok := h.After(); ok {
+			return newRace(c).run(ctx, d)
 		}
 	}
-	return a
+	return c.attempt(ctx, false, nil)
 }
 
-// ended records the end of an attempt, for the tracer.
-func (s *state) ended(err error) {
-	if s == nil || s.trace == nil {
-		return
+// attempt sends one attempt if the gates admit it; sent, if not nil, is
+// called once they have, as it is sent. The gates learn how it ended.
+func (c *call[T]) attempt(ctx context.Context, hedge bool, sent func()) (res T, err error) {
+	gates := c.p.cfg.gates
+	if len(gates) == 0 && c.s == nil {
+		return c.timeout(ctx)
 	}
-	s.mu.Lock()
-	s.lastEnd, s.lastErr = time.Now(), err
-	s.mu.Unlock()
-}
-
-// errPanicked is what the tracer and the adaptive stages are told of an
-// attempt that panicked or called runtime.Goexit.
-var errPanicked = errors.New("pipeline: the operation panicked or called runtime.Goexit")
-
-// try runs one attempt of the retry stage: hedged if hedging is set and
-// the call may be repeated, else a single attempt.
-func try[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call, s *state, guard func() error, mayHedge bool) (T, error) {
-	if !p.cfg.perAttempt {
-		return timed(ctx, p, op, k)
-	}
-	pacer := p.pacer(c)
-	if mayHedge && !c.single && !c.sequential {
-		if d, ok := p.cfg.hedge.After(); ok {
-			return hedged(ctx, p, op, k, c, s, guard, d)
-		}
-	}
-	return attempt(ctx, p, op, k, s, false, pacer, nil)
-}
-
-// pacer returns the limit that paces the attempts of call c: with
-// WaitWhenOpen, the waiters' limit while any call that waited for the
-// breaker is not over (so that the backlog, and what comes with it, goes
-// no faster than the dependency answers); else nil.
-func (p *Pipeline) pacer(c call) *limit.Limiter {
-	if p.cfg.waiters != nil && (c.waited || p.cfg.backlog.Load() > 0) {
-		return p.cfg.waiters
-	}
-	return nil
-}
-
-// attempt runs op once through the throttle, the concurrency limit, the
-// pacer if any, and the attempt timeout, and reports it to the tracer.
-// sent, if not nil, is called once the attempt holds its slots, as it is
-// sent.
-func attempt[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, s *state, hedge bool, pacer *limit.Limiter, sent func()) (res T, err error) {
-	info := s.start(hedge)
-	if err := p.cfg.throttle.Admit(); err != nil {
-		p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventThrottled, Attempt: info.Number, Err: err})
-		return res, err
-	}
-	if err := p.cfg.limit.Acquire(ctx); err != nil {
-		p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventLimited, Attempt: info.Number, Err: err})
-		return res, err
-	}
-	if err := pacer.Acquire(ctx); err != nil {
-		p.cfg.limit.Release(context.Canceled) // not sent: nothing learned
-		p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventLimited, Attempt: info.Number, Err: err})
+	info := c.s.start(hedge)
+	held, refusal, err := acquire(ctx, gates, c.opts.waited)
+	if err != nil {
+		c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: info.Number, Err: err})
 		return res, err
 	}
 	if sent != nil {
 		sent()
 	}
+	return c.sent(ctx, info, held)
+}
+
+// sent runs an admitted attempt, with its span if the call is traced, and
+// gives its outcome to the gates, the tracer and the hedging policy.
+func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held uint32) (res T, err error) {
 	var end func(error)
-	if s != nil && s.trace != nil {
-		ctx, end = s.trace.StartAttempt(ctx, info)
+	if c.s != nil && c.s.trace != nil {
+		ctx, end = c.s.trace.StartAttempt(ctx, info)
 	}
 	var start time.Time
-	if p.cfg.hedge.Learns() {
+	if c.p.cfg.hedge.Learns() {
 		start = time.Now()
 	}
 	returned := false
 	defer func() {
-		outcome := err
-		switch {
-		case !returned:
-			outcome = errPanicked
-		case err != nil && errors.Is(ctx.Err(), context.Canceled):
-			outcome = context.Canceled // abandoned, as a hedge that lost: not the dependency's failure
-		}
-		p.cfg.limit.Release(outcome)
-		pacer.Release(outcome)
-		p.cfg.throttle.Done(outcome)
+		outcome := attemptOutcome(ctx, err, returned)
+		release(c.p.cfg.gates, held, outcome)
 		if end != nil {
 			end(outcome)
 		}
-		s.ended(outcome)
+		c.s.ended(outcome)
 	}()
-	res, err = timed(ctx, p, op, k)
+	res, err = c.timeout(ctx)
 	returned = true
 	if err == nil && !start.IsZero() {
-		p.cfg.hedge.Observe(time.Since(start))
+		c.p.cfg.hedge.Observe(time.Since(start))
 	}
 	return res, err
 }
 
-// timed runs op once within the attempt timeout, if any.
-func timed[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper) (T, error) {
-	if p.cfg.attemptTimeout <= 0 {
-		return op(ctx)
+// attemptOutcome is what the gates and the tracer learn of an attempt
+// that ended with err (returned false: it panicked or called
+// runtime.Goexit).
+func attemptOutcome(ctx context.Context, err error, returned bool) error {
+	switch {
+	case !returned:
+		return errPanicked
+	case err != nil && errors.Is(ctx.Err(), context.Canceled):
+		return context.Canceled // abandoned, as a hedge that lost: not the dependency's failure
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.attemptTimeout)
-	if k == nil {
+	return err
+}
+
+// timeout runs the operation within the attempt timeout, if any.
+func (c *call[T]) timeout(ctx context.Context) (T, error) {
+	d := c.p.cfg.attemptTimeout
+	if d <= 0 {
+		return c.op(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	if c.k == nil {
 		defer cancel()
-		return op(ctx)
+		return c.op(ctx)
 	}
-	prev := k.attempt
-	k.attempt = cancel
+	prev := c.k.attempt
+	c.k.attempt = cancel
 	if prev != nil {
 		// The attempt before this one is over once this one has ended:
 		// until then op may still read what it left, such as an error
 		// body to drain so that its connection is reused.
 		defer prev()
 	}
-	return op(ctx)
-}
-
-// hedged is one attempt of the retry stage with hedges: after delay
-// without an answer, another attempt is sent, up to the policy's limit;
-// the first success wins. Every attempt runs on a goroutine of its own,
-// with its own keeper, so that the winner's contexts outlive the losers'.
-func hedged[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, c call, s *state, guard func() error, delay time.Duration) (T, error) {
-	type result struct {
-		res      T
-		err      error
-		keep     *keeper
-		panicked any  // what the attempt panicked with
-		goexit   bool // the attempt called runtime.Goexit
-	}
-	extra := p.cfg.hedge.Extra()
-	results := make(chan result, extra+1)
-	var keepers []*keeper
-	first := make(chan struct{}) // closed as the first attempt is sent
-	launch := func(hedge bool) {
-		var sent func()
-		if !hedge {
-			sent = func() { close(first) }
-		}
-		hk := new(keeper)
-		actx, cancel := context.WithCancel(ctx)
-		hk.budget = cancel
-		keepers = append(keepers, hk)
-		go func() {
-			r := result{keep: hk}
-			returned := false
-			defer func() {
-				if !returned {
-					if r.panicked = recover(); r.panicked == nil {
-						r.goexit = true
-					}
-				}
-				results <- r
-			}()
-			r.res, r.err = attempt(actx, p, op, hk, s, hedge, p.pacer(c), sent)
-			returned = true
-		}()
-	}
-	dispose := func(r result) {
-		if fn, ok := c.discard.(func(T)); ok && r.panicked == nil && !r.goexit {
-			fn(r.res)
-		}
-		r.keep.release()
-	}
-	// keep hands r's contexts to the call's keeper, if it has one.
-	keep := func(r result) {
-		if k == nil {
-			r.keep.release()
-			return
-		}
-		prev := k.attempt
-		k.attempt = r.keep.release
-		if prev != nil {
-			prev()
-		}
-	}
-
-	launch(false)
-	running, sent := 1, 1
-	// The delay runs from when the first attempt is sent, not from a wait
-	// for a slot of the concurrency limit.
-	timer := time.NewTimer(delay)
-	timer.Stop()
-	defer timer.Stop()
-	started := first
-	var last result
-	have := false
-	for running > 0 {
-		select {
-		case <-started:
-			started = nil
-			timer.Reset(delay)
-		case r := <-results:
-			running--
-			if r.panicked != nil || r.goexit {
-				abandon(keepers, nil, results, running, dispose)
-				if r.goexit {
-					runtime.Goexit()
-				}
-				panic(r.panicked)
-			}
-			if resilience.Classify(r.err) == resilience.ClassRejected && running > 0 {
-				// Refused on our side (throttle, limit): no more hedges, but
-				// the attempts out may still answer.
-				sent = extra + 1
-				dispose(r)
-				continue
-			}
-			retryable := r.err != nil && resilience.Classify(r.err).Retryable()
-			if have && retryable && retryAfter(last.err) > retryAfter(r.err) {
-				dispose(r) // the dependency's longest hint decides the retry's delay
-				continue
-			}
-			if have {
-				dispose(last)
-			}
-			last, have = r, true
-			if !retryable {
-				// A success wins; an answer not to retry stops the hedges.
-				abandon(keepers, r.keep, results, running, dispose)
-				keep(r)
-				return r.res, r.err
-			}
-		case <-timer.C:
-			if sent > extra || ctx.Err() != nil || (guard != nil && guard() != nil) || !p.cfg.retry.Quota().Take() {
-				continue
-			}
-			launch(true)
-			running++
-			sent++
-			p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: sent, Delay: delay})
-			if sent <= extra {
-				timer.Reset(delay)
-			}
-		}
-	}
-	keep(last)
-	return last.res, last.err
-}
-
-// retryAfter returns err's retry-after hint, 0 if none.
-func retryAfter(err error) time.Duration {
-	d, _ := resilience.RetryAfterHint(err)
-	return d
-}
-
-// abandon cancels the attempts still running, all but the winner's, and
-// disposes of their results as they come, on a goroutine of its own.
-func abandon[R any](keepers []*keeper, winner *keeper, results <-chan R, running int, dispose func(R)) {
-	if running == 0 {
-		return
-	}
-	for _, hk := range keepers {
-		if hk != winner {
-			hk.budget() // cancels the attempt's context
-		}
-	}
-	go func() {
-		for range running {
-			dispose(<-results)
-		}
-	}()
+	return c.op(ctx)
 }

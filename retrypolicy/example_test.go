@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -14,9 +15,11 @@ func ExampleDo() {
 		retrypolicy.MaxAttempts(4),
 		retrypolicy.BaseDelay(10*time.Millisecond),
 		retrypolicy.Jitter(retrypolicy.None), // fixed delays, for a stable output
-		retrypolicy.OnRetry(func(attempt int, err error, delay time.Duration) {
-			fmt.Printf("attempt %d failed (%v), retrying in %v\n", attempt, err, delay)
-		}),
+		retrypolicy.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+			if e.Kind == resilience.EventRetry {
+				fmt.Printf("attempt %d failed (%v), retrying in %v\n", e.Attempt, e.Err, e.Delay)
+			}
+		})),
 	)
 	calls := 0
 	price, err := retrypolicy.Do(context.Background(), policy, func(ctx context.Context) (int, error) {

@@ -26,7 +26,6 @@ type config struct {
 	maxDelay    time.Duration
 	jitter      JitterMode
 	retryIf     func(error) bool
-	onRetry     func(attempt int, err error, delay time.Duration)
 	sleep       func(ctx context.Context, d time.Duration) error
 	quota       *Quota
 	listener    *safe.Listener
@@ -97,14 +96,6 @@ func Jitter(m JitterMode) Option {
 // says.
 func RetryIf(fn func(err error) bool) Option {
 	return optionFunc(func(c *config) { c.retryIf = fn })
-}
-
-// OnRetry sets a function called before each retry's delay with the number
-// of the attempt that failed (1 for the first), its error and the delay. It
-// runs on the calling goroutine and must be safe for concurrent calls if the
-// Policy is shared. Default none.
-func OnRetry(fn func(attempt int, err error, delay time.Duration)) Option {
-	return optionFunc(func(c *config) { c.onRetry = fn })
 }
 
 // WithSleep replaces how the loop waits between attempts. fn must return

@@ -33,7 +33,6 @@ import (
 	"iter"
 	"time"
 
-	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -226,9 +225,6 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 			return res, cfg.giveUp(attempt, ErrQuotaExhausted, err)
 		}
 		cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: attempt, Delay: delay, Err: err})
-		if cfg.onRetry != nil {
-			safe.Call("retrypolicy OnRetry function", func() { cfg.onRetry(attempt, err, delay) })
-		}
 		if serr := cfg.sleep(ctx, delay); serr != nil {
 			reason := serr
 			if ctx.Err() != nil {

@@ -105,17 +105,17 @@ func TestWithSleepRecordsDelaysWithoutWaiting(t *testing.T) {
 	assert.Less(t, time.Since(start), time.Second)
 }
 
-func TestOnRetryReportsEachRetry(t *testing.T) {
+func TestListenerHearsEachRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		type retry struct {
 			attempt int
 			delay   time.Duration
 		}
 		var got []retry
-		p := retrypolicy.New(retrypolicy.Jitter(retrypolicy.None), retrypolicy.OnRetry(func(attempt int, err error, delay time.Duration) {
+		p := retrypolicy.New(retrypolicy.Jitter(retrypolicy.None), retrypolicy.WithListener(onRetry(func(attempt int, err error, delay time.Duration) {
 			assert.ErrorIs(t, err, errBlip)
 			got = append(got, retry{attempt, delay})
-		}))
+		})))
 		start := time.Now()
 		_, _ = retrypolicy.Do(t.Context(), p, failing(new(atomic.Int64), errBlip))
 		assert.Equal(t, []retry{{1, 100e6}, {2, 200e6}, {3, 400e6}}, got)
@@ -171,9 +171,9 @@ func TestBudgetIsNeverOverrun(t *testing.T) {
 				opts := []retrypolicy.Option{retrypolicy.MaxAttempts(0), retrypolicy.Jitter(tt.jitter), retrypolicy.BaseDelay(100 * time.Millisecond)}
 				ctx, cancel := context.WithTimeout(t.Context(), budget)
 				defer cancel()
-				opts = append(opts, retrypolicy.OnRetry(func(_ int, _ error, d time.Duration) {
+				opts = append(opts, retrypolicy.WithListener(onRetry(func(_ int, _ error, d time.Duration) {
 					assert.Less(t, time.Since(start)+d, budget, "a delay that ends past the budget was slept")
-				}))
+				})))
 				var calls atomic.Int64
 				_, err := retrypolicy.Do(ctx, retrypolicy.New(opts...), func(ctx context.Context) (int, error) {
 					calls.Add(1)
@@ -271,5 +271,14 @@ func TestPolicyIsSafeForConcurrentUse(t *testing.T) {
 		}
 		wg.Wait()
 		assert.EqualValues(t, 150, calls.Load())
+	})
+}
+
+// onRetry is a listener that calls fn for each scheduled retry.
+func onRetry(fn func(attempt int, err error, delay time.Duration)) resilience.Listener {
+	return resilience.ListenerFunc(func(e resilience.Event) {
+		if e.Kind == resilience.EventRetry {
+			fn(e.Attempt, e.Err, e.Delay)
+		}
 	})
 }

@@ -61,6 +61,6 @@ func TestWarnLoggerHearsTheBreakerOpen(t *testing.T) {
 	b := breaker.New("db", breaker.ConsecutiveFailures(1))
 	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(l))
 	_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, resilience.Terminal(errors.New("down")) })
-	assert.Equal(t, breaker.Open, b.State())
+	assert.Equal(t, resilience.StateOpen, b.State())
 	assert.Contains(t, buf.String(), "to=open")
 }

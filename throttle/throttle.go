@@ -56,14 +56,20 @@ func New(opts ...Option) *Throttle {
 	c := config{k: 2, window: 10 * time.Second}
 	for _, o := range opts {
 		if o != nil {
-			o(&c)
+			o.apply(&c)
 		}
 	}
 	return &Throttle{k: c.k, clock: window.NewClock(c.window)}
 }
 
 // Option configures a [Throttle].
-type Option func(*config)
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	k      float64
@@ -78,7 +84,7 @@ func K(k float64) Option {
 	if math.IsNaN(k) || math.IsInf(k, 0) || k < 1 {
 		panic(fmt.Sprintf("throttle: K(%v): k must be a finite number >= 1", k))
 	}
-	return func(c *config) { c.k = k }
+	return optionFunc(func(c *config) { c.k = k })
 }
 
 // Window sets the sliding window over which requests and accepts are
@@ -88,7 +94,7 @@ func Window(d time.Duration) Option {
 	if d < 10*time.Millisecond {
 		panic(fmt.Sprintf("throttle: Window(%v): d must be at least 10ms", d))
 	}
-	return func(c *config) { c.window = d }
+	return optionFunc(func(c *config) { c.window = d })
 }
 
 // Admit decides whether an attempt may be sent: nil, or [ErrThrottled]

@@ -21,18 +21,20 @@ import (
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/idempotency"
 	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
 func main() {
 	ctx := context.Background()
-	retry := retrypolicy.New(
-		retrypolicy.BaseDelay(20*time.Millisecond),
-		retrypolicy.OnRetry(func(attempt int, err error, delay time.Duration) {
-			fmt.Printf("    attempt %d: %v; retry in %v\n", attempt, err, delay.Round(time.Millisecond))
-		}),
-	)
-	client := httpclient.New(httpclient.WithPipeline(pipeline.New(pipeline.WithRetry(retry), pipeline.WithTimeBudget(2*time.Second))))
+	retry := retrypolicy.New(retrypolicy.BaseDelay(20 * time.Millisecond))
+	retries := resilience.ListenerFunc(func(e resilience.Event) {
+		if e.Kind == resilience.EventRetry {
+			fmt.Printf("    attempt %d: %v; retry in %v\n", e.Attempt, e.Err, e.Delay.Round(time.Millisecond))
+		}
+	})
+	client := httpclient.New(httpclient.WithPipeline(pipeline.New(pipeline.WithRetry(retry),
+		pipeline.WithTimeBudget(2*time.Second), pipeline.WithListener(retries))))
 
 	fmt.Println("1. A service answers 503 twice, then 200")
 	for _, method := range []string{"GET", "POST without key", "POST with key"} {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -39,20 +40,24 @@ func main() {
 	b := breaker.New("inventory",
 		breaker.ConsecutiveFailures(2),
 		breaker.OpenTimeout(300*time.Millisecond),
-		breaker.OnStateChange(func(name string, from, to breaker.State) {
-			fmt.Printf("    breaker %s: %s -> %s\n", name, from, to)
-		}),
 	)
+	// One listener hears the pipeline: its retries and its breaker's state changes.
+	events := resilience.ListenerFunc(func(e resilience.Event) {
+		switch e.Kind {
+		case resilience.EventStateChange:
+			fmt.Printf("    breaker %s: %s -> %s\n", e.Name, e.From, e.To)
+		case resilience.EventRetry:
+			fmt.Printf("    retry after attempt %d in %v\n", e.Attempt, e.Delay.Round(time.Millisecond))
+		}
+	})
 	p := pipeline.New(
 		pipeline.WithTimeBudget(time.Second),
 		pipeline.WithBreaker(b),
 		pipeline.WithRetry(retrypolicy.New(
 			retrypolicy.MaxAttempts(3),
 			retrypolicy.BaseDelay(40*time.Millisecond),
-			retrypolicy.OnRetry(func(attempt int, err error, delay time.Duration) {
-				fmt.Printf("    retry after attempt %d in %v\n", attempt, delay.Round(time.Millisecond))
-			}),
 		)),
+		pipeline.WithListener(events),
 		pipeline.WithAttemptTimeout(200*time.Millisecond),
 	)
 

@@ -20,7 +20,7 @@
 // those whose idempotency_level option is NO_SIDE_EFFECTS or IDEMPOTENT in
 // the registered file descriptors. Another method's unary calls are
 // retried only with an idempotency key ([IdempotencyKey],
-// [AutoIdempotencyKey], or the [MetadataKey] header set by hand), sent
+// [AutoIdempotencyKey], or the [idempotencykey.MetadataKey] header set by hand), sent
 // unchanged on every attempt, which a server deduplicates by (package
 // grpcidempotency); without one, and for its streams, which no server
 // deduplicates, a call is tried once.
@@ -74,15 +74,11 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 
-	"github.com/resiliencekit/resiliencekit/grpc/grpcidempotency"
+	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/grpc/grpcsignal"
-	"github.com/resiliencekit/resiliencekit/internal/keyed"
+	"github.com/resiliencekit/resiliencekit/idempotencykey"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 )
-
-// MetadataKey is the request header that carries an idempotency key, the
-// same on every attempt of a call.
-const MetadataKey = grpcidempotency.MetadataKey
 
 // maxMethods bounds the methods whose idempotency is remembered; past it,
 // the descriptors are read on every call.
@@ -95,16 +91,28 @@ const maxMethods = 4096
 // breaker. It is safe for concurrent use. The zero Interceptor works as
 // New().
 type Interceptor struct {
-	cfg      *config
-	breakers keyed.Map[breakerKey, *pipeline.Pipeline]
-	methods  keyed.Map[string, bool] // whether a method is idempotent by its descriptor
+	cfg       *config
+	breakers  *breaker.Group[breakerKey] // with BreakerPerTarget or BreakerPerMethod
+	pipelines sync.Map                   // of each of breakers' breakers: *breaker.Breaker to *pipeline.Pipeline
+	methods   sync.Map                   // whether a method is idempotent by its descriptor: string to bool
+	nMethods  atomic.Int64               // in methods, up to maxMethods
 }
 
 type breakerKey struct{ target, method string }
 
 // New returns an Interceptor configured by opts.
 func New(opts ...Option) *Interceptor {
-	return &Interceptor{cfg: newConfig(opts)}
+	ic := &Interceptor{cfg: newConfig(opts)}
+	if cfg := ic.cfg; cfg.newBreaker != nil {
+		ic.breakers = breaker.NewGroup(cfg.maxBreakers, func(k breakerKey) *breaker.Breaker {
+			b := cfg.newBreaker(k.target + k.method)
+			if _, ok := ic.pipelines.Load(b); !ok { // newBreaker may give several keys one breaker
+				ic.pipelines.Store(b, cfg.pipeline.With(pipeline.WithBreaker(b)))
+			}
+			return b
+		})
+	}
+	return ic
 }
 
 func (ic *Interceptor) config() *config {
@@ -149,7 +157,7 @@ func (ic *Interceptor) prepare(ctx context.Context, method string, opts []grpc.C
 	key := false
 	for _, o := range opts {
 		if k, ok := o.(keyOption); ok && k.key != "" {
-			ctx, key = withHeader(ctx, MetadataKey, k.key), true
+			ctx, key = withHeader(ctx, idempotencykey.MetadataKey, k.key), true
 		}
 	}
 	switch {
@@ -157,10 +165,10 @@ func (ic *Interceptor) prepare(ctx context.Context, method string, opts []grpc.C
 		return ctx, nil
 	case stream:
 		return ctx, singleAttempt
-	case key || slices.ContainsFunc(metadata.ValueFromOutgoingContext(ctx, MetadataKey), isKey):
+	case key || slices.ContainsFunc(metadata.ValueFromOutgoingContext(ctx, idempotencykey.MetadataKey), isKey):
 		return ctx, nil
 	case cfg.autoKey:
-		return withHeader(ctx, MetadataKey, rand.Text()), nil
+		return withHeader(ctx, idempotencykey.MetadataKey, rand.Text()), nil
 	}
 	return ctx, singleAttempt
 }
@@ -182,11 +190,17 @@ func withHeader(ctx context.Context, key, value string) context.Context {
 	return metadata.NewOutgoingContext(ctx, md)
 }
 
-// idempotent reports whether method's descriptor says it is idempotent.
+// idempotent reports whether method's descriptor says it is idempotent,
+// remembered for the first maxMethods methods.
 func (ic *Interceptor) idempotent(method string) bool {
-	v, ok := ic.methods.Get(method, maxMethods, idempotencyLevel)
-	if !ok {
-		return idempotencyLevel(method)
+	if v, ok := ic.methods.Load(method); ok {
+		return v.(bool)
+	}
+	v := idempotencyLevel(method)
+	if ic.nMethods.Add(1) > maxMethods {
+		ic.nMethods.Add(-1)
+	} else if _, known := ic.methods.LoadOrStore(method, v); known {
+		ic.nMethods.Add(-1)
 	}
 	return v
 }
@@ -218,21 +232,19 @@ func idempotencyLevel(method string) bool {
 // pipelineFor returns the pipeline of a call of method to target: the
 // configured one, or the one with the target's (or method's) breaker.
 func (ic *Interceptor) pipelineFor(target, method string) *pipeline.Pipeline {
-	cfg := ic.config()
-	if cfg.newBreaker == nil {
-		return cfg.pipeline
+	if ic.breakers == nil {
+		return ic.config().pipeline
 	}
 	k := breakerKey{target: target}
-	if cfg.perMethod {
+	if ic.cfg.perMethod {
 		k.method = method
 	}
-	p, ok := ic.breakers.Get(k, cfg.maxBreakers, func(k breakerKey) *pipeline.Pipeline {
-		return cfg.pipeline.With(pipeline.WithBreaker(cfg.newBreaker(k.target + k.method)))
-	})
+	b, ok := ic.breakers.Get(k)
 	if !ok {
-		return cfg.pipeline
+		return ic.cfg.pipeline // past MaxBreakers
 	}
-	return p
+	p, _ := ic.pipelines.Load(b) // stored before the Group handed b out
+	return p.(*pipeline.Pipeline)
 }
 
 // withPreviousAttempts adds the header of a retry after n attempts.

@@ -18,6 +18,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/grpc/grpcclient"
 	"github.com/resiliencekit/resiliencekit/grpc/grpcsignal"
 	"github.com/resiliencekit/resiliencekit/grpc/grpctest"
+	"github.com/resiliencekit/resiliencekit/idempotencykey"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
@@ -55,12 +56,12 @@ func TestOnlyIdempotentMethodsAreRetried(t *testing.T) {
 	}{
 		{name: "not idempotent, no key: tried once", calls: 1},
 		{name: "a key by call option", call: []grpc.CallOption{grpcclient.IdempotencyKey("order-42")}, calls: 3, keyed: true},
-		{name: "a key in the metadata", md: metadata.Pairs(grpcclient.MetadataKey, "order-42"), calls: 3, keyed: true},
+		{name: "a key in the metadata", md: metadata.Pairs(idempotencykey.MetadataKey, "order-42"), calls: 3, keyed: true},
 		{name: "AutoIdempotencyKey", opts: []grpcclient.Option{grpcclient.AutoIdempotencyKey()}, calls: 3, keyed: true},
 		{name: "RetryMethods", opts: []grpcclient.Option{grpcclient.RetryMethods(grpctest.Create)}, calls: 3},
 		{name: "an empty key by option is none", call: []grpc.CallOption{grpcclient.IdempotencyKey("")}, calls: 1},
-		{name: "an empty key by hand is none", md: metadata.Pairs(grpcclient.MetadataKey, ""), calls: 1, sent: []string{""}},
-		{name: "the option's key replaces one by hand", md: metadata.Pairs(grpcclient.MetadataKey, "hand"),
+		{name: "an empty key by hand is none", md: metadata.Pairs(idempotencykey.MetadataKey, ""), calls: 1, sent: []string{""}},
+		{name: "the option's key replaces one by hand", md: metadata.Pairs(idempotencykey.MetadataKey, "hand"),
 			call: []grpc.CallOption{grpcclient.IdempotencyKey("opt")}, calls: 3, keyed: true, sent: []string{"opt"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,11 +79,11 @@ func TestOnlyIdempotentMethodsAreRetried(t *testing.T) {
 			require.Len(t, calls, tc.calls)
 			keys := map[string]bool{}
 			for _, c := range calls {
-				for _, k := range c.Metadata.Get(grpcclient.MetadataKey) {
+				for _, k := range c.Metadata.Get(idempotencykey.MetadataKey) {
 					keys[k] = k != ""
 				}
 				if tc.sent != nil {
-					assert.Equal(t, tc.sent, c.Metadata.Get(grpcclient.MetadataKey), "one value")
+					assert.Equal(t, tc.sent, c.Metadata.Get(idempotencykey.MetadataKey), "one value")
 				}
 			}
 			if tc.keyed {
@@ -160,15 +161,6 @@ func TestClassifyCodeChangesAClass(t *testing.T) {
 	_, err = client.Get(t.Context(), "a")
 	assert.True(t, resilience.IsPermanent(err))
 	assert.Equal(t, 1, srv.Count(grpctest.Get))
-}
-
-func TestOptionsPanicOnNonsense(t *testing.T) {
-	assert.Panics(t, func() { grpcclient.MaxBreakers(0) })
-	assert.Panics(t, func() { grpcclient.MaxReplayBuffer(-1) })
-	assert.Panics(t, func() { grpcclient.ClassifyCode(codes.OK, resilience.ClassTransient) })
-	assert.Panics(t, func() { grpcclient.ClassifyCode(codes.Code(99), resilience.ClassTransient) })
-	assert.Panics(t, func() { grpcclient.ClassifyCode(codes.Internal, resilience.ClassSuccess) })
-	assert.NotPanics(t, func() { grpcclient.New(nil, grpcclient.WithPipeline(nil)) })
 }
 
 func TestPushback(t *testing.T) {

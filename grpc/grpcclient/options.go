@@ -2,9 +2,12 @@ package grpcclient
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/pipeline"
@@ -94,7 +97,9 @@ func BreakerPerMethod(newBreaker func(key string) *breaker.Breaker) Option {
 }
 
 // MaxBreakers bounds the breakers that [BreakerPerTarget] or
-// [BreakerPerMethod] make. Default 1024. It panics if n < 1.
+// [BreakerPerMethod] make, one per key (a breaker.Group): calls with a key
+// past the bound share the pipeline's own breaker. Default 1024. It panics
+// if n < 1.
 func MaxBreakers(n int) Option {
 	if n < 1 {
 		panic(fmt.Sprintf("grpcclient: MaxBreakers(%d): n must be 1 or more", n))
@@ -102,12 +107,21 @@ func MaxBreakers(n int) Option {
 	return optionFunc(func(c *config) { c.maxBreakers = n })
 }
 
-// RetryMethods adds full method names, such as "/shop.Orders/Get", to the
-// methods retried without an idempotency key. Default none beyond those
-// whose idempotency_level option, in the file descriptors registered in
+// RetryMethods adds full method names, such as "/shop.Orders/Get", to
+// those retried without an idempotency key: the methods whose
+// idempotency_level option, in the file descriptors registered in
 // protoregistry.GlobalFiles (as generated code registers them), is
-// NO_SIDE_EFFECTS or IDEMPOTENT.
+// NO_SIDE_EFFECTS or IDEMPOTENT. Calls with an idempotency key are retried
+// whatever their method. It may be given more than once. It panics for a
+// name not of the form "/package.Service/Method" (the package may be
+// left out, as in gRPC's own names) made of protobuf identifiers.
 func RetryMethods(methods ...string) Option {
+	for _, m := range methods {
+		if !fullMethodName(m) {
+			panic(fmt.Sprintf("grpcclient: RetryMethods(%q): not a full method name such as \"/shop.Orders/Get\"", m))
+		}
+	}
+	methods = slices.Clone(methods)
 	return optionFunc(func(c *config) {
 		for _, m := range methods {
 			c.retryMethods[m] = true
@@ -115,13 +129,24 @@ func RetryMethods(methods ...string) Option {
 	})
 }
 
+// fullMethodName reports whether m is a full method name of gRPC:
+// "/package.Service/Method", or "/Service/Method".
+func fullMethodName(m string) bool {
+	service, method, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")
+	return ok && strings.HasPrefix(m, "/") &&
+		protoreflect.FullName(service).IsValid() && protoreflect.Name(method).IsValid()
+}
+
 // ClassifyCode sets the class of the status code code: transient (retried,
 // a breaker failure), permanent (the caller's fault: neither), terminal
-// (not retried, a failure) or canceled (neither retried nor counted).
-// Default: UNAVAILABLE, RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED
-// transient; CANCELED canceled; INTERNAL, UNKNOWN and DATA_LOSS terminal;
-// every other code permanent. It panics for codes.OK, a code above
-// UNAUTHENTICATED, or resilience.ClassSuccess.
+// (not retried, a failure) or canceled (neither retried nor counted). It
+// applies on top of the defaults and of earlier calls, and may be given
+// more than once, as httpclient.ClassifyStatus. Default: UNAVAILABLE,
+// RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED transient; CANCELED canceled;
+// INTERNAL, UNKNOWN and DATA_LOSS terminal; every other code permanent. It
+// panics for codes.OK, a code above UNAUTHENTICATED, or a class that is
+// none of these (resilience.ClassSuccess included: a failing code is
+// always an error to the caller).
 func ClassifyCode(code codes.Code, class resilience.Class) Option {
 	if code == codes.OK || code > maxCode || class == resilience.ClassSuccess || class > resilience.ClassCanceled {
 		panic(fmt.Sprintf("grpcclient: ClassifyCode(%v, %v): a failing code and a failure class", code, class))
@@ -157,7 +182,7 @@ type keyOption struct {
 	key string
 }
 
-// IdempotencyKey is a call option that sends key in the [MetadataKey]
+// IdempotencyKey is a call option that sends key in the [idempotencykey.MetadataKey]
 // header on every attempt of the call, which lets a unary call of a method
 // that is not idempotent be retried: the server runs it once (package
 // grpcidempotency). It replaces a key set in the outgoing metadata by

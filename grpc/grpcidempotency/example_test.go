@@ -10,13 +10,14 @@ import (
 	"github.com/resiliencekit/resiliencekit/grpc/grpcidempotency"
 	"github.com/resiliencekit/resiliencekit/grpc/grpctest"
 	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/idempotencykey"
 )
 
 // A server that runs each call with an idempotency key once, and replays
 // its answer to the repeats.
 func ExampleUnaryServerInterceptor() {
 	store := idempotency.NewMemoryStore(0) // or Redis, or SQL, shared by the replicas
-	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(store)))
+	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(store))))
 	if err != nil {
 		panic(err)
 	}
@@ -28,7 +29,7 @@ func ExampleUnaryServerInterceptor() {
 	defer conn.Close()
 	client := grpctest.NewClient(conn)
 
-	ctx := metadata.AppendToOutgoingContext(context.Background(), grpcidempotency.MetadataKey, "order-42")
+	ctx := metadata.AppendToOutgoingContext(context.Background(), idempotencykey.MetadataKey, "order-42")
 	for range 2 {
 		var header metadata.MD
 		got, err := client.Create(ctx, "order", grpc.Header(&header))

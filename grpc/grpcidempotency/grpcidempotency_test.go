@@ -1,8 +1,11 @@
 package grpcidempotency_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,12 +18,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/resiliencekit/resiliencekit/grpc/grpcclient"
 	"github.com/resiliencekit/resiliencekit/grpc/grpcidempotency"
 	"github.com/resiliencekit/resiliencekit/grpc/grpctest"
 	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/idempotencykey"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -29,7 +34,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // setup starts a test server deduplicating by a memory store, and a plain
 // client of it.
-func setup(t *testing.T, opts ...idempotency.Option) (*grpctest.Server, *grpctest.Client) {
+func setup(t *testing.T, opts ...grpcidempotency.Option) (*grpctest.Server, *grpctest.Client) {
 	t.Helper()
 	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil, opts...)))
 	require.NoError(t, err)
@@ -41,7 +46,7 @@ func setup(t *testing.T, opts ...idempotency.Option) (*grpctest.Server, *grpctes
 }
 
 func withKey(ctx context.Context, key string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, grpcidempotency.MetadataKey, key)
+	return metadata.AppendToOutgoingContext(ctx, idempotencykey.MetadataKey, key)
 }
 
 func TestRepeatIsReplayedWithoutRunningTheHandler(t *testing.T) {
@@ -110,7 +115,7 @@ func TestRefusals(t *testing.T) {
 		assert.Equal(t, codes.InvalidArgument, status.Code(err))
 	})
 	t.Run("Required", func(t *testing.T) {
-		srv, client := setup(t, idempotency.Required())
+		srv, client := setup(t, grpcidempotency.Required())
 		_, err := client.Create(t.Context(), "x")
 		assert.Equal(t, codes.InvalidArgument, status.Code(err))
 		assert.Zero(t, srv.Count(grpctest.Create))
@@ -132,6 +137,59 @@ func TestRefusals(t *testing.T) {
 		}
 		assert.Equal(t, 2, srv.Count(grpctest.Create))
 	})
+	t.Run("SharedKeys", func(t *testing.T) {
+		srv, client := setup(t, grpcidempotency.SharedKeys())
+		for _, who := range []string{"alice", "bob"} {
+			ctx := metadata.AppendToOutgoingContext(withKey(t.Context(), "k"), "authorization", who)
+			_, err := client.Create(ctx, "x")
+			require.NoError(t, err)
+		}
+		assert.Equal(t, 1, srv.Count(grpctest.Create), "one namespace, by choice")
+	})
+	t.Run("Scope", func(t *testing.T) {
+		srv, client := setup(t, grpcidempotency.Scope(func(ctx context.Context) string {
+			return metadata.ValueFromIncomingContext(ctx, "account")[0]
+		}))
+		for _, call := range [][2]string{{"a", "token-1"}, {"a", "token-2"}, {"b", "token-1"}} {
+			ctx := metadata.AppendToOutgoingContext(withKey(t.Context(), "k"), "account", call[0], "authorization", call[1])
+			_, err := client.Create(ctx, "x")
+			require.NoError(t, err)
+		}
+		assert.Equal(t, 2, srv.Count(grpctest.Create), "one run per account")
+	})
+	t.Run("MaxRequest", func(t *testing.T) {
+		srv, client := setup(t, grpcidempotency.MaxRequest(2))
+		_, err := client.Create(withKey(t.Context(), "k"), "xyz")
+		assert.Equal(t, codes.InvalidArgument, status.Code(err))
+		assert.Zero(t, srv.Count(grpctest.Create))
+	})
+}
+
+// TestTheMiddlewaresRecordsMatch: a call's key is scoped and its request
+// fingerprinted as idempotency's HTTP middleware does for a POST of the
+// message to the method's path, so that the records of the versions that
+// ran calls through the middleware still match.
+func TestTheMiddlewaresRecordsMatch(t *testing.T) {
+	store := idempotency.NewMemoryStore(0)
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(wrapperspb.String("x"))
+	require.NoError(t, err)
+	r := httptest.NewRequest(http.MethodPost, "http://grpc"+grpctest.Create, bytes.NewReader(body))
+	r.Header.Set(idempotency.Header, "k")
+	r.Header.Set("Authorization", "alice")
+	idempotency.Middleware(store)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	})).ServeHTTP(httptest.NewRecorder(), r)
+
+	intercept := grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(store))
+	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(idempotencykey.MetadataKey, "k", "authorization", "alice"))
+	info := &grpc.UnaryServerInfo{FullMethod: grpctest.Create}
+	runs := 0
+	handler := func(context.Context, any) (any, error) { runs++; return wrapperspb.String("ran"), nil }
+	_, err = intercept(ctx, wrapperspb.String("x"), info, handler)
+	assert.Equal(t, codes.Internal, status.Code(err), "the middleware's record, found and replayed (an HTTP answer: unreadable)")
+	_, err = intercept(ctx, wrapperspb.String("y"), info, handler)
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "another request under the key")
+	assert.Zero(t, runs)
 }
 
 // dropFirstAnswer loses the answer of the first call that succeeds, as a
@@ -174,7 +232,7 @@ func TestALostAnswerIsRetriedAndRunsOnce(t *testing.T) {
 
 func TestAPanickingHandlerFreesTheKey(t *testing.T) {
 	intercept := grpcidempotency.UnaryServerInterceptor(nil)
-	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(grpcidempotency.MetadataKey, "k"))
+	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(idempotencykey.MetadataKey, "k"))
 	info := &grpc.UnaryServerInfo{FullMethod: grpctest.Create}
 	assert.PanicsWithValue(t, "handler bug", func() {
 		_, _ = intercept(ctx, wrapperspb.String("x"), info, func(context.Context, any) (any, error) { panic("handler bug") })
@@ -266,7 +324,7 @@ func (s jsonStore) Complete(ctx context.Context, key string, claim, rec idempote
 func TestBinaryMetadataIsReplayedAsSent(t *testing.T) {
 	raw := string([]byte{0xff, 0x00, 0xfe})
 	srv, err := grpctest.Start(grpc.ChainUnaryInterceptor(
-		grpcidempotency.UnaryServerInterceptor(jsonStore{idempotency.NewMemoryStore(0)}),
+		grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(jsonStore{idempotency.NewMemoryStore(0)})),
 		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			_ = grpc.SetHeader(ctx, metadata.Pairs("trace-bin", raw, "plain", "text"))
 			_ = grpc.SetTrailer(ctx, metadata.Pairs("state-bin", raw))
@@ -287,4 +345,16 @@ func TestBinaryMetadataIsReplayedAsSent(t *testing.T) {
 		assert.Equal(t, []string{raw}, trailer.Get("state-bin"), "call %d", i)
 	}
 	assert.Equal(t, 1, srv.Count(grpctest.Create))
+}
+
+// TestTheMiddlewaresOptionsAreRefused: a guard given the HTTP middleware's
+// Required would have let keyless calls through unprotected; NewGuard
+// refuses it, pointing at this package's own.
+func TestTheMiddlewaresOptionsAreRefused(t *testing.T) {
+	assert.PanicsWithValue(t, "idempotency: NewGuard: option Required applies only to Middleware; for gRPC, grpcidempotency.Required", func() {
+		grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(nil, idempotency.Required()))
+	})
+	_, cli := setup(t, grpcidempotency.Required())
+	_, err := cli.Create(t.Context(), "x")
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "this package's Required")
 }

@@ -188,6 +188,9 @@ func claimCompleteReplay(t *testing.T, s idempotency.Store, prefix string) {
 	if err := s.Complete(ctx, key, claim, done, time.Hour); !errors.Is(err, idempotency.ErrNotOwner) {
 		t.Fatalf("second Complete = %v; want ErrNotOwner: a claim completes once", err)
 	}
+	if err := s.Release(ctx, key, claim); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("Release after Complete = %v; want ErrNotOwner: a completed record is no claim to free", err)
+	}
 
 	found, err = s.Begin(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "t3"}, time.Minute)
 	if err != nil || found == nil {

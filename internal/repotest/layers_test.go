@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,9 +32,9 @@ func root(t *testing.T) string {
 func layer(pkg string) (int, bool) {
 	top, _, _ := strings.Cut(pkg, "/")
 	switch {
-	case pkg == "resilience":
+	case pkg == "resilience", pkg == "idempotencykey":
 		return 0, true
-	case pkg == "internal/hook", pkg == "internal/safe", pkg == "internal/window", pkg == "internal/keyed":
+	case pkg == "internal/hook", pkg == "internal/safe", pkg == "internal/window":
 		return 1, true
 	case pkg == "retrypolicy", pkg == "breaker", pkg == "throttle", pkg == "limit", pkg == "hedge":
 		return 2, true
@@ -52,26 +53,7 @@ func layer(pkg string) (int, bool) {
 // folder.
 func sources(t *testing.T) map[string][]string {
 	t.Helper()
-	out := map[string][]string{}
-	base := root(t)
-	err := filepath.WalkDir(base, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != base {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		rel, _ := filepath.Rel(base, filepath.Dir(path))
-		out[filepath.ToSlash(rel)] = append(out[filepath.ToSlash(rel)], path)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return goFiles(t, func(path string) bool { return !strings.HasSuffix(path, "_test.go") })
 }
 
 func imports(t *testing.T, files []string) []string {
@@ -113,10 +95,59 @@ func TestNoUpwardImports(t *testing.T) {
 	}
 }
 
+// TestVocabularyIsStdlibOnly: the vocabulary, which every package may
+// import, clients and servers alike, brings no dependency.
 func TestVocabularyIsStdlibOnly(t *testing.T) {
-	for _, imp := range imports(t, sources(t)["resilience"]) {
-		if strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") {
-			t.Errorf("resilience imports %s", imp)
+	pkgs := sources(t)
+	for _, pkg := range []string{"resilience", "idempotencykey"} {
+		if pkgs[pkg] == nil {
+			t.Errorf("no package %s", pkg)
+		}
+		for _, imp := range imports(t, pkgs[pkg]) {
+			if strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") {
+				t.Errorf("%s imports %s", pkg, imp)
+			}
+		}
+	}
+}
+
+// serverPackages are the packages of the server side: the idempotency
+// middleware and its guard, the stores and their test suite, and the gRPC
+// interceptor on the guard. What a client shares with them (the names of
+// the key on the wire, its form) is in idempotencykey. deadline,
+// retrysignal and grpc/grpcsignal hold both sides of one convention in one
+// package, and are not on the list.
+var serverPackages = []string{
+	"idempotency", "idempotency/storetest", "redis/idempotencystore", "sql/idempotencystore", "grpc/grpcidempotency",
+}
+
+// clientPackages are the packages of the client side.
+var clientPackages = []string{"httpclient", "grpc/grpcclient"}
+
+// TestClientsImportNoServerPackage: a client package depends on no server
+// package, directly or through another package of ours, not even for a
+// constant.
+func TestClientsImportNoServerPackage(t *testing.T) {
+	pkgs := sources(t)
+	for _, pkg := range slices.Concat(serverPackages, clientPackages) {
+		if pkgs[pkg] == nil {
+			t.Errorf("no package %s: update the lists", pkg)
+		}
+	}
+	for _, client := range clientPackages {
+		by := map[string]string{client: ""} // each package reached, by the one that imports it
+		for queue := []string{client}; len(queue) > 0; queue = queue[1:] {
+			for _, imp := range imports(t, pkgs[queue[0]]) {
+				rel, ours := strings.CutPrefix(imp, module+"/")
+				if _, seen := by[rel]; !ours || seen {
+					continue
+				}
+				by[rel] = queue[0]
+				queue = append(queue, rel)
+				if slices.Contains(serverPackages, rel) {
+					t.Errorf("client package %s imports server package %s (in %s)", client, rel, queue[0])
+				}
+			}
 		}
 	}
 }

@@ -1,10 +1,13 @@
-// Package safe keeps a user's callback from changing the outcome of a call:
-// a listener or callback that panics is reported, not let through into the
-// breaker's counts or the caller's result, nor to the other listeners.
+// Package safe keeps a listener from changing the outcome of a call: a
+// listener that panics is reported, not let through into the breaker's
+// counts or the caller's result, nor to the other listeners. Its Listener
+// is the one fan-out of events to several listeners.
 package safe
 
 import (
 	"log/slog"
+	"reflect"
+	"slices"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -96,12 +99,6 @@ func (s *Listener) Emit(e resilience.Event) {
 	}
 }
 
-// Call calls fn, logging and stopping a panic; what names fn in the log.
-func Call(what string, fn func()) {
-	defer recoverEvent(what, 0)
-	fn()
-}
-
 // recoverEvent logs a recovered panic with slog's default logger: the one
 // place such a panic can go without changing the call it happened in. It
 // takes the kind, not its name, so that a call without a panic pays for no
@@ -109,5 +106,89 @@ func Call(what string, fn func()) {
 func recoverEvent(what string, k resilience.EventKind) {
 	if r := recover(); r != nil {
 		slog.Error("resiliencekit: a "+what+" panicked; the call goes on as if it had not", "event", k.String(), "panic", r)
+	}
+}
+
+// Without returns s less the listeners that o passes events to, or nil if
+// none is left; a nil o leaves s as it is. Listeners are the same if they
+// are equal values of a comparable type, such as one pointer: a
+// func, such as a resilience.ListenerFunc, is never the same as another.
+func (s *Listener) Without(o *Listener) *Listener {
+	if s == nil || o == nil {
+		return s
+	}
+	all := s.members()
+	theirs := o.members()
+	var keep []resilience.Listener
+	for _, l := range all {
+		if !slices.ContainsFunc(theirs, func(m resilience.Listener) bool { return same(l, m) }) {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) == len(all) {
+		return s
+	}
+	return New(s.name, keep...)
+}
+
+// members returns the listeners s passes events to, those of the
+// *Listeners it was made of included.
+func (s *Listener) members() []resilience.Listener {
+	var out []resilience.Listener
+	for _, l := range s.ls {
+		out = append(out, Members(l)...)
+	}
+	return out
+}
+
+// same reports whether a and b are one listener.
+func same(a, b resilience.Listener) (yes bool) {
+	defer func() {
+		if recover() != nil {
+			yes = false // a comparable type holding a value that is not
+		}
+	}()
+	t := reflect.TypeOf(a)
+	return t == reflect.TypeOf(b) && t.Comparable() && a == b
+}
+
+// Members returns the listeners that l passes events to: l's members if
+// it is a *Listener or has a Members method of that shape (as a listener
+// that forwards to another does), else l itself; none for a nil l.
+func Members(l resilience.Listener) []resilience.Listener {
+	switch l := l.(type) {
+	case nil:
+		return nil
+	case *Listener:
+		if l == nil {
+			return nil
+		}
+		return l.members()
+	case interface{ Members() []resilience.Listener }:
+		var out []resilience.Listener
+		for _, m := range l.Members() {
+			out = append(out, Members(m)...)
+		}
+		return out
+	}
+	return []resilience.Listener{l}
+}
+
+// Fan passes e once to each listener among the members of ls that wants
+// it, in order, however many of ls it is a member of: a listener given
+// both to a breaker and to the pipelines built on it hears each of the
+// breaker's events once.
+func Fan(e resilience.Event, ls ...resilience.Listener) {
+	var seen []resilience.Listener
+	for _, l := range ls {
+		for _, m := range Members(l) {
+			if slices.ContainsFunc(seen, func(s resilience.Listener) bool { return same(s, m) }) {
+				continue
+			}
+			seen = append(seen, m)
+			if wants(m, e.Kind) {
+				deliver(m, e)
+			}
+		}
 	}
 }

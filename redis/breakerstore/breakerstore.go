@@ -27,6 +27,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/redis/internal/timeouts"
+	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
 // Store is a breaker.SharedStore on Redis. It is safe for concurrent use.
@@ -163,7 +164,7 @@ func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker
 		}
 		return "0"
 	}
-	state := map[breaker.State]int{breaker.Closed: 0, breaker.HalfOpen: 1, breaker.Open: 2}[sy.State]
+	state := map[resilience.State]int{resilience.StateClosed: 0, resilience.StateHalfOpen: 1, resilience.StateOpen: 2}[sy.State]
 	res, err := syncScript.Run(ctx, s.c, []string{s.prefix + "{" + name + "}"},
 		sy.Batch, sy.Requests, sy.Failures, sy.ProbeSuccesses, sy.ProbeFailures, sy.Generation, state,
 		flag(sy.WantProbe), flag(sy.ProbeRunning),
@@ -175,7 +176,7 @@ func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker
 	if len(res) != 3 || res[0] < 0 || res[0] > 2 {
 		return breaker.Fleet{}, fmt.Errorf("breakerstore: the script answered %v", res)
 	}
-	states := [...]breaker.State{breaker.Closed, breaker.HalfOpen, breaker.Open}
+	states := [...]resilience.State{resilience.StateClosed, resilience.StateHalfOpen, resilience.StateOpen}
 	return breaker.Fleet{State: states[res[0]], Generation: uint64(res[1]), ProbeGranted: res[2] == 1}, nil
 }
 

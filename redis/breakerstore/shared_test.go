@@ -145,9 +145,9 @@ func TestOneBadReplicaDoesNotOpenTheFleet(t *testing.T) {
 	}
 	wg.Wait()
 	time.Sleep(2 * flush)
-	assert.Equal(t, breaker.Open, bad.State(), "the bad replica's own breaker")
+	assert.Equal(t, resilience.StateOpen, bad.State(), "the bad replica's own breaker")
 	for _, b := range good {
-		assert.Equal(t, breaker.Closed, b.State())
+		assert.Equal(t, resilience.StateClosed, b.State())
 	}
 	assert.Zero(t, goodErrs.Load())
 }
@@ -165,7 +165,7 @@ func TestExactlyHalfOpenRequestsProbesFleetWide(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		for _, b := range bs {
-			if b.State() != breaker.Open {
+			if b.State() != resilience.StateOpen {
 				return false
 			}
 		}
@@ -197,7 +197,7 @@ func TestExactlyHalfOpenRequestsProbesFleetWide(t *testing.T) {
 	close(release)
 	wg.Wait()
 	for _, b := range bs {
-		assert.Equal(t, breaker.Closed, b.State(), "the probes succeeded: the fleet closed")
+		assert.Equal(t, resilience.StateClosed, b.State(), "the probes succeeded: the fleet closed")
 	}
 }
 
@@ -273,7 +273,7 @@ func TestReplicasLearnAnOpeningAtOnce(t *testing.T) {
 	}
 	require.NoError(t, bs[0].Close()) // its final flush opens the fleet
 	start := time.Now()
-	require.Eventually(t, func() bool { return bs[1].State() == breaker.Open && bs[2].State() == breaker.Open },
+	require.Eventually(t, func() bool { return bs[1].State() == resilience.StateOpen && bs[2].State() == resilience.StateOpen },
 		time.Second, 5*time.Millisecond, "the others learn it long before their next flush")
 	t.Logf("the other replicas knew after %v", time.Since(start))
 }
@@ -328,10 +328,10 @@ func TestBusyReplicaProbesNotAnIdleOne(t *testing.T) {
 	for range 20 {
 		_ = busy.Execute(context.Background(), func(context.Context) error { return errDown })
 	}
-	require.Eventually(t, func() bool { return idle.State() == breaker.Open }, time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return idle.State() == resilience.StateOpen }, time.Second, 5*time.Millisecond)
 	opened := time.Now()
 	time.Sleep(3 * time.Second) // ten open timeouts: nobody probes
-	assert.Equal(t, breaker.HalfOpen, idle.State(), "the fleet does not close without a probe")
+	assert.Equal(t, resilience.StateHalfOpen, idle.State(), "the fleet does not close without a probe")
 	var ran time.Duration
 	require.Eventually(t, func() bool {
 		err := busy.Execute(context.Background(), func(context.Context) error { return nil })
@@ -342,7 +342,7 @@ func TestBusyReplicaProbesNotAnIdleOne(t *testing.T) {
 		return false
 	}, time.Second, 5*time.Millisecond, "the busy replica gets the probe, not the idle one")
 	t.Logf("the probe ran %v after the fleet opened", ran)
-	require.Eventually(t, func() bool { return idle.State() == breaker.Closed }, time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return idle.State() == resilience.StateClosed }, time.Second, 5*time.Millisecond)
 }
 
 // TestCutOffReplicaDoesNotProbeForTheFleet: a replica whose own breaker
@@ -368,12 +368,12 @@ func TestCutOffReplicaDoesNotProbeForTheFleet(t *testing.T) {
 	for range 20 { // and the fleet's, on good's failures
 		_ = good.Execute(context.Background(), func(context.Context) error { return errDown })
 	}
-	require.Eventually(t, func() bool { return good.State() == breaker.Open }, time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return good.State() == resilience.StateOpen }, time.Second, 5*time.Millisecond)
 	deadline := time.Now().Add(2 * time.Second)
 	var wg sync.WaitGroup
 	for _, b := range bs {
 		wg.Go(func() {
-			for time.Now().Before(deadline) && good.State() != breaker.Closed {
+			for time.Now().Before(deadline) && good.State() != resilience.StateClosed {
 				_ = b.Execute(context.Background(), func(context.Context) error {
 					if b == cut {
 						mu.Lock()
@@ -388,7 +388,7 @@ func TestCutOffReplicaDoesNotProbeForTheFleet(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	assert.Equal(t, breaker.Closed, good.State(), "closed at the first half-open, by good's probe")
+	assert.Equal(t, resilience.StateClosed, good.State(), "closed at the first half-open, by good's probe")
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("cut's calls while the fleet was half-open or after: %d", len(changes))
@@ -414,21 +414,21 @@ func TestRestartedEmptyWhileOpenStaysOpen(t *testing.T) {
 	srv := redistest.Start(t)
 	var changes atomic.Int64
 	bs := replicas(t, srv, 2, breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 10), breaker.Window(10*time.Second, 10),
-		breaker.OpenTimeout(30*time.Second), breaker.OnStateChange(func(name string, from, to breaker.State) {
-			if strings.HasSuffix(name, "(fleet)") {
+		breaker.OpenTimeout(30*time.Second), breaker.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+			if e.Kind == resilience.EventStateChange && strings.HasSuffix(e.Name, "(fleet)") {
 				changes.Add(1)
 			}
-		}))
+		})))
 	for range 20 {
 		_ = bs[0].Execute(context.Background(), func(context.Context) error { return errDown })
 	}
-	require.Eventually(t, func() bool { return bs[1].State() == breaker.Open }, time.Second, 5*time.Millisecond)
-	assert.Positive(t, changes.Load(), "OnStateChange hears the fleet")
+	require.Eventually(t, func() bool { return bs[1].State() == resilience.StateOpen }, time.Second, 5*time.Millisecond)
+	assert.Positive(t, changes.Load(), "the breaker's listener hears the fleet")
 	srv.Kill()
 	srv.Restart()
 	time.Sleep(500 * time.Millisecond) // several flushes
 	for _, b := range bs {
-		assert.Equal(t, breaker.Open, b.State(), "still open after the restart")
+		assert.Equal(t, resilience.StateOpen, b.State(), "still open after the restart")
 	}
 }
 

@@ -1,0 +1,252 @@
+package grpcidempotency
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/resiliencekit/resiliencekit/idempotency"
+)
+
+// The names under which a record keeps a gRPC answer, in its Header.
+const (
+	codeHeader    = "Grpc-Status-Code"
+	typeHeader    = "Grpc-Message-Type"
+	headerPrefix  = "Grpc-Header-"
+	trailerPrefix = "Grpc-Trailer-"
+)
+
+// record returns the record of a handler's answer: the metadata it set,
+// and its status, or its response message and the message's type, with
+// the HTTP status that the answer stands for. A CANCELED status, and a
+// response that cannot be marshaled, so cannot be replayed, abandon the
+// claim: the key is freed, for the call to run again.
+func record(claim *idempotency.Claim, sts *capture, resp any, err error, types *sync.Map) idempotency.Record {
+	rec := idempotency.Record{Header: sts.stored()}
+	if err != nil {
+		st := grpcstatus.Convert(err)
+		if st.Code() == codes.Canceled {
+			claim.Abandon() // the handler stopped for its caller: nothing committed
+		}
+		rec.Body, _ = proto.Marshal(st.Proto())
+		rec.Header.Set(codeHeader, strconv.Itoa(int(st.Code())))
+		rec.Status = HTTPStatus(st.Code())
+		return rec
+	}
+	pm, ok := resp.(proto.Message)
+	var body []byte
+	if ok {
+		body, err = proto.MarshalOptions{Deterministic: true}.Marshal(pm)
+	}
+	if !ok || err != nil {
+		claim.Abandon() // cannot be stored, so cannot be replayed: run it again
+		rec.Status = http.StatusInternalServerError
+		return rec
+	}
+	mt := pm.ProtoReflect().Type()
+	name := string(mt.Descriptor().FullName())
+	types.LoadOrStore(name, mt)
+	rec.Header.Set(typeHeader, name)
+	rec.Status, rec.Body = http.StatusOK, body
+	return rec
+}
+
+// replay returns a stored answer without running the handler, with the
+// metadata the handler had set, marked as a replay.
+func replay(ctx context.Context, rec *idempotency.Record, types *sync.Map) (any, error) {
+	code, isStatus := rec.Header[codeHeader]
+	name, isMessage := rec.Header[typeHeader]
+	if !isStatus && !isMessage {
+		return nil, grpcstatus.Error(codes.Internal, "grpcidempotency: stored answer unreadable")
+	}
+	replayMetadata(ctx, rec.Header)
+	if isStatus {
+		st := new(status.Status)
+		if err := proto.Unmarshal(rec.Body, st); err != nil || len(code) != 1 {
+			return nil, grpcstatus.Error(codes.Internal, "grpcidempotency: stored status unreadable")
+		}
+		return nil, grpcstatus.ErrorProto(st)
+	}
+	mt := messageType(name[0], types)
+	if mt == nil {
+		return nil, grpcstatus.Errorf(codes.Internal, "grpcidempotency: stored answer of unknown type %s", name[0])
+	}
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(rec.Body, m); err != nil {
+		return nil, grpcstatus.Error(codes.Internal, "grpcidempotency: stored answer unreadable")
+	}
+	return m, nil
+}
+
+// replayMetadata sets the header and trailer metadata kept in a record's
+// header on the call of ctx, and marks the header as a replay.
+func replayMetadata(ctx context.Context, stored http.Header) {
+	header, trailer := metadata.MD{}, metadata.MD{}
+	for k, vs := range stored {
+		if n, ok := strings.CutPrefix(k, headerPrefix); ok {
+			n = strings.ToLower(n)
+			header[n] = unstorable(n, vs)
+		} else if n, ok := strings.CutPrefix(k, trailerPrefix); ok {
+			n = strings.ToLower(n)
+			trailer[n] = unstorable(n, vs)
+		}
+	}
+	header.Set(ReplayedKey, "true")
+	_ = grpc.SetHeader(ctx, header)
+	if len(trailer) > 0 {
+		_ = grpc.SetTrailer(ctx, trailer)
+	}
+}
+
+// storable returns the values of the metadata key k as a record keeps
+// them: a binary key's (k ends in "-bin") base64-encoded, since a store
+// may keep only text (the Redis and SQL stores keep JSON).
+func storable(k string, vs []string) []string {
+	if !strings.HasSuffix(k, "-bin") {
+		return vs
+	}
+	enc := make([]string, len(vs))
+	for i, v := range vs {
+		enc[i] = base64.StdEncoding.EncodeToString([]byte(v))
+	}
+	return enc
+}
+
+// unstorable undoes storable.
+func unstorable(k string, vs []string) []string {
+	if !strings.HasSuffix(k, "-bin") {
+		return vs
+	}
+	dec := make([]string, 0, len(vs))
+	for _, v := range vs {
+		if b, err := base64.StdEncoding.DecodeString(v); err == nil {
+			dec = append(dec, string(b))
+		}
+	}
+	return dec
+}
+
+// messageType finds the message type named name: one seen in an answer,
+// a registered Go type, or a dynamic one from a registered descriptor.
+func messageType(name string, types *sync.Map) protoreflect.MessageType {
+	if mt, ok := types.Load(name); ok {
+		return mt.(protoreflect.MessageType)
+	}
+	if mt, err := protoregistry.GlobalTypes.FindMessageByName(protoreflect.FullName(name)); err == nil {
+		return mt
+	}
+	if d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name)); err == nil {
+		if md, ok := d.(protoreflect.MessageDescriptor); ok {
+			return dynamicpb.NewMessageType(md)
+		}
+	}
+	return nil
+}
+
+// HTTPStatus returns the HTTP status that a gRPC code stands for in a
+// record, as google.rpc.Code documents the mapping: the status that
+// idempotency.ReleaseStatus matches. OK is 200, INVALID_ARGUMENT,
+// FAILED_PRECONDITION and OUT_OF_RANGE 400, UNAUTHENTICATED 401,
+// PERMISSION_DENIED 403, NOT_FOUND 404, ALREADY_EXISTS and ABORTED 409,
+// RESOURCE_EXHAUSTED 429, CANCELED 499, UNIMPLEMENTED 501, UNAVAILABLE
+// 503, DEADLINE_EXCEEDED 504, and the rest 500.
+func HTTPStatus(c codes.Code) int {
+	switch c {
+	case codes.OK:
+		return http.StatusOK
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.AlreadyExists, codes.Aborted:
+		return http.StatusConflict
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Canceled:
+		return 499
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// capture passes a handler's header and trailer metadata on to grpc-go,
+// keeping a copy for the record.
+type capture struct {
+	grpc.ServerTransportStream // nil outside a gRPC server
+	mu                         sync.Mutex
+	header, trailer            metadata.MD
+}
+
+// stored returns the metadata the handler set, as a record's header
+// keeps it.
+func (c *capture) stored() http.Header {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := make(http.Header, len(c.header)+len(c.trailer)+1)
+	for k, vs := range c.header {
+		h[headerPrefix+k] = storable(k, vs)
+	}
+	for k, vs := range c.trailer {
+		h[trailerPrefix+k] = storable(k, vs)
+	}
+	return h
+}
+
+func (c *capture) Method() string {
+	if c.ServerTransportStream == nil {
+		return ""
+	}
+	return c.ServerTransportStream.Method()
+}
+
+func (c *capture) keep(to *metadata.MD, md metadata.MD) {
+	c.mu.Lock()
+	*to = metadata.Join(*to, md)
+	c.mu.Unlock()
+}
+
+func (c *capture) SetHeader(md metadata.MD) error {
+	c.keep(&c.header, md)
+	if c.ServerTransportStream == nil {
+		return nil
+	}
+	return c.ServerTransportStream.SetHeader(md)
+}
+
+func (c *capture) SendHeader(md metadata.MD) error {
+	c.keep(&c.header, md)
+	if c.ServerTransportStream == nil {
+		return nil
+	}
+	return c.ServerTransportStream.SendHeader(md)
+}
+
+func (c *capture) SetTrailer(md metadata.MD) error {
+	c.keep(&c.trailer, md)
+	if c.ServerTransportStream == nil {
+		return nil
+	}
+	return c.ServerTransportStream.SetTrailer(md)
+}

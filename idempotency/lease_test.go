@@ -1,0 +1,246 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/resiliencekit/resiliencekit/idempotency"
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// slowServer runs a handler that takes d, honouring its context, behind
+// the middleware, and counts its runs.
+type slowServer struct {
+	runs, canceled atomic.Int64
+	handler        http.Handler
+	events         *events
+}
+
+type events struct {
+	mu    sync.Mutex
+	kinds []string
+}
+
+func (e *events) OnEvent(ev resilience.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.kinds = append(e.kinds, ev.Kind.String())
+}
+
+func (e *events) list() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.kinds)
+}
+
+func newSlowServer(store idempotency.Store, d time.Duration, opts ...idempotency.Option) *slowServer {
+	s := &slowServer{events: &events{}}
+	opts = append(opts, idempotency.WithListener(s.events), idempotency.WithLogger(slog.New(slog.DiscardHandler)))
+	s.handler = idempotency.Middleware(store, opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := s.runs.Add(1)
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			s.canceled.Add(1)
+			http.Error(w, r.Context().Err().Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, `{"order":%d}`, n)
+	}))
+	return s
+}
+
+func (s *slowServer) post(ctx context.Context, key, auth string) *httptest.ResponseRecorder {
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
+	r.Header.Set(idempotency.Header, key)
+	if auth != "" {
+		r.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	s.handler.ServeHTTP(w, r)
+	return w
+}
+
+// TestHandlerSlowerThanTheLeaseRunsOnce: the lease is renewed while the
+// handler runs, so repeats get 409 and then the replay.
+func TestHandlerSlowerThanTheLeaseRunsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSlowServer(idempotency.NewMemoryStore(0), time.Second, idempotency.Lease(300*time.Millisecond), idempotency.StoreTimeout(100*time.Millisecond))
+		go s.post(t.Context(), "k", "")
+		time.Sleep(500 * time.Millisecond)
+		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "still held after the lease")
+		time.Sleep(time.Second)
+		w := s.post(t.Context(), "k", "")
+		assert.Equal(t, http.StatusCreated, w.Code)
+		assert.Equal(t, "true", w.Header().Get(idempotency.ReplayedHeader))
+		for range 3 {
+			s.post(t.Context(), "k", "")
+		}
+		assert.EqualValues(t, 1, s.runs.Load())
+		assert.Empty(t, s.events.list())
+	})
+}
+
+// flakyStore fails the calls its switches say, after delegating nothing.
+type flakyStore struct {
+	idempotency.Store
+	failComplete, failRelease, failRenew atomic.Bool
+	stealOnRenew                         atomic.Bool
+}
+
+var errStoreDown = errors.New("store down")
+
+func (f *flakyStore) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) error {
+	if f.failComplete.Load() {
+		return errStoreDown
+	}
+	return f.Store.Complete(ctx, key, claim, rec, ttl)
+}
+
+func (f *flakyStore) Release(ctx context.Context, key string, claim idempotency.Record) error {
+	if f.failRelease.Load() {
+		return errStoreDown
+	}
+	return f.Store.Release(ctx, key, claim)
+}
+
+func (f *flakyStore) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
+	if f.stealOnRenew.Load() {
+		return idempotency.ErrNotOwner
+	}
+	if f.failRenew.Load() {
+		return errStoreDown
+	}
+	return f.Store.Renew(ctx, key, claim, lease)
+}
+
+// TestUnsavedResultIsReportedAndKeepsTheKeyForALease: a result that cannot
+// be stored is reported; repeats get 409 until the lease runs out.
+func TestUnsavedResultIsReportedAndKeepsTheKeyForALease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{Store: idempotency.NewMemoryStore(0)}
+		store.failComplete.Store(true)
+		s := newSlowServer(store, 10*time.Millisecond, idempotency.Lease(30*time.Second))
+		assert.Equal(t, http.StatusCreated, s.post(t.Context(), "k", "").Code)
+		assert.Contains(t, s.events.list(), "not_stored")
+		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "no second run while the first's effect may stand")
+		time.Sleep(30 * time.Second)
+		store.failComplete.Store(false)
+		assert.Equal(t, http.StatusCreated, s.post(t.Context(), "k", "").Code)
+		assert.EqualValues(t, 2, s.runs.Load(), "one lease later, the key is free again")
+	})
+}
+
+// TestPanicWhileTheStoreIsDownFreesTheKeyAfterOneLease: the release fails
+// and is reported; the key is runnable again one lease later, not minutes.
+func TestPanicWhileTheStoreIsDownFreesTheKeyAfterOneLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{Store: idempotency.NewMemoryStore(0)}
+		store.failRelease.Store(true)
+		ev := &events{}
+		h := idempotency.Middleware(store, idempotency.WithListener(ev), idempotency.WithLogger(slog.New(slog.DiscardHandler)))(
+			http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("handler bug") }))
+		post := func() (code int) {
+			defer func() { _ = recover() }()
+			r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+			r.Header.Set(idempotency.Header, "k")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w.Code
+		}
+		post()
+		assert.Contains(t, ev.list(), "store_failed")
+		assert.Equal(t, http.StatusConflict, post())
+		time.Sleep(30 * time.Second)
+		assert.Zero(t, post(), "the handler ran (and panicked) again")
+	})
+}
+
+// TestLostLeaseCancelsTheHandlerAndIsReported.
+func TestLostLeaseCancelsTheHandlerAndIsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{Store: idempotency.NewMemoryStore(0)}
+		store.stealOnRenew.Store(true)
+		s := newSlowServer(store, time.Minute, idempotency.Lease(3*time.Second))
+		w := s.post(t.Context(), "k", "")
+		assert.EqualValues(t, 1, s.canceled.Load(), "the handler's context was canceled")
+		assert.Equal(t, http.StatusInternalServerError, w.Code)
+		assert.Contains(t, s.events.list(), "lease_lost")
+
+		store.stealOnRenew.Store(false)
+		store.failRenew.Store(true) // the store cannot renew until the lease runs out
+		s2 := newSlowServer(store, time.Minute, idempotency.Lease(3*time.Second))
+		s2.post(t.Context(), "k2", "")
+		assert.Contains(t, s2.events.list(), "store_failed")
+		assert.Contains(t, s2.events.list(), "lease_lost")
+	})
+}
+
+// slowOnceStore's first Renew takes longer than the store timeout.
+type slowOnceStore struct {
+	idempotency.Store
+	slowed atomic.Bool
+}
+
+func (s *slowOnceStore) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
+	if s.slowed.CompareAndSwap(false, true) {
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Store.Renew(ctx, key, claim, lease)
+}
+
+// TestASlowRenewalIsTriedAgainInTime: one renewal that times out is tried
+// again before the lease runs out; the key stays held, one run.
+func TestASlowRenewalIsTriedAgainInTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &slowOnceStore{Store: idempotency.NewMemoryStore(0)}
+		s := newSlowServer(store, 900*time.Millisecond, idempotency.Lease(300*time.Millisecond), idempotency.StoreTimeout(100*time.Millisecond))
+		go s.post(t.Context(), "k", "")
+		time.Sleep(400 * time.Millisecond)
+		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code)
+		time.Sleep(time.Second)
+		assert.EqualValues(t, 1, s.runs.Load())
+		assert.NotContains(t, s.events.list(), "lease_lost")
+	})
+}
+
+// lostAnswerStore's first Complete succeeds but says it timed out.
+type lostAnswerStore struct {
+	idempotency.Store
+	lost atomic.Bool
+}
+
+func (s *lostAnswerStore) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) error {
+	err := s.Store.Complete(ctx, key, claim, rec, ttl)
+	if err == nil && s.lost.CompareAndSwap(false, true) {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+func TestARetriedSaveThatHadGotThroughIsNoFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSlowServer(&lostAnswerStore{Store: idempotency.NewMemoryStore(0)}, time.Millisecond)
+		s.post(t.Context(), "k", "")
+		assert.NotContains(t, s.events.list(), "not_stored")
+		assert.Equal(t, "true", s.post(t.Context(), "k", "").Header().Get(idempotency.ReplayedHeader))
+	})
+}

@@ -1,0 +1,246 @@
+package idempotency
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/internal/safe"
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// Option configures [Middleware] and [NewGuard]. Each option says which it
+// applies to: [NewGuard] panics if given one of the middleware's, which
+// would do nothing to a Guard.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// middlewareOption is an option of the HTTP middleware only, which
+// [NewGuard] refuses.
+type middlewareOption struct {
+	name string // the option's
+	grpc string // grpcidempotency's option to use instead, if any
+	f    func(*config)
+}
+
+func (o middlewareOption) apply(c *config) {
+	o.f(c)
+	if c.middlewareOnly == nil {
+		c.middlewareOnly = &o
+	}
+}
+
+type config struct {
+	// The guard's.
+	ttl          time.Duration
+	lease        time.Duration
+	storeTimeout time.Duration
+	maxResponse  int
+	release      map[int]bool
+	listener     *safe.Listener
+	log          *slog.Logger
+	// The middleware's.
+	required bool
+	methods  []string
+	maxBody  int64
+	scope    func(*http.Request) string
+	exclude  map[string]bool
+	// middlewareOnly is the first option given that only the middleware
+	// applies.
+	middlewareOnly *middlewareOption
+}
+
+// newConfig returns the defaults with opts applied. It panics if the lease
+// is under three store timeouts.
+func newConfig(opts []Option) config {
+	cfg := config{
+		ttl:          24 * time.Hour,
+		lease:        30 * time.Second,
+		methods:      []string{http.MethodPost, http.MethodPatch},
+		maxBody:      1 << 20,
+		maxResponse:  1 << 20,
+		storeTimeout: 500 * time.Millisecond,
+		scope:        scopeByAuthorization,
+		exclude: headerSet("Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
+			"Transfer-Encoding", "Upgrade", "Date", "Set-Cookie"),
+	}
+	ReleaseStatus(http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout).apply(&cfg)
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if cfg.lease < 3*cfg.storeTimeout {
+		panic(fmt.Sprintf("idempotency: Lease(%v) is under 3 StoreTimeout(%v): a renewal could not reach the store in time", cfg.lease, cfg.storeTimeout))
+	}
+	return cfg
+}
+
+// guardOnly panics, naming it, if cfg was given an option that only the
+// middleware applies: on a Guard it would do nothing, and the calls it was
+// to refuse or scope would run unprotected.
+func (c *config) guardOnly() {
+	o := c.middlewareOnly
+	if o == nil {
+		return
+	}
+	msg := "idempotency: NewGuard: option " + o.name + " applies only to Middleware"
+	if o.grpc != "" {
+		msg += "; for gRPC, grpcidempotency." + o.grpc
+	}
+	panic(msg)
+}
+
+func (c *config) logger() *slog.Logger {
+	if c.log == nil {
+		return slog.Default()
+	}
+	return c.log
+}
+
+// positive panics unless d > 0.
+func positive(name string, d time.Duration) {
+	if d <= 0 {
+		panic(fmt.Sprintf("idempotency: %s(%v): d must be more than 0", name, d))
+	}
+}
+
+// TTL sets how long a result is kept for replay. Default 24 h. For the
+// guard. It panics if d is not positive.
+func TTL(d time.Duration) Option {
+	positive("TTL", d)
+	return optionFunc(func(c *config) { c.ttl = d })
+}
+
+// Lease sets how long a claim holds its key without a renewal; the guard
+// renews it every third of it while the handler runs, so a handler may
+// run longer. A key held by a crashed process is free again after one
+// lease. Run-once holds while renewals reach the store within a lease:
+// make it long against the store's worst latency (if it runs out, the
+// request learns it, and a repeat may run; only the SQL store's
+// transactional completion fences the effect itself). Default 30 s. For
+// the guard. It panics if d is not positive.
+func Lease(d time.Duration) Option {
+	positive("Lease", d)
+	return optionFunc(func(c *config) { c.lease = d })
+}
+
+// StoreTimeout bounds each call to the store. Default 500 ms, so that a
+// frozen store gets a request refused within about a second. For the
+// guard. It panics if d is not positive.
+func StoreTimeout(d time.Duration) Option {
+	positive("StoreTimeout", d)
+	return optionFunc(func(c *config) { c.storeTimeout = d })
+}
+
+// MaxResponse sets the largest result body stored for replay. A larger
+// response is sent in full, but a repeat of its key is refused
+// ([ErrNotReplayable]; 500 over HTTP) rather than running the handler
+// again. Default 1 MiB. For the guard. It panics if n < 1.
+func MaxResponse(n int) Option {
+	if n < 1 {
+		panic(fmt.Sprintf("idempotency: MaxResponse(%d): n must be 1 or more", n))
+	}
+	return optionFunc(func(c *config) { c.maxResponse = n })
+}
+
+// ReleaseStatus sets the result statuses that are not stored: the key is
+// freed, so that the client's retry runs the handler again. They are the
+// statuses that tell a client to retry because the request was not
+// processed. Default 429, 502, 503, 504. For the guard.
+func ReleaseStatus(codes ...int) Option {
+	return optionFunc(func(c *config) {
+		c.release = make(map[int]bool, len(codes))
+		for _, code := range codes {
+			c.release[code] = true
+		}
+	})
+}
+
+// WithListener reports to l what the guard cannot put in a response: a
+// store failure ([resilience.EventStoreFailed]), a lost lease
+// ([resilience.EventLeaseLost]) and a result that could not be stored
+// ([resilience.EventNotStored]), each named "idempotency". Default none;
+// each is logged too (see [WithLogger]). For the guard.
+func WithListener(l resilience.Listener) Option {
+	return optionFunc(func(c *config) { c.listener = safe.New("idempotency", c.listener, l) })
+}
+
+// WithLogger sets where the guard logs what goes wrong with its store.
+// Default slog.Default(). For the guard.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.log = l })
+}
+
+// Required makes a key mandatory on the covered methods: a request without
+// one gets 400. Default: requests without a key pass through unprotected.
+// For the middleware; [NewGuard] panics if given it (for gRPC, pass
+// grpcidempotency.Required to the interceptor).
+func Required() Option {
+	return middlewareOption{"Required", "Required", func(c *config) { c.required = true }}
+}
+
+// Methods sets the methods the middleware covers; others pass through.
+// Default POST and PATCH. For the middleware; [NewGuard] panics if given
+// it.
+func Methods(methods ...string) Option {
+	return middlewareOption{"Methods", "", func(c *config) { c.methods = methods }}
+}
+
+// MaxBody sets the largest request body fingerprinted; a larger one gets
+// 413. Default 1 MiB. For the middleware; [NewGuard] panics if given it
+// (for gRPC, see grpcidempotency.MaxRequest). It panics if n < 1.
+func MaxBody(n int64) Option {
+	if n < 1 {
+		panic(fmt.Sprintf("idempotency: MaxBody(%d): n must be 1 or more", n))
+	}
+	return middlewareOption{"MaxBody", "MaxRequest", func(c *config) { c.maxBody = n }}
+}
+
+// Scope sets a function whose result namespaces keys, such as the
+// authenticated account, so that two callers cannot collide or read each
+// other's responses. Default: a hash of the request's Authorization
+// header. For the middleware; [NewGuard] panics if given it (for gRPC, see
+// grpcidempotency.Scope).
+func Scope(fn func(r *http.Request) string) Option {
+	return middlewareOption{"Scope", "Scope", func(c *config) {
+		if fn == nil {
+			panic("idempotency: Scope(nil): use SharedKeys for one namespace")
+		}
+		c.scope = fn
+	}}
+}
+
+// SharedKeys puts every caller's keys in one namespace: a caller that
+// reuses another's key gets its response. For services whose callers are
+// one trusted party. Default: keys scoped per caller (see [Scope]). For
+// the middleware; [NewGuard] panics if given it (for gRPC, see
+// grpcidempotency.SharedKeys).
+func SharedKeys() Option {
+	return middlewareOption{"SharedKeys", "SharedKeys", func(c *config) { c.scope = func(*http.Request) string { return "" } }}
+}
+
+// ReplayExclude sets the response headers that are neither stored nor
+// replayed. Default: the hop-by-hop headers (Connection, Keep-Alive,
+// Proxy-Authenticate, Proxy-Authorization, TE, Trailer, Transfer-Encoding,
+// Upgrade), Date and Set-Cookie. Headers that outer middleware set on the
+// repeat are kept whatever the stored response had. For the middleware;
+// [NewGuard] panics if given it.
+func ReplayExclude(headers ...string) Option {
+	return middlewareOption{"ReplayExclude", "", func(c *config) { c.exclude = headerSet(headers...) }}
+}
+
+// headerSet returns the set of headers, by their canonical names.
+func headerSet(headers ...string) map[string]bool {
+	set := make(map[string]bool, len(headers))
+	for _, h := range headers {
+		set[http.CanonicalHeaderKey(h)] = true
+	}
+	return set
+}

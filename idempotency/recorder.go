@@ -1,0 +1,82 @@
+package idempotency
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+)
+
+// recorder passes a response through and keeps a copy of it, up to max
+// bytes of body.
+type recorder struct {
+	http.ResponseWriter
+	max       int
+	status    int
+	header    http.Header
+	body      []byte
+	truncated bool
+	hijacked  bool
+	outer     map[string]bool // headers set before the handler ran
+}
+
+// newRecorder returns a recorder of w, noting the headers already set on
+// w by outer middleware, keeping up to limit bytes of body.
+func newRecorder(w http.ResponseWriter, limit int) *recorder {
+	rec := &recorder{ResponseWriter: w, max: limit, outer: make(map[string]bool, len(w.Header()))}
+	for k := range w.Header() {
+		rec.outer[k] = true
+	}
+	return rec
+}
+
+// Flush sends what was written so far, as an http.Flusher.
+func (r *recorder) Flush() { _ = r.FlushError() }
+
+// FlushError is Flush with its error, for http.ResponseController.
+func (r *recorder) FlushError() error {
+	if r.status == 0 {
+		r.WriteHeader(http.StatusOK) // as net/http does on a flush
+	}
+	return http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+// Hijack hands over the connection, for http.ResponseController; the
+// response cannot be replayed then.
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(r.ResponseWriter).Hijack()
+	if err == nil {
+		r.hijacked = true
+	}
+	return conn, rw, err
+}
+
+func (r *recorder) WriteHeader(status int) {
+	if status < http.StatusOK && status != http.StatusSwitchingProtocols {
+		r.ResponseWriter.WriteHeader(status) // informational, such as 103 Early Hints
+		return
+	}
+	if r.status != 0 {
+		return
+	}
+	r.status = status
+	r.header = r.ResponseWriter.Header().Clone()
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.WriteHeader(http.StatusOK)
+	}
+	if !r.truncated {
+		if len(r.body)+len(p) > r.max {
+			r.truncated = true
+			r.body = nil
+		} else {
+			r.body = append(r.body, p...)
+		}
+	}
+	return r.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,61 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Record is what a [Store] keeps under a key: a claim while the first
+// request runs, then its result. The result is opaque to the store and to
+// [Guard]: [Middleware] keeps an HTTP response in it, package
+// grpcidempotency a gRPC answer.
+type Record struct {
+	// Fingerprint identifies the request's payload (method, path, body).
+	Fingerprint string `json:"fp"`
+	// Token identifies the claim of the request that holds the key: the
+	// fencing token.
+	Token string `json:"token,omitempty"`
+	// Done is false while the first request runs.
+	Done bool `json:"done,omitempty"`
+	// Status, Header and Body are the stored result once Done.
+	Status int         `json:"status,omitempty"`
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"`
+	// Truncated means the result was too large to store whole and cannot
+	// be replayed.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ErrFull is returned by a [Store]'s Begin when it has no room for another
+// claim: every entry is a request still running. The middleware answers
+// 503 with Retry-After.
+var ErrFull = errors.New("idempotency store full of requests in flight")
+
+// ErrNotOwner is returned by a [Store] asked to complete or release a claim
+// that is no longer the one in the store (it expired and was claimed anew).
+var ErrNotOwner = errors.New("idempotency claim no longer held")
+
+// Store keeps records by key. Implementations are safe for concurrent use,
+// Begin is atomic across every process sharing the store, and every method
+// honours ctx's deadline. A claim held by claim.Token is the only one that
+// Renew, Complete and Release act on.
+type Store interface {
+	// Begin claims key with claim (not Done) for lease if the key is free
+	// or its claim's lease has run out, and returns nil. Otherwise it
+	// returns the record found. It returns [ErrFull] if it has no room.
+	Begin(ctx context.Context, key string, claim Record, lease time.Duration) (*Record, error)
+	// Renew extends the lease of claim to lease from now. It returns
+	// [ErrNotOwner] if the key no longer holds claim.
+	Renew(ctx context.Context, key string, claim Record, lease time.Duration) error
+	// Complete replaces claim by the finished rec, kept for ttl. It returns
+	// [ErrNotOwner] if the key no longer holds claim.
+	Complete(ctx context.Context, key string, claim, rec Record, ttl time.Duration) error
+	// Release frees key if it still holds claim, so the request can be
+	// retried. It returns [ErrNotOwner] if the key no longer holds claim,
+	// as when it holds a completed record: Release never frees one, which
+	// is what keeps a record that a handler committed itself (see
+	// [Claim.Completed]) from a [Claim.Abandon] after it.
+	Release(ctx context.Context, key string, claim Record) error
+}

@@ -1,0 +1,158 @@
+package pipeline
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/hedge"
+	"github.com/resiliencekit/resiliencekit/internal/safe"
+	"github.com/resiliencekit/resiliencekit/limit"
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/throttle"
+)
+
+// Option configures a [Pipeline]. Options are not tied to a result type.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	breaker        *breaker.Breaker
+	retry          *retrypolicy.Policy
+	budget         time.Duration
+	attemptTimeout time.Duration
+	name           string
+	listeners      []resilience.Listener // until New combines them
+	listener       *safe.Listener
+	rejected       *safe.Listener // listener less what the breaker tells of its rejections
+	throttle       *throttle.Throttle
+	limit          *limit.Limiter
+	hedge          *hedge.Policy
+	waitOpen       bool
+	tracer         resilience.Tracer
+	gates          []gate // what admits each attempt, in order; built by New
+	pacer          *pacer // WaitWhenOpen's gate, also in gates
+}
+
+// WithBreaker guards calls with b, shared by every pipeline calling the
+// same dependency. Default none; nil means none.
+func WithBreaker(b *breaker.Breaker) Option {
+	return optionFunc(func(c *config) { c.breaker = b })
+}
+
+// WithRetry retries failed attempts by policy p; its [retrypolicy.Quota],
+// if any, caps the retries. Default none: one attempt; nil means none.
+func WithRetry(p *retrypolicy.Policy) Option {
+	return optionFunc(func(c *config) { c.retry = p })
+}
+
+// WithTimeBudget caps each call, all attempts and delays included, at d;
+// the operation's context carries the deadline. It is the only time budget
+// option: the retry policy keeps to it. Default none (only the caller's
+// context's deadline); 0 means none. It panics if d is negative.
+func WithTimeBudget(d time.Duration) Option {
+	if d < 0 {
+		panic(fmt.Sprintf("pipeline: WithTimeBudget(%v): d must be 0 (none) or more", d))
+	}
+	return optionFunc(func(c *config) { c.budget = d })
+}
+
+// WithAttemptTimeout caps each single attempt at d, within the budget; an
+// attempt that times out is a transient failure and may be retried. Default
+// none; 0 means none. It panics if d is negative.
+func WithAttemptTimeout(d time.Duration) Option {
+	if d < 0 {
+		panic(fmt.Sprintf("pipeline: WithAttemptTimeout(%v): d must be 0 (none) or more", d))
+	}
+	return optionFunc(func(c *config) { c.attemptTimeout = d })
+}
+
+// WithName names the dependency in events. Default the breaker's name.
+func WithName(name string) Option {
+	return optionFunc(func(c *config) { c.name = name })
+}
+
+// WithListener reports to l everything the pipeline does, named by
+// [WithName]: the end of every call, each attempt, each scheduled retry,
+// why a call gave up, its rejections, waits, refusals and hedges; and the
+// state changes of its breaker, whichever pipelines share that breaker and
+// in whatever order they were built (see [breaker.Breaker.Listen]). See
+// [resilience.Listener] for what l must do. Several listeners each hear
+// every event they want. Default none, at no cost.
+func WithListener(l resilience.Listener) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.listeners = append(c.listeners, l)
+		}
+	})
+}
+
+// WithThrottle guards each attempt with t, adaptive client-side throttling
+// shared by every pipeline calling the same dependency: while the
+// dependency refuses work, attempts are refused locally with an error
+// matching [throttle.ErrThrottled], of class [resilience.ClassRejected],
+// and reported as [resilience.EventThrottled]. Default none; nil means
+// none.
+func WithThrottle(t *throttle.Throttle) Option {
+	return optionFunc(func(c *config) { c.throttle = t })
+}
+
+// WithLimit guards each attempt with l, a concurrency limit shared by
+// every pipeline calling the same dependency: an attempt beyond it is
+// refused with an error matching [limit.ErrLimited], of class
+// [resilience.ClassRejected] and reported as [resilience.EventLimited], or
+// waits for a slot within the time budget if l lets it. Default none; nil
+// means none.
+func WithLimit(l *limit.Limiter) Option {
+	return optionFunc(func(c *config) { c.limit = l })
+}
+
+// WithHedging sends a twin of an attempt still running after h's delay,
+// up to h's limit, and returns the first success, canceling the others
+// (see [Discard] for what becomes of their results). Only calls that may
+// be repeated are hedged: not a [SingleAttempt] call. The operation must
+// be safe to run concurrently with itself. Each hedge takes a retry from
+// the retry policy's quota, if any, and none is sent once the breaker has
+// opened or an attempt failed with an error that is not retried. A hedged
+// group of attempts counts as one attempt of the retry stage; each is
+// reported as [resilience.EventHedged]. Default none; nil means none.
+func WithHedging(h *hedge.Policy) Option {
+	return optionFunc(func(c *config) { c.hedge = h })
+}
+
+// WaitWhenOpen makes a call that finds the breaker open (or half-open with
+// its probes out) wait for it instead of failing at once: until the probe
+// that closes it succeeds (it is woken at once) or, with no probe out yet,
+// until the call may be the probe itself. It sends nothing meanwhile.
+// Waiting calls go on in the order they came.
+//
+// It waits only within the time budget: a call whose deadline comes
+// before the breaker's next probe fails at once, and one whose deadline
+// comes while it waits fails with an error matching both the rejection
+// and [retrypolicy.ErrOutOfTime]. The wait is reported as
+// [resilience.EventWaitOpen].
+//
+// The backlog of calls that waited must not reach a dependency that has
+// just come back all at once. So while any call that waited is not over,
+// the attempts of every call go through an adaptive concurrency limit of
+// the pipeline's own (limit.NewAIMD, attempts beyond it queued within
+// their budget), which paces the backlog to what the dependency answers,
+// doubling each round trip while it keeps up. With nothing waiting, the
+// limit is not used: a healthy pipeline is neither capped nor slowed by
+// it. Default off: a rejected call fails at once.
+func WaitWhenOpen() Option {
+	return optionFunc(func(c *config) { c.waitOpen = true })
+}
+
+// WithTracer reports each call and each of its attempts to t, with their
+// contexts, to record them as spans. Default none, at no cost; nil means
+// none.
+func WithTracer(t resilience.Tracer) Option {
+	return optionFunc(func(c *config) { c.tracer = t })
+}

@@ -1,0 +1,58 @@
+package pipeline
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// state is what the stages inside the retry stage keep of one call: a
+// call has one only for hedging or a tracer. Its methods do nothing on a
+// nil *state.
+type state struct {
+	p      *Pipeline
+	single bool
+	trace  resilience.CallTrace
+
+	mu      sync.Mutex // hedged attempts run at once
+	n       int        // attempts started
+	lastEnd time.Time  // when the last attempt ended, while tracing
+	lastErr error
+}
+
+// start numbers a new attempt and describes it for the tracer.
+func (s *state) start(hedge bool) resilience.AttemptInfo {
+	if s == nil {
+		return resilience.AttemptInfo{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	a := resilience.AttemptInfo{Number: s.n, Hedge: hedge}
+	if s.trace != nil {
+		a.State = s.p.cfg.breaker.State()
+		if !hedge && !s.lastEnd.IsZero() {
+			a.Delay = time.Since(s.lastEnd)
+			if hint, ok := resilience.RetryAfterHint(s.lastErr); ok && s.p.cfg.retry != nil {
+				a.RetryAfter = min(hint, s.p.cfg.retry.MaxDelay()) // as the retry used it
+			}
+		}
+	}
+	return a
+}
+
+// ended records the end of an attempt, for the tracer.
+func (s *state) ended(err error) {
+	if s == nil || s.trace == nil {
+		return
+	}
+	s.mu.Lock()
+	s.lastEnd, s.lastErr = time.Now(), err
+	s.mu.Unlock()
+}
+
+// errPanicked is what the tracer and the adaptive stages are told of an
+// attempt that panicked or called runtime.Goexit.
+var errPanicked = errors.New("pipeline: the operation panicked or called runtime.Goexit")
