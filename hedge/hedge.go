@@ -4,16 +4,23 @@
 // A call hedged by a [Policy] sends its attempt and, if no answer has come
 // after the policy's delay, sends another in parallel, up to [MaxExtra]
 // more; the first success wins and the others are canceled. The delay is
-// fixed ([Delay]) or a quantile of the latencies of recent successful
-// attempts ([Quantile], the default: the 95th percentile), so that about
-// one attempt in twenty gets a twin: a few percent more requests, for a
-// tail cut to about the delay plus a typical latency.
+// fixed ([Delay]) or a quantile of the latencies of recent attempts
+// ([Quantile], the default: the 95th percentile), so that about one
+// attempt in twenty gets a twin: a few percent more requests, for a tail
+// cut to about the delay plus a typical latency. Every attempt's latency
+// counts, a loser's too: cut short by the winner, it is a lower bound of
+// the latency it would have had, and leaving it out would leave out the
+// slow tail itself, and hedge more often than the quantile says.
+//
+// Hedges have a budget of their own, apart from the retry quota so that
+// hedging cannot starve retries: at most [MaxShare] of the calls (10% by
+// default), plus one, over a sliding window of 10 s, whatever the
+// latencies do.
 //
 // In a pipeline (see pipeline.WithHedging), hedging runs inside the retry
 // stage, around each attempt: only calls that may be repeated are hedged
-// (not a [pipeline.SingleAttempt] call), each hedge draws on the retry
-// quota, and an open breaker or an answer that must not be retried stops
-// hedging.
+// (not a [pipeline.SingleAttempt] call), and an open breaker or an answer
+// that must not be retried stops hedging.
 package hedge
 
 import (
@@ -22,6 +29,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/resiliencekit/resiliencekit/internal/window"
 )
 
 // Policy says when to hedge. One Policy serves every call to one
@@ -32,14 +41,22 @@ type Policy struct {
 	quantile float64
 	extra    int
 
-	seen    atomic.Uint64        // latencies observed
-	samples [window]atomic.Int64 // the last window latencies, in ns
-	delay   atomic.Int64         // the current quantile, in ns; 0: not known yet
-	busy    atomic.Bool          // a goroutine is computing delay
+	seen    atomic.Uint64      // latencies observed
+	samples [kept]atomic.Int64 // the last kept latencies, in ns
+	delay   atomic.Int64       // the current quantile, in ns; 0: not known yet
+	busy    atomic.Bool        // a goroutine is computing delay
+
+	share         float64 // most hedges, per call
+	clock         *window.Clock
+	calls, hedges window.Ring
 }
 
+// budgetWindow is the window over which hedges are counted against the
+// calls.
+const budgetWindow = 10 * time.Second
+
 const (
-	window  = 256 // latencies kept
+	kept    = 256 // latencies kept
 	minSeen = 32  // latencies needed before a quantile is trusted
 	every   = 16  // latencies between updates of the quantile
 )
@@ -57,18 +74,51 @@ type config struct {
 	fixed    time.Duration
 	quantile float64
 	extra    int
+	share    float64
 }
 
 // New returns a Policy hedging after the 95th percentile of recent
-// latencies, with one extra attempt at most, changed by opts.
+// latencies, with one extra attempt at most, and hedges for at most 10% of
+// the calls, changed by opts.
 func New(opts ...Option) *Policy {
-	c := config{quantile: 0.95, extra: 1}
+	c := config{quantile: 0.95, extra: 1, share: 0.1}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
 		}
 	}
-	return &Policy{fixed: c.fixed, quantile: c.quantile, extra: c.extra}
+	return &Policy{fixed: c.fixed, quantile: c.quantile, extra: c.extra, share: c.share,
+		clock: window.NewClock(budgetWindow)}
+}
+
+// MaxShare caps the hedges at share of the calls that may be hedged, plus
+// one, over a sliding window of 10 s: a budget of their own, beside the
+// retry quota, which hedges do not draw on. Default 0.1. It panics unless
+// 0 < share <= 1.
+func MaxShare(share float64) Option {
+	if !(share > 0 && share <= 1) {
+		panic(fmt.Sprintf("hedge: MaxShare(%v): share must be more than 0 and at most 1", share))
+	}
+	return optionFunc(func(c *config) { c.share = share })
+}
+
+// Called counts a call that may be hedged, for the budget of [MaxShare].
+func (p *Policy) Called() {
+	if p != nil && p.clock != nil {
+		p.clock.Tick(&p.calls)
+	}
+}
+
+// Take takes a hedge from the budget of [MaxShare] and reports whether
+// there was one. Concurrent calls never take more than it allows.
+func (p *Policy) Take() bool {
+	if p == nil || p.clock == nil {
+		return false
+	}
+	e := p.clock.Now(&p.calls)
+	return p.hedges.AddIf(e, func(uint64) bool {
+		return float64(p.hedges.Sum(e)) < p.share*float64(p.calls.Sum(e))+1
+	})
 }
 
 // Delay hedges after a fixed d instead of a quantile. Default off: the
@@ -81,7 +131,7 @@ func Delay(d time.Duration) Option {
 }
 
 // Quantile hedges after the q-quantile of the latencies of the last 256
-// successful attempts, once 32 are known (until then, it does not hedge).
+// attempts, once 32 are known (until then, it does not hedge).
 // Default 0.95. It panics unless 0 < q < 1.
 func Quantile(q float64) Option {
 	if math.IsNaN(q) || q <= 0 || q >= 1 {
@@ -123,22 +173,23 @@ func (p *Policy) Extra() int {
 // Learns reports whether the policy wants [Policy.Observe]d latencies.
 func (p *Policy) Learns() bool { return p != nil && p.fixed == 0 }
 
-// Observe records the latency of a successful attempt.
+// Observe records the latency of an attempt, however it ended: that of
+// one canceled because another won is a lower bound, and still a sample.
 func (p *Policy) Observe(d time.Duration) {
 	if !p.Learns() {
 		return
 	}
 	n := p.seen.Add(1)
-	p.samples[(n-1)%window].Store(int64(d))
+	p.samples[(n-1)%kept].Store(int64(d))
 	if n >= minSeen && n%every == 0 && p.busy.CompareAndSwap(false, true) {
-		p.update(min(n, window))
+		p.update(min(n, kept))
 		p.busy.Store(false)
 	}
 }
 
 // update sets the delay to the quantile of the first n samples.
 func (p *Policy) update(n uint64) {
-	var buf [window]int64
+	var buf [kept]int64
 	s := buf[:n]
 	for i := range s {
 		s[i] = p.samples[i].Load()

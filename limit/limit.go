@@ -9,10 +9,13 @@
 // never outlives the call's time budget.
 //
 // An adaptive limit starts at [Initial] and moves by additive increase,
-// multiplicative decrease (AIMD), as TCP's congestion window does: each
+// multiplicative decrease (AIMD), as TCP's congestion window does: an
 // attempt that ends in a failure of the dependency (an overload, a 503, a
-// timeout: [resilience.Class] Failure) multiplies the limit by [Backoff];
-// each other attempt, while the limit is in use (at least half of it in
+// timeout: [resilience.Class] Failure) multiplies the limit by [Backoff],
+// once a round trip: the failures of attempts sent before the last
+// decrease are part of the same congestion and do not decrease it again,
+// so a burst of timeouts costs one step, not one step each; each other
+// attempt, while the limit is in use (at least half of it in
 // flight), raises it: by one until the first failure (slow start, doubling
 // the limit each round trip), and after a failure by one over the limit
 // (one a round trip) until it has doubled again. So the limit settles near
@@ -52,6 +55,7 @@ type Limiter struct {
 	min, max float64
 	backoff  float64
 	careful  float64 // below it the limit grows by one a round trip, not one an attempt
+	round    uint64  // decreases so far: an attempt's Ticket is the round it was sent in, plus one
 	waiting  int     // most attempts waiting
 	queue    []*waiter
 }
@@ -59,7 +63,13 @@ type Limiter struct {
 type waiter struct {
 	ready   chan struct{}
 	granted bool
+	round   uint64 // when granted
 }
+
+// Ticket is what [Limiter.Acquire] gives an attempt it admits, to hand
+// back to [Limiter.Release]: the round of the adaptive limit it was sent
+// in. The zero Ticket holds no slot.
+type Ticket uint64
 
 // Option configures a [Limiter]. [MaxWaiting] configures both kinds;
 // [Initial], [Min], [Max] and [Backoff] only an adaptive one ([NewAIMD]).
@@ -156,8 +166,9 @@ func Max(n int) Option {
 }
 
 // Backoff sets the factor by which an adaptive Limiter's limit is
-// multiplied on a failure of the dependency. Default 0.9. It panics unless
-// 0.5 <= f < 1; [NewFixed] panics if given it.
+// multiplied on a failure of the dependency, once a round trip. Default
+// 0.9. It panics unless 0.5 <= f < 1 (TCP halves its window: 0.5);
+// [NewFixed] panics if given it.
 func Backoff(f float64) Option {
 	if math.IsNaN(f) || f < 0.5 || f >= 1 {
 		panic(fmt.Sprintf("limit: Backoff(%v): f must be in [0.5, 1)", f))
@@ -177,21 +188,23 @@ func MaxWaiting(n int) Option {
 }
 
 // Acquire takes a slot for an attempt, waiting for one if the Limiter
-// lets it, until ctx is done. It returns nil, and then the attempt must
-// call [Limiter.Release] once it ends, or an error matching [ErrLimited].
-func (l *Limiter) Acquire(ctx context.Context) error {
+// lets it, until ctx is done. It returns a Ticket, and then the attempt
+// must call [Limiter.Release] with it once it ends, or an error matching
+// [ErrLimited].
+func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 	if l == nil {
-		return nil
+		return 0, nil
 	}
 	l.mu.Lock()
 	if float64(l.inFlight) < l.limit && len(l.queue) == 0 {
 		l.inFlight++
+		tk := Ticket(l.round + 1)
 		l.mu.Unlock()
-		return nil
+		return tk, nil
 	}
 	if len(l.queue) >= l.waiting || ctx.Err() != nil {
 		l.mu.Unlock()
-		return ErrLimited
+		return 0, ErrLimited
 	}
 	w := &waiter{ready: make(chan struct{})}
 	l.queue = append(l.queue, w)
@@ -199,49 +212,67 @@ func (l *Limiter) Acquire(ctx context.Context) error {
 
 	select {
 	case <-w.ready:
-		return nil
+		return Ticket(w.round + 1), nil
 	case <-ctx.Done():
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if w.granted { // granted as ctx ended: give the slot on
-		l.inFlight--
-		l.grant()
-	} else {
-		for i, q := range l.queue {
-			if q == w {
-				l.queue = append(l.queue[:i], l.queue[i+1:]...)
-				break
-			}
-		}
-	}
-	return ErrLimited
+	l.leave(w)
+	return 0, ErrLimited
 }
 
-// Release gives back the slot of an attempt that ended with err (nil on
-// success), which an adaptive Limiter learns from.
-func (l *Limiter) Release(err error) {
-	if l == nil {
+// leave takes w, whose context ended, out of the queue; a slot granted to
+// it meanwhile goes to the next waiter.
+func (l *Limiter) leave(w *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.granted {
+		l.inFlight--
+		l.grant()
+		return
+	}
+	for i, q := range l.queue {
+		if q == w {
+			l.queue = append(l.queue[:i], l.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// Release gives back the slot of an attempt admitted with tk that ended
+// with err (nil on success), which an adaptive Limiter learns from: a
+// failure decreases the limit if the attempt was sent since the last
+// decrease; a caller's cancellation, or an attempt not sent after all
+// ([resilience.ClassRejected]), teaches nothing. A zero tk does nothing.
+func (l *Limiter) Release(tk Ticket, err error) {
+	if l == nil || tk == 0 {
 		return
 	}
 	l.mu.Lock()
 	if l.adaptive {
-		switch c := resilience.Classify(err); {
-		case c.Failure():
-			l.limit = max(l.min, l.limit*l.backoff)
-			l.careful = 2 * l.limit
-		case c == resilience.ClassCanceled:
-		case float64(l.inFlight)*2 >= l.limit:
-			step := 1.0
-			if l.limit < l.careful {
-				step = 1 / l.limit
-			}
-			l.limit = min(l.max, l.limit+step)
-		}
+		l.learn(uint64(tk-1), resilience.Classify(err))
 	}
 	l.inFlight--
 	l.grant()
 	l.mu.Unlock()
+}
+
+// learn moves an adaptive limit by the class c of an attempt sent in
+// round; l.mu is held.
+func (l *Limiter) learn(round uint64, c resilience.Class) {
+	switch {
+	case c.Failure():
+		if round == l.round { // not yet decreased for: a new congestion
+			l.limit = max(l.min, l.limit*l.backoff)
+			l.careful = 2 * l.limit
+			l.round++
+		}
+	case c == resilience.ClassCanceled || c == resilience.ClassRejected:
+	case float64(l.inFlight)*2 >= l.limit:
+		step := 1.0
+		if l.limit < l.careful {
+			step = 1 / l.limit
+		}
+		l.limit = min(l.max, l.limit+step)
+	}
 }
 
 // grant hands free slots to the first waiters; l.mu is held.
@@ -251,6 +282,7 @@ func (l *Limiter) grant() {
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
 		w.granted = true
+		w.round = l.round
 		l.inFlight++
 		close(w.ready)
 	}
@@ -264,6 +296,16 @@ func (l *Limiter) Limit() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return int(min(l.limit, math.MaxInt/2))
+}
+
+// Waiting returns how many attempts wait for a slot.
+func (l *Limiter) Waiting() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queue)
 }
 
 // InFlight returns how many attempts hold a slot.

@@ -25,61 +25,83 @@ var errOverloaded = errors.New("503")
 
 func TestAIMDFallsOnFailuresAndClimbsWhenUsed(t *testing.T) {
 	l := limit.NewAIMD(limit.Initial(10), limit.Min(2), limit.Max(12))
-	ctx := t.Context()
 	for range 2 { // slow start: a full limit climbs by one an attempt
+		var tks []limit.Ticket
 		for range 10 {
-			require.NoError(t, l.Acquire(ctx))
+			tks = append(tks, acquire(t, l))
 		}
-		for range 10 {
-			l.Release(nil)
+		for _, tk := range tks {
+			l.Release(tk, nil)
 		}
 	}
 	assert.Equal(t, 12, l.Limit(), "10 + 10, up to Max")
 
-	for range 50 { // failures: 12 * 0.9^n, down to Min
-		require.NoError(t, l.Acquire(ctx))
-		l.Release(errOverloaded)
+	for range 50 { // failures one after the other: 12 * 0.9^n, down to Min
+		l.Release(acquire(t, l), errOverloaded)
 	}
 	assert.Equal(t, 2, l.Limit())
 
 	for range 3 { // after a failure, a full limit climbs by one over the limit an attempt
-		for range 2 {
-			require.NoError(t, l.Acquire(ctx))
-		}
-		l.Release(nil)
-		l.Release(nil)
+		a, b := acquire(t, l), acquire(t, l)
+		l.Release(a, nil)
+		l.Release(b, nil)
 	}
 	assert.Equal(t, 3, l.Limit(), "2 + 1/2 + 1/2.5 + ... is 3 after 6 attempts")
 
 	for range 100 { // one in flight of 3 is not using it: it stays
-		require.NoError(t, l.Acquire(ctx))
-		l.Release(nil)
+		l.Release(acquire(t, l), nil)
 	}
 	assert.Equal(t, 3, l.Limit())
 
 	for range 100 { // a full limit climbs to Max, no further
+		var tks []limit.Ticket
 		for range l.Limit() {
-			require.NoError(t, l.Acquire(ctx))
+			tks = append(tks, acquire(t, l))
 		}
-		for range l.InFlight() {
-			l.Release(nil)
+		for _, tk := range tks {
+			l.Release(tk, nil)
 		}
 	}
 	assert.Equal(t, 12, l.Limit())
 
 	for range 10 { // a caller's error or cancellation moves nothing down
-		require.NoError(t, l.Acquire(ctx))
-		l.Release(resilience.Permanent(errOverloaded))
-		require.NoError(t, l.Acquire(ctx))
-		l.Release(context.Canceled)
+		l.Release(acquire(t, l), resilience.Permanent(errOverloaded))
+		l.Release(acquire(t, l), context.Canceled)
 	}
 	assert.Equal(t, 12, l.Limit())
+}
+
+// acquire takes a slot that must be free.
+func acquire(t *testing.T, l *limit.Limiter) limit.Ticket {
+	t.Helper()
+	tk, err := l.Acquire(t.Context())
+	require.NoError(t, err)
+	require.NotZero(t, tk)
+	return tk
+}
+
+// TestABurstOfFailuresDecreasesOnce: 60 attempts sent together that all
+// time out are one congestion, as TCP counts the losses of one window:
+// the limit falls by one step, not sixty, and the next failure, of an
+// attempt sent after that step, takes another.
+func TestABurstOfFailuresDecreasesOnce(t *testing.T) {
+	l := limit.NewAIMD(limit.Initial(100), limit.Max(100))
+	var tks []limit.Ticket
+	for range 60 {
+		tks = append(tks, acquire(t, l))
+	}
+	for _, tk := range tks {
+		l.Release(tk, context.DeadlineExceeded)
+	}
+	assert.Equal(t, 90, l.Limit(), "one step of 0.9, not 100 * 0.9^60")
+	l.Release(acquire(t, l), context.DeadlineExceeded)
+	assert.Equal(t, 81, l.Limit(), "an attempt sent after the step is a new congestion")
 }
 
 func TestWaitersAreServedInOrderWithinTheirDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := limit.NewFixed(1, limit.MaxWaiting(3))
-		require.NoError(t, l.Acquire(t.Context()))
+		first := acquire(t, l)
 		var order []int
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -88,7 +110,7 @@ func TestWaitersAreServedInOrderWithinTheirDeadline(t *testing.T) {
 				time.Sleep(time.Duration(i) * time.Millisecond)
 				ctx, cancel := context.WithTimeout(t.Context(), time.Duration(100+i*100)*time.Millisecond)
 				defer cancel()
-				err := l.Acquire(ctx)
+				tk, err := l.Acquire(ctx)
 				mu.Lock()
 				if err == nil {
 					order = append(order, i)
@@ -99,14 +121,15 @@ func TestWaitersAreServedInOrderWithinTheirDeadline(t *testing.T) {
 				mu.Unlock()
 				if err == nil {
 					time.Sleep(120 * time.Millisecond)
-					l.Release(nil)
+					l.Release(tk, nil)
 				}
 			})
 		}
 		time.Sleep(10 * time.Millisecond)
-		assert.ErrorIs(t, l.Acquire(t.Context()), limit.ErrLimited, "a fourth waiter is refused at once")
+		_, err := l.Acquire(t.Context())
+		assert.ErrorIs(t, err, limit.ErrLimited, "a fourth waiter is refused at once")
 		time.Sleep(140 * time.Millisecond) // waiter 0's deadline at 100 ms has passed
-		l.Release(nil)
+		l.Release(first, nil)
 		wg.Wait()
 		assert.Equal(t, []int{0, 1, 2}[1:], order[1:], "1 then 2, in order")
 		assert.Equal(t, 0, order[0], "waiter 0 gave up at its deadline")
@@ -124,7 +147,7 @@ func TestNoSlotIsLostUnderContention(t *testing.T) {
 		wg.Go(func() {
 			for j := range 200 {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration((i+j)%5)*50*time.Microsecond)
-				if l.Acquire(ctx) == nil {
+				if tk, err := l.Acquire(ctx); err == nil {
 					n := inFlight.Add(1)
 					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 					}
@@ -133,7 +156,7 @@ func TestNoSlotIsLostUnderContention(t *testing.T) {
 					if j%7 == 0 {
 						err = errOverloaded
 					}
-					l.Release(err)
+					l.Release(tk, err)
 				}
 				cancel()
 			}
@@ -146,8 +169,9 @@ func TestNoSlotIsLostUnderContention(t *testing.T) {
 
 func TestNilLimiterAdmitsEverything(t *testing.T) {
 	var l *limit.Limiter
-	assert.NoError(t, l.Acquire(t.Context()))
-	l.Release(nil)
+	tk, err := l.Acquire(t.Context())
+	assert.NoError(t, err)
+	l.Release(tk, nil)
 	assert.Equal(t, math.MaxInt, l.Limit())
 }
 
@@ -155,8 +179,8 @@ func TestLimiterCostsNoAllocation(t *testing.T) {
 	l := limit.NewAIMD()
 	ctx := context.Background()
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		_ = l.Acquire(ctx)
-		l.Release(nil)
+		tk, _ := l.Acquire(ctx)
+		l.Release(tk, nil)
 	}))
 }
 
@@ -204,8 +228,8 @@ func BenchmarkLimiter(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if l.Acquire(ctx) == nil {
-				l.Release(nil)
+			if tk, err := l.Acquire(ctx); err == nil {
+				l.Release(tk, nil)
 			}
 		}
 	})

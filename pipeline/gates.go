@@ -15,18 +15,25 @@ import (
 // WaitWhenOpen. New puts the configured ones in config.gates, in stage
 // order; an attempt passes them all before it is sent.
 type gate interface {
-	// acquire admits an attempt, or refuses it with an error of class
-	// [resilience.ClassRejected]. held reports whether the attempt took
-	// something that release must give back. waited says whether the
-	// attempt's call waited for the breaker.
-	acquire(ctx context.Context, waited bool) (held bool, err error)
+	// acquire admits an attempt, with a ticket for release (0 if it holds
+	// nothing to give back), or refuses it with an error of class
+	// [resilience.ClassRejected]. waited says whether the attempt's call
+	// waited for the breaker.
+	acquire(ctx context.Context, waited bool) (ticket uint64, err error)
 	// release gives back what acquire took, with the attempt's outcome:
 	// nil, its error, or context.Canceled for an attempt that was not
 	// sent or was abandoned, which teaches nothing.
-	release(outcome error)
+	release(ticket uint64, outcome error)
 	// refusal is the kind of event that reports a refusal.
 	refusal() resilience.EventKind
 }
+
+// maxGates is the most gates a pipeline has: an attempt keeps their
+// tickets in an array of this size, on its stack.
+const maxGates = 4
+
+// tickets are an attempt's tickets, one a gate, in the order of the gates.
+type tickets [maxGates]uint64
 
 // buildGates returns the gates that c configures, in stage order.
 func (c *config) buildGates() []gate {
@@ -38,34 +45,37 @@ func (c *config) buildGates() []gate {
 		gs = append(gs, limitGate{c.limit})
 	}
 	if c.waitOpen && c.breaker != nil {
-		c.pacer = &pacer{limit: limit.NewAIMD(limit.MaxWaiting(math.MaxInt))}
+		// Halving once a round trip, as TCP does, sheds a backlog that
+		// overshoots a dependency coming back within a few round trips.
+		c.pacer = &pacer{limit: limit.NewAIMD(limit.MaxWaiting(math.MaxInt), limit.Backoff(0.5))}
 		gs = append(gs, c.pacer)
+	}
+	if len(gs) > maxGates {
+		panic("pipeline: more gates than maxGates")
 	}
 	return gs
 }
 
-// acquire passes an attempt through gs: nil with the gates it holds (a bit
-// each, in the order of gs: 32 at most), or
-// the first refusal, with its kind, after giving back what it held.
-func acquire(ctx context.Context, gs []gate, waited bool) (held uint32, kind resilience.EventKind, err error) {
+// acquire passes an attempt through gs: nil with their tickets, or the
+// first refusal, with its kind, after giving back what it held.
+func acquire(ctx context.Context, gs []gate, waited bool) (held tickets, kind resilience.EventKind, err error) {
 	for i, g := range gs {
-		h, err := g.acquire(ctx, waited)
+		tk, err := g.acquire(ctx, waited)
 		if err != nil {
 			release(gs, held, context.Canceled) // not sent: nothing learned
-			return 0, g.refusal(), err
+			return tickets{}, g.refusal(), err
 		}
-		if h {
-			held |= 1 << i
-		}
+		held[i] = tk
 	}
 	return held, 0, nil
 }
 
-// release gives back the gates of gs that held marks, innermost first.
-func release(gs []gate, held uint32, outcome error) {
+// release gives back the gates of gs that held tickets for, innermost
+// first.
+func release(gs []gate, held tickets, outcome error) {
 	for i := len(gs) - 1; i >= 0; i-- {
-		if held&(1<<i) != 0 {
-			gs[i].release(outcome)
+		if held[i] != 0 {
+			gs[i].release(held[i], outcome)
 		}
 	}
 }
@@ -73,33 +83,42 @@ func release(gs []gate, held uint32, outcome error) {
 // throttleGate is the client-side throttle (WithThrottle).
 type throttleGate struct{ t *throttle.Throttle }
 
-func (g throttleGate) acquire(context.Context, bool) (bool, error) { return true, g.t.Admit() }
-func (g throttleGate) release(outcome error)                       { g.t.Done(outcome) }
-func (throttleGate) refusal() resilience.EventKind                 { return resilience.EventThrottled }
+func (g throttleGate) acquire(context.Context, bool) (uint64, error) {
+	tk, err := g.t.Admit()
+	return uint64(tk), err
+}
+
+func (g throttleGate) release(tk uint64, outcome error) { g.t.Done(throttle.Ticket(tk), outcome) }
+func (throttleGate) refusal() resilience.EventKind      { return resilience.EventThrottled }
 
 // limitGate is the concurrency limit (WithLimit).
 type limitGate struct{ l *limit.Limiter }
 
-func (g limitGate) acquire(ctx context.Context, _ bool) (bool, error) { return true, g.l.Acquire(ctx) }
-func (g limitGate) release(outcome error)                             { g.l.Release(outcome) }
-func (limitGate) refusal() resilience.EventKind                       { return resilience.EventLimited }
+func (g limitGate) acquire(ctx context.Context, _ bool) (uint64, error) {
+	tk, err := g.l.Acquire(ctx)
+	return uint64(tk), err
+}
+
+func (g limitGate) release(tk uint64, outcome error) { g.l.Release(limit.Ticket(tk), outcome) }
+func (limitGate) refusal() resilience.EventKind      { return resilience.EventLimited }
 
 // pacer paces the backlog of calls that waited for the breaker
-// (WaitWhenOpen): while any of them is not over, every attempt goes
-// through an adaptive limit of the pipeline's own, so that the backlog,
-// and what comes with it, goes no faster than the dependency answers.
-// With nothing waiting, it admits at once and holds nothing.
+// (WaitWhenOpen): while any call that waited is not over, every attempt
+// goes through an adaptive limit of the pipeline's own, so that the
+// backlog, and what comes with it, goes no faster than the dependency
+// answers. With nothing waiting, it admits at once and holds nothing.
 type pacer struct {
 	limit   *limit.Limiter
 	backlog atomic.Int64 // calls that waited, not yet over
 }
 
-func (p *pacer) acquire(ctx context.Context, waited bool) (bool, error) {
+func (p *pacer) acquire(ctx context.Context, waited bool) (uint64, error) {
 	if !waited && p.backlog.Load() == 0 {
-		return false, nil
+		return 0, nil
 	}
-	return true, p.limit.Acquire(ctx)
+	tk, err := p.limit.Acquire(ctx)
+	return uint64(tk), err
 }
 
-func (p *pacer) release(outcome error)       { p.limit.Release(outcome) }
-func (*pacer) refusal() resilience.EventKind { return resilience.EventLimited }
+func (p *pacer) release(tk uint64, outcome error) { p.limit.Release(limit.Ticket(tk), outcome) }
+func (*pacer) refusal() resilience.EventKind      { return resilience.EventLimited }

@@ -117,9 +117,11 @@ func WithLimit(l *limit.Limiter) Option {
 // up to h's limit, and returns the first success, canceling the others
 // (see [Discard] for what becomes of their results). Only calls that may
 // be repeated are hedged: not a [SingleAttempt] call. The operation must
-// be safe to run concurrently with itself. Each hedge takes a retry from
-// the retry policy's quota, if any, and none is sent once the breaker has
-// opened or an attempt failed with an error that is not retried. A hedged
+// be safe to run concurrently with itself. Hedges have a budget of their
+// own (hedge.MaxShare, 10% of the calls by default), apart from the retry
+// quota, which they do not draw on, so that hedging cannot starve
+// retries; none is sent once the breaker has opened or an attempt failed
+// with an error that is not retried. A hedged
 // group of attempts counts as one attempt of the retry stage; each is
 // reported as [resilience.EventHedged]. Default none; nil means none.
 func WithHedging(h *hedge.Policy) Option {

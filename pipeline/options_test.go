@@ -97,10 +97,11 @@ func TestEachOptionAloneRunsItsStage(t *testing.T) {
 				calls, err := run(false)
 				require.NoError(t, err)
 				assert.EqualValues(t, 1, calls)
-				require.NoError(t, l.Acquire(t.Context()))
+				tk, err := l.Acquire(t.Context())
+				require.NoError(t, err)
 				_, err = run(false)
 				require.ErrorIs(t, err, limit.ErrLimited, "the full limit refused the attempt")
-				l.Release(nil)
+				l.Release(tk, nil)
 			}
 		}},
 	}

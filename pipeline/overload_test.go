@@ -137,8 +137,8 @@ func TestHedgingStops(t *testing.T) {
 	}{
 		{"a single-attempt call is not hedged", nil, []pipeline.CallOption{pipeline.SingleAttempt()}, slow(errOverloaded), 1, errOverloaded},
 		{"an answer not to retry stops the hedges", nil, nil, slow(resilience.Terminal(errOverloaded)), 2, errOverloaded},
-		{"a spent quota sends no hedge", []pipeline.Option{pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1),
-			retrypolicy.WithQuota(retrypolicy.NewQuota(0, 0, time.Second))))}, nil, slow(resilience.Terminal(errOverloaded)), 1, errOverloaded},
+		{"a spent retry quota does not stop hedges, which have a budget of their own", []pipeline.Option{pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1),
+			retrypolicy.WithQuota(retrypolicy.NewQuota(0, 0, time.Second))))}, nil, slow(resilience.Terminal(errOverloaded)), 2, errOverloaded},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,6 +152,31 @@ func TestHedgingStops(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestSpentHedgeBudgetSendsNoHedge: hedges are at most hedge.MaxShare of
+// the calls, plus one, over 10 s.
+func TestSpentHedgeBudgetSendsNoHedge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hedges atomic.Int64
+		p := pipeline.New(pipeline.WithHedging(hedge.New(hedge.Delay(time.Millisecond), hedge.MaxShare(0.1))),
+			pipeline.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+				if e.Kind == resilience.EventHedged {
+					hedges.Add(1)
+				}
+			})))
+		for range 100 { // every call slow enough to be hedged
+			_, _ = pipeline.Do(t.Context(), p, func(ctx context.Context) (int, error) {
+				select {
+				case <-time.After(5 * time.Millisecond):
+					return 1, nil
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+			})
+		}
+		assert.EqualValues(t, 11, hedges.Load(), "10% of 100 calls, plus one")
+	})
 }
 
 func TestOpenBreakerStopsHedging(t *testing.T) {

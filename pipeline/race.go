@@ -37,6 +37,7 @@ type outcome[T any] struct {
 
 func newRace[T any](c *call[T]) *race[T] {
 	extra := c.p.cfg.hedge.Extra()
+	c.p.cfg.hedge.Called()
 	return &race[T]{c: *c, extra: extra, results: make(chan outcome[T], extra+1), first: make(chan struct{})}
 }
 
@@ -102,11 +103,11 @@ func (r *race[T]) launch(ctx context.Context, hedge bool) {
 }
 
 // hedge sends a hedge, unless the race has sent all it may, the call is
-// over, the breaker has opened or the retry quota is spent; it reports
-// whether it did.
+// over, the breaker has opened or the hedging policy's budget is spent;
+// it reports whether it did.
 func (r *race[T]) hedge(ctx context.Context, delay time.Duration) bool {
 	c := &r.c
-	if r.sent > r.extra || ctx.Err() != nil || c.b.Check() != nil || !c.p.cfg.retry.Quota().Take() {
+	if r.sent > r.extra || ctx.Err() != nil || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
 		return false
 	}
 	r.launch(ctx, true)

@@ -225,7 +225,7 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, sent func()) (res T, 
 
 // sent runs an admitted attempt, with its span if the call is traced, and
 // gives its outcome to the gates, the tracer and the hedging policy.
-func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held uint32) (res T, err error) {
+func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held tickets) (res T, err error) {
 	var end func(error)
 	if c.s != nil && c.s.trace != nil {
 		ctx, end = c.s.trace.StartAttempt(ctx, info)
@@ -245,7 +245,10 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ui
 	}()
 	res, err = c.timeout(ctx)
 	returned = true
-	if err == nil && !start.IsZero() {
+	if !start.IsZero() {
+		// Every attempt's latency, a loser's too: cut short by the
+		// winner, it is a lower bound, and without it the slow tail
+		// that hedging cuts would be left out of the quantile.
 		c.p.cfg.hedge.Observe(time.Since(start))
 	}
 	return res, err

@@ -97,38 +97,46 @@ func Window(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.window = d })
 }
 
-// Admit decides whether an attempt may be sent: nil, or [ErrThrottled]
-// after counting it as a request that was not accepted. An admitted
-// attempt must be reported with [Throttle.Done]. A nil *Throttle admits
-// every attempt.
-func (t *Throttle) Admit() error {
+// Ticket is what [Throttle.Admit] gives an attempt it admits, to hand
+// back to [Throttle.Done]: the bucket of time the attempt was counted in.
+// Its value means nothing else.
+type Ticket uint64
+
+// Admit decides whether an attempt may be sent. An admitted attempt is
+// counted as a request now, as it is sent (so the throttle sees the load
+// as it goes out, not an attempt's duration later), and must be reported
+// with [Throttle.Done] and the Ticket. A refused one gets [ErrThrottled],
+// counted as a request that was not accepted. A nil *Throttle admits every
+// attempt.
+func (t *Throttle) Admit() (Ticket, error) {
 	if t == nil {
-		return nil
+		return 0, nil
 	}
 	if p := t.RejectProbability(); p > 0 && rand.Float64() < p {
 		t.requests.Add(t.clock.Epoch()) // the clock was just read
-		return ErrThrottled
+		return 0, ErrThrottled
 	}
-	return nil
+	return Ticket(t.clock.Tick(&t.requests)) + 1, nil
 }
 
-// Done reports the end of an admitted attempt with its error: accepted by
-// the dependency unless the error is a failure of it ([resilience.Class]
-// Failure: an overload, a 503, a timeout). An attempt the caller canceled
-// is not counted at all.
-func (t *Throttle) Done(err error) {
-	if t == nil {
+// Done reports the end of an attempt that [Throttle.Admit] admitted with
+// tk, with its error: accepted by the dependency unless the error is a
+// failure of it ([resilience.Class] Failure: an overload, a 503, a
+// timeout). An attempt that the caller canceled, or that was not sent
+// after all (an error of class [resilience.ClassRejected] or
+// [resilience.ClassCanceled]), is taken back, as if never made.
+func (t *Throttle) Done(tk Ticket, err error) {
+	if t == nil || tk == 0 {
 		return
 	}
 	c := resilience.Classify(err)
 	switch {
 	case c == resilience.ClassCanceled || c == resilience.ClassRejected:
-		return
+		t.requests.Remove(int64(tk - 1))
 	case !c.Failure():
 		t.accept.Add(t.clock.Epoch())
-		t.clock.Tick(&t.requests)
 	default: // rare while all is well, and what moves the probability: on time
-		t.requests.Add(t.clock.Now(&t.requests))
+		t.clock.Now(&t.requests)
 	}
 }
 

@@ -30,15 +30,18 @@ func TestRejectProbabilityFollowsTheFormula(t *testing.T) {
 		t.Run(fmt.Sprintf("%d/%d K=%v", tt.accepts, tt.requests, tt.k), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				th := throttle.New(throttle.K(tt.k), throttle.Window(time.Second))
+				accepts := 0 // those the throttle let through that succeeded
 				for i := range tt.requests {
-					var err error
-					if i >= tt.accepts {
-						err = errOverloaded
+					tk, err := th.Admit() // a refusal is a request not accepted
+					if err == nil && i < tt.accepts {
+						accepts++
+						th.Done(tk, nil)
+					} else if err == nil {
+						th.Done(tk, errOverloaded)
 					}
-					th.Done(err)
 					time.Sleep(time.Second / 2000)
 				}
-				want := max(0, (float64(tt.requests)-tt.k*float64(tt.accepts))/float64(tt.requests+1))
+				want := max(0, (float64(tt.requests)-tt.k*float64(accepts))/float64(tt.requests+1))
 				assert.InDelta(t, want, th.RejectProbability(), 1e-9)
 			})
 		})
@@ -51,27 +54,76 @@ func TestThrottleForgetsOutsideItsWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := throttle.New(throttle.Window(time.Second))
 		for range 1000 {
-			th.Done(errOverloaded)
+			if tk, err := th.Admit(); err == nil {
+				th.Done(tk, errOverloaded)
+			}
 		}
 		assert.Greater(t, th.RejectProbability(), 0.99)
 		time.Sleep(1100 * time.Millisecond)
 		assert.Zero(t, th.RejectProbability())
 		for range 100 {
-			assert.NoError(t, th.Admit())
-			th.Done(nil)
+			tk, err := th.Admit()
+			assert.NoError(t, err)
+			th.Done(tk, nil)
 		}
 	})
 }
 
+// TestCanceledAndRejectedAttemptsAreNotCounted: an attempt the caller
+// canceled, or one not sent after all, is taken back: it is neither a
+// request (which would throttle) nor an accept (which would hide an
+// overload).
 func TestCanceledAndRejectedAttemptsAreNotCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := throttle.New()
+		send := func(n int, err error) {
+			for range n {
+				tk, aerr := th.Admit()
+				if assert.NoError(t, aerr) {
+					th.Done(tk, err)
+				}
+			}
+		}
+		send(20, nil)
+		for range 50 {
+			send(1, resilience.Rejected(errOverloaded))
+			send(1, fmt.Errorf("gone: %w", context.Canceled))
+		}
+		assert.Zero(t, th.RejectProbability(), "20 requests, 20 accepted")
+		send(30, resilience.Permanent(errOverloaded)) // a 400 is an answer: accepted
+		assert.Zero(t, th.RejectProbability())
+		for range 50 {
+			if tk, err := th.Admit(); err == nil {
+				th.Done(tk, errOverloaded)
+			} // a refusal is a request not accepted too
+		}
+		// 100 requests, 50 accepted: (100 - 2*50)/101 is 0; had the
+		// canceled or refused counted as requests, or as accepts, it
+		// would differ.
+		assert.Zero(t, th.RejectProbability())
+		if tk, err := th.Admit(); err == nil {
+			th.Done(tk, errOverloaded)
+		}
+		assert.InDelta(t, 1.0/102, th.RejectProbability(), 1e-9)
+	})
+}
+
+// TestRequestsCountAsTheyAreSent: attempts still in flight count, so that
+// the throttle sees a burst as it goes out, not an attempt's duration
+// later.
+func TestRequestsCountAsTheyAreSent(t *testing.T) {
 	th := throttle.New()
+	var tickets []throttle.Ticket
 	for range 100 {
-		th.Done(resilience.Rejected(errOverloaded))
-		th.Done(fmt.Errorf("gone: %w", context.Canceled))
+		tk, err := th.Admit()
+		if err == nil {
+			tickets = append(tickets, tk)
+		}
 	}
-	assert.Zero(t, th.RejectProbability())
-	th.Done(resilience.Permanent(errOverloaded)) // a 400 is an answer: accepted
-	assert.Zero(t, th.RejectProbability())
+	assert.Greater(t, th.RejectProbability(), 0.9, "100 requests out, none accepted yet")
+	for _, tk := range tickets {
+		th.Done(tk, nil)
+	}
 }
 
 func TestThrottleUnderManyGoroutines(t *testing.T) {
@@ -83,7 +135,7 @@ func TestThrottleUnderManyGoroutines(t *testing.T) {
 		for range 50 {
 			wg.Go(func() {
 				for range 200 {
-					err := th.Admit()
+					tk, err := th.Admit()
 					mu.Lock()
 					if err != nil {
 						assert.ErrorIs(t, err, throttle.ErrThrottled)
@@ -94,7 +146,7 @@ func TestThrottleUnderManyGoroutines(t *testing.T) {
 					}
 					mu.Unlock()
 					if err == nil {
-						th.Done(errOverloaded)
+						th.Done(tk, errOverloaded)
 					}
 					time.Sleep(time.Millisecond)
 				}
@@ -109,16 +161,17 @@ func TestThrottleUnderManyGoroutines(t *testing.T) {
 
 func TestNilThrottleAdmitsEverything(t *testing.T) {
 	var th *throttle.Throttle
-	assert.NoError(t, th.Admit())
-	th.Done(errOverloaded)
+	tk, err := th.Admit()
+	assert.NoError(t, err)
+	th.Done(tk, errOverloaded)
 	assert.Zero(t, th.RejectProbability())
 }
 
 func TestThrottleCostsNoAllocation(t *testing.T) {
 	th := throttle.New()
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		_ = th.Admit()
-		th.Done(nil)
+		tk, _ := th.Admit()
+		th.Done(tk, nil)
 	}))
 }
 
@@ -136,8 +189,8 @@ func BenchmarkThrottle(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if th.Admit() == nil {
-				th.Done(nil)
+			if tk, err := th.Admit(); err == nil {
+				th.Done(tk, nil)
 			}
 		}
 	})

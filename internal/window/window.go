@@ -103,6 +103,22 @@ func (r *Ring) AddIf(e int64, ok func(before uint64) bool) bool {
 	}
 }
 
+// Remove takes back one event counted in bucket e, if the ring still
+// counts that bucket and the event in it: an event of a bucket that has
+// left the window is gone already.
+func (r *Ring) Remove(e int64) {
+	slot := &r[e%Buckets]
+	for {
+		old := slot.Load()
+		if age(old, e) != 0 || old>>countBits != uint64(e)&tagMask || old&countMask == 0 {
+			return
+		}
+		if slot.CompareAndSwap(old, old-1) {
+			return
+		}
+	}
+}
+
 // At returns the count of bucket e.
 func (r *Ring) At(e int64) uint64 {
 	if w := r[e%Buckets].Load(); age(w, e) == 0 {
@@ -127,11 +143,14 @@ func (r *Ring) Sum(e int64) uint64 {
 func (c *Clock) Epoch() int64 { return c.epoch.Load() }
 
 // Tick counts one event in r, the ring of the events that set how often
-// the clock is read, and reads the clock when it is due.
-func (c *Clock) Tick(r *Ring) {
-	if r.Add(c.epoch.Load())%uint64(c.every.Load()) == 0 {
+// the clock is read, and reads the clock when it is due. It returns the
+// bucket it counted the event in.
+func (c *Clock) Tick(r *Ring) int64 {
+	e := c.epoch.Load()
+	if r.Add(e)%uint64(c.every.Load()) == 0 {
 		c.Now(r)
 	}
+	return e
 }
 
 // Now reads the clock and returns the current bucket. It also sets how
