@@ -7,7 +7,13 @@
 // are transient: retried, with a Retry-After header honoured up to the
 // retry's MaxDelay and the budget. Other 4xx statuses are the caller's fault
 // and 500, 501 and other 5xx are failures that a retry will not fix: neither
-// is retried ([ClassifyStatus] changes the class of a status). Only
+// is retried ([ClassifyStatus] changes the class of a status). An error
+// that the client made itself, before or after the exchange (a URL with
+// an unsupported scheme or no host, an invalid header, a request body of
+// the caller's that fails to read, a server certificate it does not trust,
+// a response header over its limit), is neither retried nor counted by the
+// breaker: its class is resilience.ClassRejected, as is the [Client]'s own
+// encoding error. Only
 // idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE, and those added by
 // [RetryMethods]) are retried, and others such as POST or PATCH only when
 // they carry an Idempotency-Key header, sent unchanged on every attempt;
@@ -38,6 +44,7 @@ package httpclient
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -473,6 +480,7 @@ type attempt struct {
 	hasBody    bool
 	rewindable bool
 	tooLong    bool
+	buffered   bool // getBody gives copies of our own, which cannot fail
 	getBody    func() (io.ReadCloser, error)
 	max        int // the most attempts there will be
 
@@ -516,10 +524,11 @@ func (a *attempt) bufferBody(retryable bool) error {
 		r.Body.Close()
 		// The caller's reader failed: nothing was sent, and the dependency
 		// is not at fault.
-		return resilience.Permanent(fmt.Errorf("httpclient: read request body: %w", err))
+		return resilience.Rejected(fmt.Errorf("httpclient: read request body: %w", err))
 	}
 	if int64(len(head)) <= a.cfg.maxBuffered {
 		a.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(head)), nil }
+		a.buffered = true
 		return nil
 	}
 	a.rewindable, a.tooLong = false, true
@@ -551,9 +560,13 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if a.hasBody {
 		body, err := a.getBody()
 		if err != nil {
-			return nil, resilience.Permanent(fmt.Errorf("httpclient: rewind request body: %w", err))
+			return nil, resilience.Rejected(fmt.Errorf("httpclient: rewind request body: %w", err))
 		}
-		r.Body = body
+		if a.buffered {
+			r.Body = body
+		} else {
+			r.Body = callerBody{body} // its read errors are the caller's
+		}
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
@@ -586,16 +599,84 @@ func drain(ctx context.Context, body io.ReadCloser) {
 	body.Close()
 }
 
-// classify marks transport errors that a retry will not fix.
+// classify marks the errors of an attempt that the dependency did not
+// cause as [resilience.ClassRejected]: neither retried (the same request
+// fails the same way) nor counted by a breaker. They are made by the
+// client before or after the exchange: a request that net/http refuses to
+// send (a URL without a host or with a scheme it does not speak, an invalid
+// method or header, a body shorter than its ContentLength), a body of the
+// caller's that fails to read, a server certificate that the client does
+// not trust (TLS verification), a response header over the client's
+// MaxResponseHeaderBytes, an https URL for a server that speaks plain
+// HTTP. Every other error, a connection refused or reset, a timeout, is
+// left transient.
 func classify(err error) error {
-	var unknownAuthority x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	if errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalid) {
-		return resilience.Terminal(err)
+	if localError(err) {
+		return resilience.Rejected(err)
 	}
 	return err
 }
+
+// netHTTPLocal are parts of the messages of the errors that net/http
+// makes on the client's side without the server's doing; net/http gives
+// no type for them.
+var netHTTPLocal = []string{
+	"unsupported protocol scheme",
+	"http: no Host in request URL",
+	"http: nil Request.URL",
+	"http: nil Request.Header",
+	"net/http: invalid method",
+	"net/http: invalid header ",
+	"net/http: invalid trailer ",
+	"net/http: server response headers exceeded",
+	"http: ContentLength=",
+}
+
+// localError reports whether err, an attempt's error from the base
+// RoundTripper, was made by the client without the dependency's doing.
+func localError(err error) bool {
+	var (
+		verify           *tls.CertificateVerificationError
+		unknownAuthority x509.UnknownAuthorityError
+		hostname         x509.HostnameError
+		invalid          x509.CertificateInvalidError
+		body             *bodyError
+		record           tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &body), errors.As(err, &verify), errors.As(err, &unknownAuthority),
+		errors.As(err, &hostname), errors.As(err, &invalid), errors.Is(err, http.ErrSchemeMismatch):
+		return true
+	case errors.As(err, &record) && string(record.RecordHeader[:]) == "HTTP/":
+		return true // an https URL for a server that speaks plain HTTP, as http.Client says
+	}
+	msg := err.Error()
+	for _, m := range netHTTPLocal {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// callerBody is a request body of the caller's: its read errors are the
+// caller's, which net/http returns as they are.
+type callerBody struct{ io.ReadCloser }
+
+func (b callerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = &bodyError{err: err}
+	}
+	return n, err
+}
+
+// bodyError is the error of a caller's request body that failed to read.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string                     { return "httpclient: read request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error                     { return e.err }
+func (e *bodyError) ResilienceClass() resilience.Class { return resilience.ClassRejected }
 
 // class returns the class of an answer's status; one outside 100 to 599,
 // which a server should not send, is a success below 400, permanent below

@@ -187,7 +187,7 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	l.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
 	if err != nil && ctx.Err() != nil {
 		err = c.p.outOfTime(ctx, 1, err)
-	} else if err != nil && c.opts.single && c.p.cfg.retry != nil && resilience.Classify(err).Retryable() {
+	} else if err != nil && c.p.cfg.retry != nil && (c.opts.single && resilience.Classify(err).Retryable() || resilience.IsUnrepeatable(err)) {
 		l.Emit(resilience.Event{Kind: resilience.EventNotRetried, Attempt: 1, Err: err})
 	}
 	return res, err

@@ -37,7 +37,9 @@ const (
 	EventSharedStateRestored
 	// EventNotRetried: a call made to have a single attempt (a write
 	// without an idempotency key, or a body that could not be kept) failed
-	// with Err, an error that would otherwise have been retried.
+	// with Err, an error that would otherwise have been retried; or an
+	// attempt failed with an error marked [Unrepeatable] (a stream past its
+	// replay buffer), which the retry stage gives up on.
 	EventNotRetried
 	// EventStoreFailed: a store of shared state (such as idempotency
 	// records) failed; Err says how. The request got an error or went on

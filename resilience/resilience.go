@@ -15,10 +15,15 @@
 //     retried but counts as a breaker failure. Mark one with [Terminal].
 //   - [ClassCanceled]: the caller gave up ([context.Canceled]). It is neither
 //     retried nor counted.
-//   - [ClassRejected]: a stage on the caller's side refused the attempt
-//     before it reached the dependency, to shed load (a client-side
-//     throttle, a full concurrency limit). It is neither retried nor
-//     counted by a breaker: the dependency never saw it.
+//   - [ClassRejected]: the attempt failed on the caller's side, and the
+//     dependency did not cause it: a stage refused it to shed load (a
+//     client-side throttle, a full concurrency limit), or the client itself
+//     could not send the request or take the answer (a bad URL or
+//     unsupported scheme, a certificate it does not trust, a message over
+//     its size limit, its own encoding error). It is neither retried (the
+//     same request fails the same way) nor counted by a breaker, either
+//     way: it is no evidence of the dependency's health. Mark one with
+//     [Rejected].
 //
 // The package also names the states of a circuit breaker ([State]), which
 // events report.
@@ -55,8 +60,10 @@ const (
 	ClassTerminal
 	// ClassCanceled is neither retried nor counted by a breaker.
 	ClassCanceled
-	// ClassRejected is an attempt refused on the caller's side to shed
-	// load; it is neither retried nor counted by a breaker.
+	// ClassRejected is an attempt that failed on the caller's side,
+	// through no fault of the dependency: refused to shed load, or an
+	// error the client made before or after the exchange. It is neither
+	// retried nor counted by a breaker.
 	ClassRejected
 )
 
@@ -155,9 +162,11 @@ func Permanent(err error) error {
 	return &classError{err: err, class: ClassPermanent}
 }
 
-// Rejected marks err as [ClassRejected]: refused on the caller's side to
-// shed load, not retried, not a breaker failure. It returns nil for a nil
-// err. The message is err's own.
+// Rejected marks err as [ClassRejected]: an error of the caller's side
+// that the dependency did not cause (a refusal to shed load, or the
+// client's own error before or after the exchange), neither retried nor
+// counted by a breaker, as a failure or as a success. It returns nil for a
+// nil err. The message is err's own.
 func Rejected(err error) error {
 	if err == nil {
 		return nil
@@ -172,6 +181,29 @@ func Terminal(err error) error {
 		return nil
 	}
 	return &classError{err: err, class: ClassTerminal}
+}
+
+// unrepeatable is a failure that retrying might fix but that the
+// operation cannot repeat.
+type unrepeatable struct{ classError }
+
+// Unrepeatable marks err, a failure that a retry might have fixed, as one
+// the operation cannot repeat, such as a stream whose messages outgrew the
+// buffer that would replay them: [ClassTerminal] (not retried, a breaker
+// failure), and reported by the retry stage as [EventNotRetried], so that
+// a retry left out is never silent. It returns nil for a nil err. The
+// message is err's own.
+func Unrepeatable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unrepeatable{classError{err: err, class: ClassTerminal}}
+}
+
+// IsUnrepeatable reports whether err was marked with [Unrepeatable].
+func IsUnrepeatable(err error) bool {
+	_, ok := find[*unrepeatable](err)
+	return ok
 }
 
 // IsPermanent reports whether err is the caller's fault: its class is

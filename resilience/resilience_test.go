@@ -105,3 +105,11 @@ func ExampleClassify() {
 	// charge: card declined: permanent, retry false, breaker failure false
 	// context canceled: canceled, retry false, breaker failure false
 }
+
+func TestUnrepeatable(t *testing.T) {
+	err := resilience.Unrepeatable(errors.New("stream past its replay buffer"))
+	assert.Equal(t, resilience.ClassTerminal, resilience.Classify(err))
+	assert.True(t, resilience.IsUnrepeatable(fmt.Errorf("call: %w", err)))
+	assert.False(t, resilience.IsUnrepeatable(resilience.Terminal(errors.New("500"))))
+	assert.Nil(t, resilience.Unrepeatable(nil))
+}

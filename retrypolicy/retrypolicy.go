@@ -252,6 +252,8 @@ func (c *config) giveUp(attempt int, reason, last error) error {
 			kind = resilience.EventQuotaExhausted
 		case errors.Is(reason, context.DeadlineExceeded):
 			kind = resilience.EventTimeBudgetExceeded
+		case reason == ErrNotRetryable && resilience.IsUnrepeatable(last):
+			kind = resilience.EventNotRetried
 		}
 		if kind != 0 {
 			c.listener.Emit(resilience.Event{Kind: kind, Attempt: attempt, Err: last})

@@ -282,3 +282,20 @@ func onRetry(fn func(attempt int, err error, delay time.Duration)) resilience.Li
 		}
 	})
 }
+
+// TestUnrepeatableErrorIsNotRetriedAndSaysSo: an error the operation
+// cannot repeat ends the loop at once, as a failure, and the listener
+// hears that a retry was left out.
+func TestUnrepeatableErrorIsNotRetriedAndSaysSo(t *testing.T) {
+	var kinds []resilience.EventKind
+	p := retrypolicy.New(retrypolicy.BaseDelay(0), retrypolicy.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+		kinds = append(kinds, e.Kind)
+	})))
+	var calls atomic.Int64
+	_, err := retrypolicy.Do(t.Context(), p, failing(&calls, resilience.Unrepeatable(errBlip)))
+	require.ErrorIs(t, err, retrypolicy.ErrNotRetryable)
+	require.ErrorIs(t, err, errBlip)
+	assert.EqualValues(t, 1, calls.Load())
+	assert.Equal(t, resilience.ClassTerminal, resilience.Classify(err))
+	assert.Equal(t, []resilience.EventKind{resilience.EventAttempt, resilience.EventNotRetried}, kinds)
+}

@@ -3,10 +3,12 @@ package grpcclient
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/grpc/grpcsignal"
@@ -52,12 +54,16 @@ func (e *attemptError) ResilienceClass() resilience.Class { return e.class }
 // trailer, marked with its class: that of its status code, made terminal
 // by a pushback that forbids a retry, and with a pushback's delay as a
 // retry-after hint; ABORTED (permanent by default) is transient with a
-// pushback that allows a retry. An error without a status is left to
-// resilience.Classify.
-func (c *config) classify(err error, trailer metadata.MD) error {
+// pushback that allows a retry; rejected for an error that the dependency
+// did not cause ([localStatus]). req is the attempt's request message, nil
+// for a stream. An error without a status is left to resilience.Classify.
+func (c *config) classify(err error, trailer metadata.MD, req any) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err
+	}
+	if localStatus(st, req) {
+		return &attemptError{err: err, st: st, class: resilience.ClassRejected}
 	}
 	class := resilience.ClassTerminal // a code from beyond the standard: as UNKNOWN
 	if code := st.Code(); code <= maxCode {
@@ -88,6 +94,58 @@ func (c *config) classify(err error, trailer metadata.MD) error {
 	return e
 }
 
+// messageSizeLimits start the messages of grpc-go's errors for a message
+// over a size limit (MaxCallSendMsgSize, MaxCallRecvMsgSize and the
+// server's own), whichever side made them.
+var messageSizeLimits = []string{
+	"trying to send message larger than max",
+	"grpc: trying to send message larger than max",
+	"grpc: received message larger than max",
+	"grpc: received message after decompression larger than max",
+	"grpc: message after decompression larger than max",
+}
+
+// localStatus reports whether st, the status of an attempt, is an error
+// that the dependency did not cause, made on the client's side before or
+// after the exchange, which a retry would meet again and which says
+// nothing of the dependency's health: neither retried nor counted
+// (resilience.ClassRejected). grpc-go gives such errors no type, only a
+// status made on the client, told apart by its message:
+//
+//   - RESOURCE_EXHAUSTED for a message over a size limit: a request over
+//     the client's MaxCallSendMsgSize (never sent), a response over its
+//     MaxCallRecvMsgSize (the server's work is thrown away, and would be
+//     on every retry); the same messages from the server (the request over
+//     its limit) are the caller's too. A RESOURCE_EXHAUSTED of the server's
+//     own, such as a quota, stays transient.
+//   - INTERNAL "grpc: error while marshaling" of a request that does not
+//     marshal (a proto3 string that is not UTF-8): the client's own
+//     encoding error, checked by marshaling req again.
+//   - UNAVAILABLE for a server certificate that the client does not trust
+//     (TLS verification).
+func localStatus(st *status.Status, req any) bool {
+	msg := st.Message()
+	switch st.Code() {
+	case codes.ResourceExhausted:
+		for _, m := range messageSizeLimits {
+			if strings.HasPrefix(msg, m) {
+				return true
+			}
+		}
+	case codes.Internal:
+		if m, ok := req.(proto.Message); ok && strings.HasPrefix(msg, "grpc: error while marshaling") {
+			_, err := proto.Marshal(m)
+			return err != nil
+		}
+	case codes.Unavailable:
+		// grpc-go's own words for a connection whose TLS handshake failed,
+		// which a server does not send.
+		return strings.HasPrefix(msg, "connection error: desc = \"transport: authentication handshake failed: ") &&
+			(strings.Contains(msg, "tls: failed to verify certificate") || strings.Contains(msg, "x509: "))
+	}
+	return false
+}
+
 // Error is the error of a call that an [Interceptor] made: it unwraps to
 // what the pipeline returned, so that errors.Is matches [breaker.ErrOpen],
 // [retrypolicy.ErrOutOfTime] and the rest, and it carries a gRPC status
@@ -105,12 +163,34 @@ func (e *Error) Error() string { return e.err.Error() }
 func (e *Error) Unwrap() error { return e.err }
 
 // GRPCStatus returns the call's status: the last answer's own (code,
-// message and details) when the dependency answered and the call did not
-// run out of time; DEADLINE_EXCEEDED when the time budget or the caller's
-// deadline ran out; UNAVAILABLE when a breaker rejected the call or
+// message and details) when the dependency answered, also when the
+// retries stopped because the next delay (a backoff or the server's
+// pushback) would not fit in the time left (the error still matches
+// retrypolicy.ErrOutOfTime); DEADLINE_EXCEEDED when the time budget or
+// the caller's deadline ran out; UNAVAILABLE when a breaker rejected the call or
 // stopped its retries; CANCELED when the caller canceled (even between
 // attempts); UNKNOWN otherwise.
 func (e *Error) GRPCStatus() *status.Status { return e.st }
+
+// answeredInTime reports whether the last attempt of a call that ran out
+// of time got an answer from the dependency, other than its own
+// DEADLINE_EXCEEDED or CANCELED, before the deadline: the retries stopped
+// because the next delay (a backoff, or a pushback) would have ended past
+// the deadline, not because it had passed. The call then ends at once
+// with that answer, its status and its class, not with a DEADLINE_EXCEEDED
+// that would come before the deadline and that an upstream client would
+// retry.
+func answeredInTime(err error) bool {
+	var answered interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &answered) || answered.GRPCStatus() == nil {
+		return false
+	}
+	switch answered.GRPCStatus().Code() {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return false
+	}
+	return true
+}
 
 // callError wraps err, a pipeline's error, as the [Error] of a call.
 func callError(err error) error {
@@ -120,7 +200,7 @@ func callError(err error) error {
 	var answered interface{ GRPCStatus() *status.Status }
 	var st *status.Status
 	switch {
-	case errors.Is(err, retrypolicy.ErrOutOfTime), errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &answered):
+	case errors.Is(err, retrypolicy.ErrOutOfTime) && !answeredInTime(err), errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &answered):
 		st = status.New(codes.DeadlineExceeded, err.Error())
 	case breaker.IsRejection(err):
 		st = status.New(codes.Unavailable, err.Error())

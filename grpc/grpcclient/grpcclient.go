@@ -41,9 +41,18 @@
 // [MaxReplayBuffer] bytes. A retry opens a new stream and replays, in
 // order, the messages sent so far and the close of the sending side, so
 // the server sees the same stream again. Once committed, a stream is the
-// caller's as grpc-go hands it over: its errors come back as they are, and
-// the breaker has counted it as a success. This holds for server, client
-// and bidirectional streams.
+// caller's as grpc-go hands it over: its errors come back as they are,
+// and never retried. The pipeline's call lasts until the stream ends, so
+// that the breaker and the listener hear its final outcome: a stream that
+// fails after it committed is a failure (terminal), not a success. This
+// holds for server, client and bidirectional streams.
+//
+// An error that the dependency did not cause is neither retried nor
+// counted by the breaker (resilience.ClassRejected): a message over a size
+// limit (MaxCallSendMsgSize, MaxCallRecvMsgSize, the server's own), a
+// request that does not marshal, a server certificate that the client does
+// not trust; so is the caller's cancellation (CANCELED). See
+// docs/retries.md for the table.
 //
 // With [BreakerPerTarget] or [BreakerPerMethod], each target (or method)
 // gets a breaker of its own, at most [MaxBreakers] of them. A call that a
@@ -253,7 +262,19 @@ func withPreviousAttempts(ctx context.Context, n int) context.Context {
 }
 
 // Unary is a grpc.UnaryClientInterceptor that runs each call through the
-// pipeline. It returns nil or an [*Error]. A caller's grpc.OnFinish
+// pipeline. It returns nil or an [*Error].
+//
+// Installed by hand (grpc.WithUnaryInterceptor or
+// grpc.WithChainUnaryInterceptor) rather than by [Interceptor.DialOptions],
+// it leaves grpc-go's own retry on: beside a service config retry policy,
+// grpc-go retries each of the pipeline's attempts, and the attempts
+// multiply (3 attempts of the pipeline times a policy of 4: 12 calls at
+// the server). Add grpc.WithDisableRetry() to the dial options, as
+// DialOptions does; an interceptor cannot switch it off for its calls
+// alone. grpc-go's transparent retries (of a stream that never reached
+// the server) stay on either way.
+//
+// A caller's grpc.OnFinish
 // function is called once, with the call's error, after its last attempt;
 // its grpc.Header and grpc.Trailer options get the last attempt's. With a
 // pipeline that hedges (pipeline.WithHedging), each attempt decodes into a
@@ -340,7 +361,7 @@ func (c *unaryCall) run(ctx context.Context) (struct{}, error) {
 	}
 	c.trailer = nil
 	if err := c.invoker(ctx, c.method, c.req, c.reply, c.cc, c.opts...); err != nil {
-		return struct{}{}, c.cfg.classify(err, c.trailer)
+		return struct{}{}, c.cfg.classify(err, c.trailer, c.req)
 	}
 	return struct{}{}, nil
 }
@@ -434,7 +455,7 @@ func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, me
 		a := &hedgedAttempt{reply: reply.ProtoReflect().New().Interface()}
 		aopts := append(h.base[:len(h.base):len(h.base)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
 		if err := invoker(ctx, method, req, a.reply, cc, aopts...); err != nil {
-			return a, cfg.classify(err, a.trailer)
+			return a, cfg.classify(err, a.trailer, req)
 		}
 		return a, nil
 	})

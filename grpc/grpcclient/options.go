@@ -1,6 +1,7 @@
 package grpcclient
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -163,9 +164,19 @@ func AutoIdempotencyKey() Option {
 	return optionFunc(func(c *config) { c.autoKey = true })
 }
 
+// ErrReplayBufferFull is matched by the error that the pipeline's
+// listener hears for a stream that failed, with an error that would have
+// been retried, before its response began, but after it had sent more
+// than [MaxReplayBuffer] bytes: it could not be replayed, so it was not
+// retried, which the listener hears as resilience.EventNotRetried. The caller's RecvMsg returns grpc-go's error, as for any
+// committed stream.
+var ErrReplayBufferFull = errors.New("grpcclient: stream not retried: its messages outgrew the replay buffer")
+
 // MaxReplayBuffer sets how many bytes of request messages (by proto.Size)
 // a stream keeps to replay them on a retry. A stream that sends more
-// commits: it is not retried any more, as when its response has begun.
+// commits: it is not retried any more, as when its response has begun;
+// if it then fails before its response begins, the call's error (as the
+// pipeline's listener hears it) matches [ErrReplayBufferFull].
 // Default 256 KiB, as grpc-go's own retry buffer. 0 keeps nothing: a
 // stream is retried only until its first message is sent. It panics if
 // n < 0.

@@ -3,8 +3,10 @@ package grpcclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -20,7 +22,14 @@ import (
 // with an [*Error] when the call failed before any was. The stream it
 // returns keeps grpc-go's rules: one goroutine may send while another
 // receives, and the caller must read it to its end or cancel its
-// context. Its Context commits it, as grpc-go's does.
+// context. Its Context commits it, as grpc-go's does. The pipeline's call
+// ends with the stream, so the breaker and the listener hear how it ended
+// (a failure after it committed is a failure, not retried), and a
+// concurrency limit (pipeline.WithLimit) counts it in flight until then.
+//
+// Installed by hand, without [Interceptor.DialOptions], it needs
+// grpc.WithDisableRetry() beside it, or grpc-go's retry policy retries
+// each of its attempts too (see [Interceptor.Unary]).
 func (ic *Interceptor) Stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	ctx, once := ic.prepare(ctx, method, opts, true)
 	s := &stream{
@@ -71,6 +80,9 @@ type stream struct {
 	onFinish []func(error)     // the caller's OnFinish, called once the call is done
 	finished sync.Once
 	replay   bool // the call may make more than one attempt
+	// overflowed: the messages sent outgrew MaxReplayBuffer, which
+	// committed the stream before its response began.
+	overflowed atomic.Bool
 
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on each change of what follows
@@ -175,12 +187,15 @@ func (s *stream) run(ctx context.Context, p *pipeline.Pipeline, once []pipeline.
 	}()
 	_, release, err := pipeline.DoStream(ctx, p, s.open, once...)
 	returned = true
-	if err != nil {
+	s.mu.Lock()
+	failed := err != nil && !s.committed // else err is the committed stream's, which the caller gets from grpc-go
+	s.mu.Unlock()
+	if failed {
 		s.done(err) // before the caller can see the call's end
 	}
 	s.mu.Lock()
 	s.release = release
-	if err != nil {
+	if failed {
 		s.final = callError(err)
 		s.ended = true // nothing left to read
 	} else {
@@ -190,12 +205,36 @@ func (s *stream) run(ctx context.Context, p *pipeline.Pipeline, once []pipeline.
 	a := s.cur
 	s.broadcastLocked()
 	s.mu.Unlock()
-	if err == nil && a != nil && a.isFinished() {
+	if !failed && a != nil && a.isFinished() {
 		s.done(a.err) // it ended before the call committed it
 	}
 	if ended {
 		release()
 	}
+}
+
+// outcome waits for the end of a, the call's committed stream, and
+// returns its outcome for the pipeline's call, which lasts until then, so
+// that the breaker and the listener hear how the stream ended, not only
+// that it began: its status error, classified, but never retried (a
+// transient error is terminal: a failure all the same). A stream that
+// failed before its response began, committed only because its messages
+// overflowed the replay buffer, also matches [ErrReplayBufferFull].
+func (s *stream) outcome(a *attempt) error {
+	<-a.finished
+	if a.err == nil {
+		return nil
+	}
+	err := s.cfg.classify(a.err, a.cs.Trailer(), nil)
+	if resilience.Classify(err) == resilience.ClassTransient {
+		if md, _ := a.cs.Header(); md == nil && s.overflowed.Load() {
+			// A retry would have fixed it, had the stream been kept to
+			// replay: the pipeline's listener hears EventNotRetried.
+			return resilience.Unrepeatable(fmt.Errorf("%w (%w)", err, ErrReplayBufferFull))
+		}
+		err = resilience.Terminal(err)
+	}
+	return err
 }
 
 // open is the pipeline's operation: one attempt, from opening its stream
@@ -212,7 +251,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.OnFinish(a.finish))
 	cs, err := s.streamer(ctx, s.desc, s.cc, s.method, opts...)
 	if err != nil {
-		return struct{}{}, s.cfg.classify(err, nil)
+		return struct{}{}, s.cfg.classify(err, nil, nil)
 	}
 	a.cs = cs
 	s.mu.Lock()
@@ -221,7 +260,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	s.replayTo(a)
 	if md, _ := cs.Header(); md != nil {
 		s.commit(a) // the response has begun
-		return struct{}{}, nil
+		return struct{}{}, s.outcome(a)
 	}
 	<-a.finished // the stream ended without headers: its status decides
 	s.mu.Lock()
@@ -232,18 +271,18 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	switch {
 	case s.committed: // by the caller meanwhile
 		s.cur = a
-		return struct{}{}, nil
+		return struct{}{}, s.outcome(a)
 	case a.sendErr != nil: // the caller's own error, such as a message too large
 		a.failed = true
 		s.broadcastLocked()
-		return struct{}{}, resilience.Permanent(a.sendErr)
+		return struct{}{}, resilience.Rejected(a.sendErr) // not sent: neither retried nor counted
 	case a.err == nil: // OK without headers or messages: done, successfully
 		s.commitLocked(a)
 		return struct{}{}, nil
 	}
 	a.failed = true
 	s.broadcastLocked()
-	return struct{}{}, s.cfg.classify(a.err, cs.Trailer())
+	return struct{}{}, s.cfg.classify(a.err, cs.Trailer(), nil)
 }
 
 // replayTo sends a the messages sent so far, and the close of the
@@ -373,6 +412,7 @@ func (s *stream) keepLocked(m any) {
 	}
 	size := proto.Size(pm)
 	if s.size+size > s.cfg.maxReplay {
+		s.overflowed.Store(true)
 		s.commitLocked(s.cur)
 		return
 	}

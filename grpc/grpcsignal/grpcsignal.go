@@ -90,7 +90,9 @@ func Pushback(trailer metadata.MD) (d time.Duration, retry, ok bool) {
 // outbound call failed with err, as a pipeline, package grpcclient or
 // package httpclient returns it, keeping the failure's meaning: the
 // dependency's own code when it answered over gRPC (UNAVAILABLE stays
-// UNAVAILABLE, NOT_FOUND stays NOT_FOUND); DEADLINE_EXCEEDED when the time
+// UNAVAILABLE, NOT_FOUND stays NOT_FOUND), also when the retries stopped
+// because the next delay (a backoff or a pushback) would not fit in the
+// time left, as grpcclient's error says; DEADLINE_EXCEEDED when the time
 // budget ran out or the attempts timed out; UNAVAILABLE when the breaker
 // is open or busy, or the retries or the retry quota ran out on errors
 // without a gRPC status; CANCELED when the caller went away; UNKNOWN for
@@ -98,10 +100,12 @@ func Pushback(trailer metadata.MD) (d time.Duration, retry, ok bool) {
 // this service made was at fault.
 func Code(err error) codes.Code {
 	var answered interface{ GRPCStatus() *status.Status }
+	answeredInTime := errors.As(err, &answered) && answered.GRPCStatus() != nil &&
+		answered.GRPCStatus().Code() != codes.DeadlineExceeded && answered.GRPCStatus().Code() != codes.Canceled
 	switch {
 	case err == nil:
 		return codes.OK
-	case errors.Is(err, retrypolicy.ErrOutOfTime):
+	case errors.Is(err, retrypolicy.ErrOutOfTime) && !answeredInTime:
 		return codes.DeadlineExceeded
 	case breaker.IsRejection(err):
 		return codes.Unavailable

@@ -89,7 +89,9 @@ func TestCode(t *testing.T) {
 		code codes.Code
 	}{
 		{"nil", nil, codes.OK},
-		{"out of time", &retrypolicy.Error{Reason: retrypolicy.ErrOutOfTime, Last: unavailable}, codes.DeadlineExceeded},
+		{"out of time", &retrypolicy.Error{Reason: retrypolicy.ErrOutOfTime, Last: status.Error(codes.DeadlineExceeded, "")}, codes.DeadlineExceeded},
+		{"out of time, no answer", &retrypolicy.Error{Reason: retrypolicy.ErrOutOfTime, Last: errors.New("reset")}, codes.DeadlineExceeded},
+		{"the next delay would not fit: the answer's code", &retrypolicy.Error{Reason: retrypolicy.ErrOutOfTime, Last: unavailable}, codes.Unavailable},
 		{"breaker open", fmt.Errorf("x: %w", breaker.ErrOpen), codes.Unavailable},
 		{"the dependency's code", &retrypolicy.Error{Reason: retrypolicy.ErrMaxAttempts, Last: status.Error(codes.NotFound, "")}, codes.NotFound},
 		{"attempts timed out", &retrypolicy.Error{Reason: retrypolicy.ErrMaxAttempts, Last: context.DeadlineExceeded}, codes.DeadlineExceeded},
