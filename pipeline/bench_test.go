@@ -3,12 +3,15 @@ package pipeline_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/hedge"
 	"github.com/resiliencekit/resiliencekit/limit"
 	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 	"github.com/resiliencekit/resiliencekit/throttle"
 )
@@ -72,3 +75,46 @@ func benchmarkParallel(b *testing.B, opts ...pipeline.Option) {
 		}
 	})
 }
+
+// BenchmarkStages is the success path of a pipeline of a breaker and a
+// retry (Plain, the baseline) with each other stage added alone, to read
+// as ratios to Plain:
+//
+//	cd benchmarks && go run ./ratios -pkg ../pipeline -bench Stages -baseline Plain
+func BenchmarkStages(b *testing.B) {
+	never := hedge.New(hedge.Delay(time.Hour))
+	stages := []struct {
+		name string
+		opt  pipeline.Option
+	}{
+		{"Plain", nil},
+		{"Quota", pipeline.WithRetry(retrypolicy.New(retrypolicy.WithQuota(retrypolicy.NewQuota(0.1, 10, 10*time.Second))))},
+		{"Throttle", pipeline.WithThrottle(throttle.New())},
+		{"FixedLimit", pipeline.WithLimit(limit.NewFixed(1000))},
+		{"AIMDLimit", pipeline.WithLimit(limit.NewAIMD(limit.Initial(1000)))},
+		{"WaitWhenOpen", pipeline.WaitWhenOpen()},
+		{"HedgingNeverFires", pipeline.WithHedging(never)},
+		{"TimeBudget", pipeline.WithTimeBudget(time.Second)},
+		{"AttemptTimeout", pipeline.WithAttemptTimeout(time.Second)},
+		{"FilterListener", pipeline.WithListener(wantsNothing{})},
+	}
+	for _, s := range stages {
+		b.Run(s.name, func(b *testing.B) {
+			p := pipeline.New(pipeline.WithBreaker(breaker.New("bench")), pipeline.WithRetry(retrypolicy.New()), s.opt)
+			ctx := context.Background()
+			op := func(context.Context) (int, error) { return 1, nil }
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := pipeline.Do(ctx, p, op); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// wantsNothing is a listener that wants no event.
+type wantsNothing struct{}
+
+func (wantsNothing) OnEvent(resilience.Event)        {}
+func (wantsNothing) Wants(resilience.EventKind) bool { return false }
