@@ -148,7 +148,11 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 		Name:        name,
 		MaxRequests: cfg.halfOpenRequests,
 		Timeout:     cfg.openTimeout,
-		ReadyToTrip: cfg.readyToTrip,
+		ReadyToTrip: func(n gobreaker.Counts) bool {
+			// A shared breaker applies the failure rate to its own calls
+			// only while it decides alone: the fleet's is the rule.
+			return cfg.readyToTrip(n, b.fleet == nil || b.fleet.local())
+		},
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			b.state.Store(uint32(fromGobreaker(to)))
 			b.changed(name, fromGobreaker(from), fromGobreaker(to), false)
@@ -187,13 +191,13 @@ func (b *Breaker) Name() string {
 
 // State returns the current state, moving from open to half-open if the
 // open timeout has passed. A shared breaker's is the fleet's when the
-// fleet's is not closed, and its own otherwise.
+// fleet's is not closed (see [Breaker.FleetState]), and its own otherwise.
 func (b *Breaker) State() resilience.State {
 	if b == nil || b.cb == nil {
 		return resilience.StateClosed
 	}
 	if b.fleet != nil {
-		if st := resilience.State(b.fleet.state.Load()); st != resilience.StateClosed {
+		if st := b.fleet.view(); st != resilience.StateClosed {
 			return st
 		}
 	}
@@ -215,7 +219,7 @@ func (b *Breaker) Counts() Counts {
 // before every retry and stop as soon as another call has opened the
 // breaker. Use [Breaker.State] for the exact state.
 func (b *Breaker) Check() error {
-	if b == nil || (resilience.State(b.state.Load()) == resilience.StateClosed && (b.fleet == nil || resilience.State(b.fleet.state.Load()) == resilience.StateClosed)) {
+	if b == nil || (resilience.State(b.state.Load()) == resilience.StateClosed && (b.fleet == nil || b.fleet.view() == resilience.StateClosed)) {
 		return nil
 	}
 	return b.errOpen

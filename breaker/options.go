@@ -43,12 +43,14 @@ func defaults() config {
 	}
 }
 
-// readyToTrip opens the breaker when either configured threshold is met.
-func (c *config) readyToTrip(n gobreaker.Counts) bool {
+// readyToTrip opens the breaker when either configured threshold is met;
+// the failure rate only if rate (a shared breaker's is the fleet's, except
+// while it decides alone).
+func (c *config) readyToTrip(n gobreaker.Counts, rate bool) bool {
 	if c.consecutive > 0 && n.ConsecutiveFailures >= c.consecutive {
 		return true
 	}
-	if c.rate > 0 && c.shared == nil { // a shared breaker's rate is the fleet's
+	if c.rate > 0 && rate {
 		done := n.TotalSuccesses + n.TotalFailures
 		return done >= c.rateMin && float64(n.TotalFailures) >= c.rate*float64(done)
 	}

@@ -3,7 +3,9 @@ package breaker
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,7 +22,8 @@ import (
 // ctx's deadline.
 type SharedStore interface {
 	// Sync adds a replica's outcomes since its last Sync to the fleet's
-	// counts, records the outcome of its probes, decides from the
+	// counts, if they were made under the fleet's current generation,
+	// records the outcome of its probes (likewise), decides from the
 	// fleet-wide counts whether the fleet breaker opens or closes, and
 	// returns the fleet's state; if s.WantProbe and the fleet is half-open,
 	// it grants this replica one of the fleet's HalfOpenRequests probes, if
@@ -29,12 +32,30 @@ type SharedStore interface {
 }
 
 // SharedWatcher is implemented by a [SharedStore] that can tell a replica
-// at once when the fleet breaker changes state, so that it flushes then
-// rather than at its next tick. Watch calls changed on each change until
-// ctx is done or it fails; the breaker calls it again after a flush
-// interval.
+// at once when the fleet breaker changes state, with the new state and
+// generation, so that a replica learns it within a one-way trip, even one
+// whose round trip is too slow for its flushes. Watch calls changed with
+// each change (ProbeGranted false) until ctx is done or it fails; the
+// breaker calls it again after a flush interval.
 type SharedWatcher interface {
-	Watch(ctx context.Context, name string, changed func()) error
+	Watch(ctx context.Context, name string, changed func(Fleet)) error
+}
+
+// SharedReader is implemented by a [SharedStore] that can tell the fleet
+// breaker's state and its totals in the current window, for dashboards
+// and tests (see [Breaker.Fleet]). It changes nothing.
+type SharedReader interface {
+	Read(ctx context.Context, name string, p FleetPolicy) (FleetStatus, error)
+}
+
+// FleetStatus is the fleet breaker's state as its store holds it.
+type FleetStatus struct {
+	State      resilience.State
+	Generation uint64
+	// Requests and Failures are the fleet's totals in the window, counted
+	// in the current generation (while closed; a change of state starts
+	// them afresh).
+	Requests, Failures uint64
 }
 
 // Sync is what a replica tells its [SharedStore].
@@ -45,19 +66,30 @@ type Sync struct {
 	// counts.
 	Batch string
 	// Requests and Failures count the outcomes of the batch: calls that
-	// ended, and the failures among them.
+	// ended, and the failures among them, all admitted under Generation.
 	Requests, Failures uint64
 	// ProbeSuccesses and ProbeFailures count the outcomes of the probes
 	// this replica ran for the fleet's half-open Generation.
 	ProbeSuccesses, ProbeFailures uint32
+	// GenerationUnknown says the replica had heard no generation yet (it
+	// had just started) when it made the counts: they count in the
+	// current one.
+	GenerationUnknown bool
 	// Generation is the fleet's generation as this replica last saw it,
-	// and State its state then; a store that lost its state (restarted
-	// empty) takes them back from a replica that saw the fleet not closed.
+	// and State its state then. The counts and probe outcomes above were
+	// made under Generation: a store whose generation is another drops
+	// them. A store that lost its state (restarted empty) takes them back
+	// from a replica that saw the fleet not closed.
 	Generation uint64
 	State      resilience.State
 	// WantProbe asks for a probe, if the fleet is half-open: a call of this
 	// replica is waiting to probe.
 	WantProbe bool
+	// OwnHalfOpen says this replica's own breaker is half-open, not
+	// closed: it may not reach the dependency, so the store grants it a
+	// probe only if no replica whose own breaker is closed asked for one
+	// in the last two flush intervals.
+	OwnHalfOpen bool
 	// ProbeRunning says a probe this replica was granted still runs: its
 	// grant is kept.
 	ProbeRunning bool
@@ -78,6 +110,8 @@ type FleetPolicy struct {
 	// replica may have it, unless the replica running the probe says it
 	// still runs: the larger of OpenTimeout and three flush intervals.
 	ProbeTimeout time.Duration
+	// FlushInterval is the replicas' ([FlushInterval]).
+	FlushInterval time.Duration
 }
 
 // Fleet is the fleet breaker's state as a store returns it.
@@ -89,23 +123,38 @@ type Fleet struct {
 	ProbeGranted bool
 }
 
+// ErrFleetUnconfirmed is the error of the
+// [resilience.EventSharedStateUnavailable] event of a shared breaker whose
+// store has not confirmed the fleet's open or half-open state for longer
+// than [OpenTimeout]: the replica decides alone (its own breaker, with
+// [FailureRate] applied locally) until the store answers again.
+var ErrFleetUnconfirmed = errors.New("fleet state unconfirmed for longer than the open timeout: deciding locally")
+
 // Shared makes the replicas of a service share this breaker's failure
 // rate: the outcomes of calls are counted in memory (atomics, no lock, no
-// I/O on the call's path) and sent to store by a background flusher every
-// [FlushInterval], which gets back the fleet's state; a call is rejected if
-// the fleet breaker or this replica's own is open. [FailureRate] over
-// [Window] is the fleet's rule; [ConsecutiveFailures] stays each replica's
-// own, so one replica cut off from the dependency opens its own breaker
-// without opening the fleet's. When the fleet breaker turns half-open,
-// exactly [HalfOpenRequests] probes run fleet-wide, granted by the store;
-// the others are rejected at once, never kept waiting. When the store
-// fails or hangs, calls go on with this replica's state at full speed,
-// [resilience.EventSharedStateUnavailable] says so, and sharing resumes at
-// the first flush that reaches it again
-// ([resilience.EventSharedStateRestored]), counts included: the outcomes of
-// the failed flushes are sent then. A shared breaker runs a goroutine:
-// call [Breaker.Close] when done with it. New panics if the breaker has
-// no [FailureRate] or a [Window] of 0. Default: not shared.
+// I/O on the call's path) and sent to store by a background flusher once
+// every [FlushInterval], whatever the traffic, which gets back the fleet's
+// state; a call is rejected if the fleet breaker or this replica's own is
+// open. [FailureRate] over [Window] is the fleet's rule; [ConsecutiveFailures]
+// stays each replica's own, so one replica cut off from the dependency
+// opens its own breaker without opening the fleet's. When the fleet breaker
+// turns half-open, exactly [HalfOpenRequests] probes run fleet-wide,
+// granted by the store to replicas whose own breaker is not open; the
+// others are rejected at once, never kept waiting.
+//
+// The shared state can only make a replica more careful for a bounded
+// time, never block it for ever: this replica's own breaker moves from
+// open to half-open on its own timer, and a fleet state that the store
+// has not confirmed for longer than [OpenTimeout] gives way to this
+// replica's own decisions (an [resilience.EventSharedStateUnavailable]
+// with [ErrFleetUnconfirmed]) until the store answers again. While the
+// store fails or hangs, calls go on at full speed,
+// [resilience.EventSharedStateUnavailable] says so, [FailureRate] applies
+// to this replica's own calls, and sharing resumes at the first flush that
+// reaches the store ([resilience.EventSharedStateRestored]), counts made in
+// the fleet's current generation included. A shared breaker runs a
+// goroutine: call [Breaker.Close] when done with it. New panics if the
+// breaker has no [FailureRate] or a [Window] of 0. Default: not shared.
 // docs/shared-breaker.md tells the model.
 func Shared(store SharedStore) Option {
 	return optionFunc(func(c *config) { c.shared = store })
@@ -113,9 +162,10 @@ func Shared(store SharedStore) Option {
 
 // FlushInterval sets how often a shared breaker sends its counts and
 // learns the fleet's state: how stale a replica's view of the fleet may
-// be. Each flush is bounded by the interval too, and so is Close's final
-// flush: keep it well above the store's round trip, or no flush gets
-// through. Default 100 ms. It panics if d is not positive.
+// be when its store cannot tell it at once ([SharedWatcher]). Each flush
+// is bounded by the interval too (the store's timeout), and Close takes
+// at most two intervals: keep it well above the store's round trip, or
+// no flush gets through. Default 100 ms. It panics if d is not positive.
 func FlushInterval(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("breaker: FlushInterval(%v): d must be more than 0", d))
@@ -123,21 +173,36 @@ func FlushInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.flush = d })
 }
 
+// tally counts the outcomes of calls admitted under one generation of the
+// fleet; it is replaced when the generation changes, so that counts of an
+// old generation are never sent under a new one.
+type tally struct {
+	gen                atomic.Uint64
+	unknown            atomic.Bool // made before the replica heard any generation
+	requests, failures atomic.Uint64
+}
+
 // fleet is the shared side of a Breaker.
 type fleet struct {
-	b      *Breaker
-	store  SharedStore
-	policy FleetPolicy
-	every  time.Duration
+	b        *Breaker
+	store    SharedStore
+	policy   FleetPolicy
+	every    time.Duration // the flush interval, and the store's timeout
+	epoch    time.Time     // for confirmed, on the monotonic clock
+	counts   atomic.Pointer[tally]
+	state    atomic.Uint32 // the fleet's State, as last heard from the store
+	gen      atomic.Uint64
+	heard    atomic.Int64 // when the store last spoke, in ns since epoch
+	permits  atomic.Int64 // probes granted to this replica for gen, not yet run
+	running  atomic.Int64 // probes of this replica running
+	demand   atomic.Int64 // when a call last wanted to probe and had no permit, in ns since epoch
+	probeOK  atomic.Uint32
+	probeBad atomic.Uint32 // outcomes of probes for gen, not yet sent
+	down     atomic.Bool   // the last flush failed
+	alone    atomic.Bool   // the fleet's state is unconfirmed: deciding locally
 
-	requests, failures atomic.Uint64 // since the batch in flight was formed
-	state              atomic.Uint32 // the fleet's State, as last synced
-	gen                atomic.Uint64
-	permits            atomic.Int64  // probes granted to this replica for gen, not yet run
-	running            atomic.Int64  // probes of this replica running
-	demand             atomic.Bool   // a call wanted to probe and had no permit
-	probeOK, probeBad  atomic.Uint32 // outcomes of probes for gen, not yet sent
-	down               atomic.Bool
+	mu      sync.Mutex // taken by apply: the flusher's and the watcher's answers
+	watched uint64     // answers applied from the watcher, under mu
 
 	// Only the flusher's goroutine uses these.
 	id      string // this replica's, for batch names
@@ -146,7 +211,11 @@ type fleet struct {
 	formed  time.Time // when pending was formed
 	lastErr error     // of the last flush
 
-	kick     chan struct{}
+	life     context.Context // every store call's; canceled when Close's time is up
+	end      context.CancelFunc
+	bound    *time.Timer   // ends life at Close's bound
+	closeBy  atomic.Int64  // Close's bound, in ns since epoch; 0 before Close
+	kick     chan struct{} // a probe ended: report it now
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
@@ -163,30 +232,37 @@ func (b *Breaker) startFleet() {
 		b:     b,
 		store: c.shared,
 		every: c.flush,
+		epoch: time.Now(),
 		policy: FleetPolicy{
 			Rate: c.rate, MinRequests: c.rateMin, Window: c.window, Buckets: c.buckets,
 			OpenTimeout: c.openTimeout, HalfOpenRequests: c.halfOpenRequests,
 			// A running probe's replica renews its grant at each flush.
-			ProbeTimeout: max(c.openTimeout, 3*c.flush),
+			ProbeTimeout:  max(c.openTimeout, 3*c.flush),
+			FlushInterval: c.flush,
 		},
 		kick: make(chan struct{}, 1),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 		id:   rand.Text(),
 	}
+	first := &tally{}
+	first.unknown.Store(true)
+	f.counts.Store(first)
+	f.demand.Store(math.MinInt64 / 2)
+	f.life, f.end = context.WithCancel(context.Background())
 	b.fleet = f
 	go f.run()
 	if w, ok := f.store.(SharedWatcher); ok {
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(f.life)
 		f.unwatch = cancel
 		f.watching.Go(func() { f.watch(ctx, w) })
 	}
 }
 
-// watch flushes as soon as the store says the fleet changed state.
+// watch takes the changes of state the store sends as they happen.
 func (f *fleet) watch(ctx context.Context, w SharedWatcher) {
 	for ctx.Err() == nil {
-		_ = w.Watch(ctx, f.b.Name(), f.flushNow) // a failure shows in the flushes
+		_ = w.Watch(ctx, f.b.Name(), func(got Fleet) { f.apply(got, true, 0) }) // a failure shows in the flushes
 		select {
 		case <-ctx.Done():
 		case <-time.After(f.every):
@@ -194,16 +270,9 @@ func (f *fleet) watch(ctx context.Context, w SharedWatcher) {
 	}
 }
 
-// flushNow asks the flusher for a flush now.
-func (f *fleet) flushNow() {
-	select {
-	case f.kick <- struct{}{}:
-	default:
-	}
-}
-
-// Close stops a shared breaker's flusher after a last flush of its counts
-// (bounded by the flush interval), and waits for it. It returns the last
+// Close stops a shared breaker's flusher after a last flush of its counts,
+// and waits for it: at most one flush interval for a flush under way and
+// one more for the last ones, whatever the store does. It returns the last
 // flush's error: the counts it could not send are lost. It is a no-op for
 // a breaker that is not shared, and safe to call more than once.
 func (b *Breaker) Close() error {
@@ -215,10 +284,14 @@ func (b *Breaker) Close() error {
 		if f.unwatch != nil {
 			f.unwatch()
 		}
-		f.watching.Wait()
+		f.closeBy.Store(int64(time.Since(f.epoch) + 2*f.every))
 		close(f.stop)
+		f.bound = time.AfterFunc(2*f.every, f.end) // whatever the store does
 	})
 	<-f.done
+	f.bound.Stop()
+	f.end()
+	f.watching.Wait()
 	return f.lastErr
 }
 
@@ -229,44 +302,74 @@ func (f *fleet) run() {
 	for {
 		select {
 		case <-t.C:
-		case <-f.kick:
+			f.flush()
+		case <-f.kick: // at most HalfOpenRequests a generation, fleet-wide
+			f.flush()
 		case <-f.stop:
-			// A last flush, and a few more while counts are left behind it.
+			// A last flush, and a few more while counts are left behind
+			// it, within Close's time.
 			for range 3 {
 				f.flush()
-				if f.lastErr != nil || (f.pending == nil && f.requests.Load() == 0 && f.probeOK.Load() == 0 && f.probeBad.Load() == 0) {
+				if f.lastErr != nil || f.life.Err() != nil || (f.pending == nil && f.left() == 0) {
 					break
 				}
 			}
 			return
 		}
-		f.flush()
 	}
 }
 
-// flush sends the batch of counts and takes the fleet's state. A batch
-// is sent again until the store acknowledges it (the store applies a batch
-// once); the counts of the calls meanwhile wait for the next one. A batch
-// older than the window is dropped: its counts are outside it.
+// left returns how many outcomes wait for a batch.
+func (f *fleet) left() uint64 {
+	c := f.counts.Load()
+	return c.requests.Load() + c.failures.Load() + uint64(f.probeOK.Load()) + uint64(f.probeBad.Load())
+}
+
+// flush sends the batch of counts and takes the fleet's state: once per
+// flush interval, whatever the traffic. A batch is sent again until the
+// store acknowledges it (the store applies a batch once); the counts of
+// the calls meanwhile wait for the next one. A batch older than the
+// window is dropped (its counts are outside it), and so is one of a
+// generation that the replica has heard is over (the store would drop it).
 func (f *fleet) flush() {
-	if f.pending != nil && time.Since(f.formed) > f.policy.Window {
+	if f.pending != nil && (time.Since(f.formed) > f.policy.Window || (!f.pending.GenerationUnknown && f.pending.Generation != f.gen.Load())) {
 		f.pending = nil
 	}
 	if f.pending == nil {
-		f.pending = &Sync{Requests: f.requests.Swap(0), Failures: f.failures.Swap(0),
-			ProbeSuccesses: f.probeOK.Swap(0), ProbeFailures: f.probeBad.Swap(0), Generation: f.gen.Load()}
-		if *f.pending != (Sync{Generation: f.pending.Generation}) { // something to apply once
-			f.seq++
-			f.pending.Batch = f.id + "-" + strconv.FormatUint(f.seq, 10)
+		c := f.counts.Load()
+		s := &Sync{Generation: c.gen.Load(), GenerationUnknown: c.unknown.Load(), Requests: c.requests.Swap(0), Failures: c.failures.Swap(0)}
+		if s.Generation == f.gen.Load() {
+			s.ProbeSuccesses, s.ProbeFailures = f.probeOK.Swap(0), f.probeBad.Swap(0)
 		}
-		f.formed = time.Now()
+		if *s != (Sync{Generation: s.Generation}) { // something to apply once
+			f.seq++
+			s.Batch = f.id + "-" + strconv.FormatUint(f.seq, 10)
+		}
+		f.pending, f.formed = s, time.Now()
 	}
 	s := *f.pending
 	s.State = resilience.State(f.state.Load())
-	s.WantProbe = s.State == resilience.StateHalfOpen && f.permits.Load() <= 0 && f.demand.Load()
+	// Asked while open too, so that the flush that finds the fleet
+	// half-open grants the probe: only by a replica whose calls wanted one
+	// in the last two intervals (an idle replica asks for none).
+	own := resilience.State(f.b.state.Load())
+	s.WantProbe = s.State != resilience.StateClosed && f.permits.Load() <= 0 && own != resilience.StateOpen &&
+		time.Duration(int64(time.Since(f.epoch))-f.demand.Load()) < 2*f.every
+	s.OwnHalfOpen = own == resilience.StateHalfOpen
 	s.ProbeRunning = f.running.Load() > 0
 	s.Policy = f.policy
-	ctx, cancel := context.WithTimeout(context.Background(), f.every)
+	f.mu.Lock()
+	watched := f.watched
+	f.mu.Unlock()
+	// A deadline, not only a cancellation: a client reading from a frozen
+	// server may heed only the deadline.
+	deadline := time.Now().Add(f.every)
+	if by := f.closeBy.Load(); by != 0 {
+		if by := f.epoch.Add(time.Duration(by)); by.Before(deadline) {
+			deadline = by
+		}
+	}
+	ctx, cancel := context.WithDeadline(f.life, deadline)
 	got, err := f.store.Sync(ctx, f.b.Name(), s)
 	cancel()
 	f.lastErr = err
@@ -280,14 +383,44 @@ func (f *fleet) flush() {
 	if f.down.Swap(false) {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}
+	f.apply(got, false, watched)
+}
+
+// apply takes the store's answer: a flush's (watched: how many of the
+// watcher's answers had been applied when it was sent), or a change the
+// watcher heard.
+func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.heard.Store(int64(time.Since(f.epoch)))
+	f.alone.Store(false)
+	if fromWatch {
+		if got.Generation <= f.gen.Load() {
+			return // heard already
+		}
+		f.watched++
+	} else if f.watched != watched && got.Generation < f.gen.Load() {
+		return // the watcher heard of a later change while the flush ran
+	}
+	if c := f.counts.Load(); c.unknown.Load() {
+		// The first answer: the counts made so far are the fleet's
+		// current generation's.
+		c.gen.Store(got.Generation)
+		c.unknown.Store(false)
+	}
 	if old := f.gen.Swap(got.Generation); old != got.Generation {
-		// Grants and probe outcomes of another generation are void.
+		// Counts, grants and probe outcomes of another generation are void.
+		if f.counts.Load().gen.Load() != got.Generation {
+			next := &tally{}
+			next.gen.Store(got.Generation)
+			f.counts.Store(next)
+		}
 		f.permits.Store(0)
 		f.probeOK.Store(0)
 		f.probeBad.Store(0)
 	}
 	if got.ProbeGranted {
-		f.demand.Store(false)
+		f.demand.Store(math.MinInt64 / 2)
 		f.permits.Add(1)
 	}
 	if from := resilience.State(f.state.Swap(uint32(got.State))); from != got.State {
@@ -295,33 +428,76 @@ func (f *fleet) flush() {
 	}
 }
 
-// admit decides a call by the fleet's state: nil to go on (probe: it is a
-// fleet probe, for generation gen), or the rejection. A replica whose own
-// breaker is not closed does not probe for the fleet: it cannot tell the
-// fleet's dependency is back.
-func (f *fleet) admit() (probe bool, gen uint64, err error) {
-	switch resilience.State(f.state.Load()) {
-	case resilience.StateOpen:
-		return false, 0, f.b.reject(f.b.errOpen)
-	case resilience.StateHalfOpen:
-		gen = f.gen.Load()
-		if resilience.State(f.b.state.Load()) != resilience.StateClosed || f.permits.Add(-1) < 0 {
-			if resilience.State(f.b.state.Load()) == resilience.StateClosed {
-				f.permits.Add(1)
-				f.demand.Store(true)
-				f.flushNow() // ask for a grant now
-			}
-			return false, 0, f.b.reject(f.b.errBusy)
-		}
-		f.running.Add(1)
-		return true, gen, nil
+// view returns the fleet's state as this replica goes by it: as last heard
+// from the store, or closed if the store has not confirmed an open or
+// half-open state for longer than the open timeout (the replica decides
+// alone until the store answers again).
+func (f *fleet) view() resilience.State {
+	st := resilience.State(f.state.Load())
+	if st == resilience.StateClosed {
+		return st
 	}
-	return false, 0, nil
+	if time.Duration(int64(time.Since(f.epoch))-f.heard.Load()) > f.policy.OpenTimeout {
+		if !f.alone.Swap(true) {
+			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: ErrFleetUnconfirmed})
+		}
+		return resilience.StateClosed
+	}
+	return st
 }
 
-// record counts a call's outcome for the fleet; a probe's counts for the
-// generation it was granted in, or not at all.
-func (f *fleet) record(probe bool, gen uint64, outcome error) {
+// local reports whether this replica decides alone: its store fails, or
+// has not confirmed the fleet's state for too long. Its own breaker then
+// applies the failure rate to its own calls.
+func (f *fleet) local() bool { return f.down.Load() || f.alone.Load() }
+
+// admit decides a call by the fleet's state: nil to go on (probe: it is a
+// fleet probe, for generation gen), or the rejection; c is where its
+// outcome counts. A replica whose own breaker is open does not probe for
+// the fleet: it cannot tell the fleet's dependency is back; its own
+// breaker turns half-open on its own timer, and then it may.
+func (f *fleet) admit() (probe bool, gen uint64, c *tally, err error) {
+	c = f.counts.Load()
+	switch f.view() {
+	case resilience.StateOpen:
+		if !f.b.ownOpen() {
+			f.wantProbe()
+		}
+		return false, 0, nil, f.b.reject(f.b.errOpen)
+	case resilience.StateHalfOpen:
+		gen = f.gen.Load()
+		if f.b.ownOpen() {
+			return false, 0, nil, f.b.reject(f.b.errOpen)
+		}
+		if f.permits.Add(-1) < 0 {
+			f.permits.Add(1)
+			f.wantProbe() // asked for at the next flush
+			return false, 0, nil, f.b.reject(f.b.errBusy)
+		}
+		f.running.Add(1)
+		return true, gen, c, nil
+	}
+	return false, 0, c, nil
+}
+
+// wantProbe notes that a call wanted to probe for the fleet.
+func (f *fleet) wantProbe() {
+	f.demand.Store(int64(time.Since(f.epoch)))
+}
+
+// ownOpen reports whether this replica's own breaker is open, moving it to
+// half-open first if its open timeout has passed.
+func (b *Breaker) ownOpen() bool {
+	if resilience.State(b.state.Load()) != resilience.StateOpen {
+		return false
+	}
+	return fromGobreaker(b.cb.State()) == resilience.StateOpen
+}
+
+// record counts a call's outcome for the fleet, in the tally of the
+// generation it was admitted under; a probe's outcome for the generation it
+// was granted in, or not at all.
+func (f *fleet) record(probe bool, gen uint64, c *tally, outcome error) {
 	if probe {
 		f.running.Add(-1)
 	}
@@ -333,16 +509,19 @@ func (f *fleet) record(probe bool, gen uint64, outcome error) {
 		}
 		return
 	case errFailure:
-		f.failures.Add(1)
+		c.failures.Add(1)
 	}
-	f.requests.Add(1)
+	c.requests.Add(1)
 	if probe && current {
 		if outcome == errFailure {
 			f.probeBad.Add(1)
 		} else {
 			f.probeOK.Add(1)
 		}
-		f.flushNow() // report the probe now, not at the next tick
+		select { // report it now, not at the next tick
+		case f.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -350,7 +529,7 @@ func (f *fleet) record(probe bool, gen uint64, outcome error) {
 // this replica's breaker.
 func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context) error) error {
 	f := b.fleet
-	probe, gen, err := f.admit()
+	probe, gen, c, err := f.admit()
 	if err != nil {
 		return err
 	}
@@ -359,7 +538,7 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 	defer func() {
 		switch {
 		case ran:
-			f.record(probe, gen, outcome)
+			f.record(probe, gen, c, outcome)
 		case probe:
 			f.running.Add(-1)
 			if gen == f.gen.Load() {
@@ -373,4 +552,29 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 		outcome = b.outcome(ctx, opErr)
 		return opErr
 	})
+}
+
+// FleetState returns the fleet breaker's state as this replica goes by it
+// (see [Shared]): as last heard from its store, or closed when the store
+// has not confirmed it for longer than [OpenTimeout]. It is closed for a
+// breaker that is not shared. It takes no lock and does no I/O.
+func (b *Breaker) FleetState() resilience.State {
+	if b == nil || b.fleet == nil {
+		return resilience.StateClosed
+	}
+	return b.fleet.view()
+}
+
+// Fleet asks the store of a shared breaker for the fleet's state and its
+// totals in the window, for dashboards and tests. It returns an error if
+// the breaker is not shared or its store cannot tell ([SharedReader]).
+func (b *Breaker) Fleet(ctx context.Context) (FleetStatus, error) {
+	if b == nil || b.fleet == nil {
+		return FleetStatus{}, errors.New("breaker: not shared")
+	}
+	r, ok := b.fleet.store.(SharedReader)
+	if !ok {
+		return FleetStatus{}, errors.New("breaker: the shared store cannot read the fleet's totals")
+	}
+	return r.Read(ctx, b.Name(), b.fleet.policy)
 }

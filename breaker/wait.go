@@ -167,7 +167,7 @@ func (w *waiting) leave(wt *waiter) bool {
 
 // tickAfter is how long the queue's timer waits from now.
 func (b *Breaker) tickAfter() time.Duration {
-	if next := b.NextProbe(); !next.IsZero() && (b.fleet == nil || resilience.State(b.fleet.state.Load()) != resilience.StateOpen) {
+	if next := b.NextProbe(); !next.IsZero() && (b.fleet == nil || b.fleet.view() != resilience.StateOpen) {
 		// Open until just past its next probe (gobreaker's own rule).
 		d := max(time.Until(next), 0)
 		if d < math.MaxInt64 {
@@ -253,7 +253,7 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 		}
 	case resilience.StateOpen:
 		next := b.NextProbe()
-		if b.fleet != nil && resilience.State(b.fleet.state.Load()) == resilience.StateOpen {
+		if b.fleet != nil && b.fleet.view() == resilience.StateOpen {
 			next = time.Now().Add(b.cfg.flush)
 		}
 		if d, ok := ctx.Deadline(); ok && d.Before(next) {

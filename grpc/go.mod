@@ -2,10 +2,8 @@ module github.com/resiliencekit/resiliencekit/grpc
 
 go 1.26.0
 
-replace github.com/resiliencekit/resiliencekit => ../
-
 require (
-	github.com/resiliencekit/resiliencekit v0.0.0
+	github.com/resiliencekit/resiliencekit v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1

@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -77,4 +78,57 @@ func TestNonsenseOptionsPanic(t *testing.T) {
 		assert.PanicsWithValue(t, fmt.Sprintf("hedge: Quantile(%v): q must be in (0, 1)", q), func() { hedge.Quantile(q) })
 	}
 	assert.PanicsWithValue(t, "hedge: MaxExtra(0): n must be at least 1", func() { hedge.MaxExtra(0) })
+}
+
+// TestQuantileOfTheFirstSamples: the delay is known from the 32nd
+// latency on, and is the exact quantile of those seen.
+func TestQuantileOfTheFirstSamples(t *testing.T) {
+	p := hedge.New(hedge.Quantile(0.5))
+	for i := range 32 {
+		_, ok := p.After()
+		assert.False(t, ok, "after %d latencies", i)
+		p.Observe(time.Duration(i+1) * time.Millisecond)
+	}
+	d, ok := p.After()
+	assert.True(t, ok, "32 latencies are enough")
+	assert.Equal(t, 16*time.Millisecond, d, "the median of 1..32 ms, rounded down")
+}
+
+// TestBudgetCapsTheHedges: hedges are at most MaxShare of the calls, plus
+// one, over a window of 10 s; the allowance comes back as the window
+// slides.
+func TestBudgetCapsTheHedges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			share float64
+			want  int
+		}{{0.1, 11}, {0.25, 26}, {1, 101}} {
+			p := hedge.New(hedge.MaxShare(tc.share))
+			for range 100 {
+				p.Called()
+			}
+			taken := 0
+			for p.Take() {
+				taken++
+			}
+			assert.Equal(t, tc.want, taken, "share %v", tc.share)
+			time.Sleep(11 * time.Second)
+			assert.True(t, p.Take(), "the window has moved on: one again")
+		}
+	})
+}
+
+func TestNilPolicyHasNoBudget(t *testing.T) {
+	var p *hedge.Policy
+	p.Called()
+	assert.False(t, p.Take())
+	assert.False(t, p.Learns())
+}
+
+func TestOptionsAtTheirBounds(t *testing.T) {
+	assert.Equal(t, 1, hedge.New(hedge.MaxExtra(1)).Extra())
+	assert.NotPanics(t, func() { hedge.MaxShare(1) })
+	for _, s := range []float64{0, -0.1, 1.5, math.NaN()} {
+		assert.PanicsWithValue(t, fmt.Sprintf("hedge: MaxShare(%v): share must be more than 0 and at most 1", s), func() { hedge.MaxShare(s) })
+	}
 }

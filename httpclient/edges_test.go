@@ -324,13 +324,18 @@ func TestSlowTransientBodyOfTheLastAnswerIsNotWaitedFor(t *testing.T) {
 }
 
 // TestErrorBodyOfExactlyDrainLimitIsReused: a chunked 503 body of exactly
-// DrainLimit bytes is read to its end, so the connection is reused.
+// DrainLimit bytes is read to its end, so the connection is reused. The
+// end of the body (its last, empty chunk) comes a moment after its bytes,
+// so that reading the DrainLimit bytes alone does not see it: a drain
+// that stops at DrainLimit closes the connection.
 func TestErrorBodyOfExactlyDrainLimitIsReused(t *testing.T) {
 	var calls atomic.Int64
 	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		w.WriteHeader(http.StatusServiceUnavailable) // no Content-Length: chunked
 		_, _ = io.WriteString(w, strings.Repeat("e", httpclient.DrainLimit))
+		w.(http.Flusher).Flush()
+		time.Sleep(20 * time.Millisecond) // then the last chunk
 	}))
 	base := &http.Transport{}
 	t.Cleanup(base.CloseIdleConnections)

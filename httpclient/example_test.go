@@ -18,7 +18,7 @@ import (
 func ExampleClient_PostJSON() {
 	// An order service that is overloaded for its first request.
 	calls := 0
-	srv := httptest.NewServer(idempotency.Middleware(idempotency.NewMemoryStore(0))(http.HandlerFunc(
+	srv := httptest.NewServer(idempotency.Middleware(idempotency.NewMemoryStore(0), idempotency.SharedKeys())(http.HandlerFunc(
 		func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/orders" {
 				http.NotFound(w, r)

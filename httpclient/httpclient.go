@@ -3,6 +3,13 @@
 // budget, a circuit breaker, a jittered retry), so any *http.Client or SDK
 // can use it, and a small JSON [Client] on top.
 //
+//	orders := pipeline.New(pipeline.WithBreaker(breaker.New("orders")), pipeline.WithRetry(retrypolicy.New()))
+//	client := httpclient.New(httpclient.WithPipeline(orders))
+//	err := client.PostJSON(ctx, ordersURL, newOrder, &created, httpclient.IdempotencyKey(newOrder.Key))
+//
+//	// or any *http.Client, such as an SDK's:
+//	hc := &http.Client{Transport: httpclient.NewTransport(httpclient.WithPipeline(orders))}
+//
 // Connection errors, resets, timeouts and the statuses 429, 502, 503 and 504
 // are transient: retried, with a Retry-After header honoured up to the
 // retry's MaxDelay and the budget. Other 4xx statuses are the caller's fault
@@ -49,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -79,6 +87,27 @@ const DrainLimit = 256 << 10
 // not be kept for a retry: it had no GetBody and was longer than
 // [MaxBufferedBody], so its one attempt was its last.
 var ErrBodyNotRetried = errors.New("httpclient: request body too long to buffer for a retry")
+
+// ErrNoIdempotencyKey is matched by the error of a request that failed in a
+// way a retry might fix (a transient error) and was sent once all the
+// same, because its method is retried only with an Idempotency-Key header
+// (see [RetryMethods], [IdempotencyKey], [AutoIdempotencyKey]). The error's
+// message ends with "not retried: POST without Idempotency-Key", naming
+// the method.
+var ErrNoIdempotencyKey = errors.New("httpclient: not retried without an Idempotency-Key")
+
+// notRetriedError is a transient failure of a request that was not retried
+// for want of an idempotency key.
+type notRetriedError struct {
+	err    error
+	method string
+}
+
+func (e *notRetriedError) Error() string {
+	return e.err.Error() + " (not retried: " + e.method + " without " + idempotencykey.Header + ")"
+}
+
+func (e *notRetriedError) Unwrap() []error { return []error{e.err, ErrNoIdempotencyKey} }
 
 // StatusError is an HTTP answer that the retry stage treated as an error:
 // a transient status, or any other status of 400 and above. It carries a
@@ -160,6 +189,11 @@ func Base(rt http.RoundTripper) Option {
 // shared with its other callers. Default: a pipeline that retries by
 // retrypolicy.New() (4 attempts, 100 ms base, 10 s cap, full jitter),
 // without a breaker or time budget; nil keeps the default.
+//
+// The retries are p's: a p without a retry stage ([pipeline.WithRetry])
+// makes a client that sends every request once, whatever its method or
+// idempotency key. [New] and [NewTransport] say so in a log line
+// ([slog.Default], level Info) when given one.
 func WithPipeline(p *pipeline.Pipeline) Option {
 	return optionFunc(func(c *config) {
 		if p != nil {
@@ -357,6 +391,9 @@ type Transport struct {
 // NewTransport returns a Transport configured by opts.
 func NewTransport(opts ...Option) *Transport {
 	t := &Transport{cfg: newConfig(opts)}
+	if !t.cfg.pipeline.Retries() {
+		slog.Default().Info("httpclient: the pipeline has no retry stage (pipeline.WithRetry): every request is sent once")
+	}
 	if cfg := t.cfg; cfg.perHost != nil {
 		t.breakers = breaker.NewGroup(cfg.maxBreakers, func(auth string) *breaker.Breaker {
 			b := cfg.perHost(auth)
@@ -415,6 +452,9 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	}
 	if retryable && a.tooLong && err != nil && resilience.Classify(err).Retryable() {
 		err = errors.Join(err, ErrBodyNotRetried) // the body was why it was not retried
+	}
+	if !retryable && err != nil && req.Context().Err() == nil && resilience.Classify(err).Retryable() && p.MaxAttempts() != 1 {
+		err = &notRetriedError{err: err, method: req.Method} // the method was why
 	}
 	last := a.finish()
 	if err == nil {

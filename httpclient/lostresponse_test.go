@@ -29,7 +29,7 @@ type orderService struct {
 
 func newOrderService(drops int64) *orderService {
 	s := &orderService{}
-	orders := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	orders := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := s.created.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
@@ -74,7 +74,7 @@ func TestLostResponseWithoutKeyIsNotRetried(t *testing.T) {
 // the first run's answer, replayed. The handler runs once.
 func TestARetryWhileTheFirstRunsGetsItsAnswer(t *testing.T) {
 	var runs atomic.Int64
-	srv := httptest.NewServer(idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := runs.Add(1)
 		time.Sleep(300 * time.Millisecond) // a write that goes on when its caller has gone
 		w.WriteHeader(http.StatusCreated)

@@ -18,7 +18,7 @@ func ExampleMiddleware() {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"order":%d}`, orders)
 	})
-	h := idempotency.Middleware(idempotency.NewMemoryStore(0), idempotency.Required())(create)
+	h := idempotency.Middleware(idempotency.NewMemoryStore(0), idempotency.SharedKeys(), idempotency.Required())(create)
 
 	post := func(key, body string) {
 		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))

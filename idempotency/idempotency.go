@@ -8,36 +8,43 @@
 // whose response was lost can be retried without creating a second order.
 // A repeat that arrives while the first is still running is refused as in
 // progress; one whose payload differs (fingerprinted) is refused as a key
-// reused. Keys are scoped per caller, so one caller never sees another's
-// result.
+// reused. Keys are scoped by who the caller is ([Scope]), so one caller
+// never sees another's result; the middleware does not guess it from a
+// header, and panics unless given [Scope] or [SharedKeys].
 //
 // The first request holds its key by a lease, not a lock: a claim lasts
-// [Lease] (30 s by default) and is renewed while the handler runs, so a
-// slow handler keeps its key, and a crashed process's key is free again
-// one lease later. Each claim has a token, and a store completes, renews
-// or releases a claim only for the holder of its token (a fencing token),
-// so a request that lost its lease cannot overwrite the one that took the
-// key over: it learns that it lost it (an event, a log line, and its
-// context canceled).
+// [Lease] (30 s by default) and is renewed while the handler runs and
+// while its result is saved, so a slow handler keeps its key, a store
+// outage shorter than what is left of the lease never runs a request
+// twice, and a crashed process's key is free again one lease later. Each
+// claim has a token, and a store completes, renews or releases a claim
+// only for the holder of its token (a fencing token), so a request that
+// lost its lease cannot overwrite the one that took the key over: it
+// learns that it lost it (an event, a log line, and its context
+// canceled).
 //
 // What is stored: every result, errors included (the draft's rule: the
-// stored result is replayed, success or error), except that the key is
-// freed, so that a retry runs the handler again, when
+// stored result is replayed, success or error), whether or not the caller
+// is still there, except that the key is freed, so that a retry runs the
+// handler again, only when the request says that it committed nothing:
 //   - the status asks the client to retry because the request was not
-//     processed (429, 502, 503, 504; see [ReleaseStatus]);
-//   - the handler panicked;
-//   - the client went away (the request's context was canceled) and the
-//     status is 5xx: a handler that honours its context and failed with
-//     "context canceled" committed nothing;
-//   - the handler said so ([Claim.Abandon]).
+//     processed (429, 502, 503, 504; see [ReleaseStatus]): a handler that
+//     stops for its canceled context before committing answers 503;
+//   - the handler said so ([Claim.Abandon]);
+//   - the handler panicked before it wrote a status (after one, a 500 is
+//     stored).
 //
-// A result that the handler stored itself, in its own transaction
-// ([Claim.Completed]), is never freed, whatever its status.
+// A response that did not reach its caller whole (cut short mid-stream,
+// or nothing written when the caller left) is stored as incomplete: a
+// repeat gets [ErrIncomplete] (500 over HTTP), neither a partial replay
+// nor a second run. A result that the handler stored itself, in its own
+// transaction ([Claim.Completed]), is never freed, whatever its status.
 //
 // Nothing is dropped silently: a store that fails gets the request
-// refused (and an event), saving the result is retried, and a result that
-// still could not be saved is reported ([resilience.EventNotStored]) while
-// the key stays claimed until its lease runs out.
+// refused (and an event), saving the result is retried while the lease
+// can be renewed, and a result that still could not be saved is reported
+// ([resilience.EventNotStored]) while the key stays claimed until its
+// lease runs out.
 //
 // The model knows no transport: a [Guard] claims keys, holds their leases,
 // and stores and replays results as opaque [Record] values. [Middleware]
@@ -57,6 +64,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"sync"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -74,6 +82,12 @@ var ErrKeyReused = errors.New("idempotency key reused for a different request")
 // the request is not run again.
 var ErrNotReplayable = errors.New("result under idempotency key too large to replay")
 
+// ErrIncomplete is returned by [Guard.Begin] for a key whose request ran
+// but whose result was not recorded whole: its client left mid-stream, or
+// before anything was written. It is not replayed as if complete, and the
+// request is not run again.
+var ErrIncomplete = errors.New("result under idempotency key incomplete: its client left before it was sent")
+
 // Guard runs requests at most once per key, whatever their transport:
 // [Guard.Begin] claims a key and holds it by a renewed lease,
 // [Claim.Complete] stores the request's result under it for repeats to
@@ -82,9 +96,10 @@ var ErrNotReplayable = errors.New("result under idempotency key too large to rep
 // reads. A Guard is safe for concurrent use; the zero value is not usable,
 // call [NewGuard].
 type Guard struct {
-	store   Store
-	cfg     config
-	orphans orphans
+	store    Store
+	cfg      config
+	orphans  orphans
+	inflight sync.Map // scoped key -> *Claim held by this guard, until its result is saved
 }
 
 // NewGuard returns a Guard that keeps its records in store; a nil store
@@ -118,12 +133,23 @@ func newGuard(store Store, cfg config) *Guard {
 //     or [Claim.Release], one of which must be called;
 //   - the stored result of the key's first request, to replay;
 //   - an error: [ErrInProgress], [ErrKeyReused], [ErrNotReplayable],
-//     [ErrFull], or the store's failure, which it reports.
+//     [ErrIncomplete], [ErrFull], or the store's failure, which it
+//     reports.
+//
+// A key that this guard holds itself is refused as in progress without
+// asking the store, so repeats on the holder's replica get ErrInProgress
+// even while the store is down.
 //
 // Each store call is bounded by [StoreTimeout], whether or not ctx is
 // canceled. Begin is safe for concurrent use.
 func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Claim, *Record, error) {
 	c := &Claim{Key: scopeKey(scope, key), Record: Record{Fingerprint: fingerprint, Token: rand.Text()}, TTL: g.cfg.ttl, guard: g}
+	if v, ok := g.inflight.Load(c.Key); ok { // held here: no need to ask the store, which may be down
+		if v.(*Claim).Record.Fingerprint != fingerprint {
+			return nil, nil, ErrKeyReused
+		}
+		return nil, nil, ErrInProgress
+	}
 	found, err := g.claim(ctx, c)
 	switch {
 	case errors.Is(err, ErrFull):
@@ -140,6 +166,8 @@ func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Cla
 		return nil, nil, ErrInProgress
 	case found.Truncated:
 		return nil, nil, ErrNotReplayable
+	case found.Incomplete:
+		return nil, nil, ErrIncomplete
 	}
 	return nil, found, nil
 }

@@ -21,11 +21,6 @@ func scopeKey(scope, key string) string {
 	return hex.EncodeToString(sum[:16]) + ":" + key
 }
 
-// scopeByAuthorization is the middleware's default scope: the
-// Authorization header, hashed by scopeKey so that its secret is not in
-// the key.
-func scopeByAuthorization(r *http.Request) string { return r.Header.Get("Authorization") }
-
 // fingerprint identifies an HTTP request's payload: its method, path,
 // query and body.
 func fingerprint(r *http.Request, body []byte) string {

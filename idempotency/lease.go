@@ -2,7 +2,6 @@ package idempotency
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -30,12 +29,14 @@ type Claim struct {
 	// TTL is how long the result is to be kept.
 	TTL time.Duration
 
-	abandoned, completed, ended atomic.Bool
+	abandoned, completed, ended, lost atomic.Bool
+	// held is when the lease as last granted runs out, in Unix nanoseconds.
+	held atomic.Int64
 
 	guard  *Guard
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stop   func() (lost bool)
+	stop   func()
 }
 
 type claimKey struct{}
@@ -79,40 +80,49 @@ func (c *Claim) Context() context.Context {
 }
 
 // Complete ends the claim with the request's result: it stores result
-// (its Status, Header, Body and Truncated) under the key for [TTL], for
-// repeats to replay; a body over [MaxResponse] is stored as Truncated, not
-// replayable. It frees the key instead, as [Claim.Release] does, if the
-// claim was abandoned, if result.Status is one of [ReleaseStatus], or if
-// the caller has gone and result.Status is 0 or 5xx. If the handler
+// (its Status, Header, Body, Truncated and Incomplete) under the key for
+// [TTL], for repeats to replay; a body over [MaxResponse] is stored as
+// Truncated, not replayable. It frees the key instead, as [Claim.Release]
+// does, only if the request says that it committed nothing: the claim was
+// abandoned ([Claim.Abandon]) or result.Status is one of [ReleaseStatus].
+// Whether the caller has gone does not matter: a handler that committed
+// and then saw its context end must not run again. If the handler
 // completed the claim itself ([Claim.Completed]) and did not abandon it,
-// Complete neither stores nor frees anything, whatever the status and ctx.
+// Complete neither stores nor frees anything.
 //
-// The caller has gone if ctx was done when Complete was called. ctx may be
-// the claim's own context ([Claim.Context]) or one made from it: its being
-// canceled as Complete ends the claim, or for a lost lease, is not the
-// caller leaving.
+// Saving is retried, with backoff, for as long as the claim's lease can be
+// renewed: the lease is renewed meanwhile, and the save gives up only when
+// the lease as last renewed runs out, another request holds the key, or
+// the saves have failed for a whole lease while the renewals got through
+// (a store that refuses the record itself). So
+// a store that is back before the lease granted by the last successful
+// renewal runs out (an outage shorter than the lease less the time since
+// that renewal, which is at most a third of the lease) never makes a
+// request run twice. A claim that the store lost meanwhile (a restart
+// without persistence) is taken again, if no one else took the key, and
+// the result stored under it.
 //
 // It returns [ErrLeaseLost] if the lease was lost, and the store's error
 // if the result could not be stored, having reported either; the key then
 // stays claimed until its lease runs out. The store is written even if
-// ctx is canceled, each call bounded by [StoreTimeout] and retried within
-// four of them. After the claim has ended, Complete does nothing and
-// returns nil.
+// ctx is canceled, each call bounded by [StoreTimeout]. After the claim
+// has ended, Complete does nothing and returns nil.
 func (c *Claim) Complete(ctx context.Context, result Record) error {
-	gone := callerGone(ctx) // before end cancels the claim's context, which ctx may be
-	lost, ok := c.end()
-	if !ok {
+	if !c.end() {
 		return nil
 	}
+	defer c.finish()
 	g := c.guard
 	switch {
 	case c.abandoned.Load():
+		c.stop()                 // no renewal may take the key again once it is freed
 		return g.release(ctx, c) // nothing committed; a record the handler did commit is no claim, and stays
 	case c.completed.Load():
 		return nil // committed by the handler with its effect: never freed
-	case g.cfg.release[result.Status] || (gone && (result.Status == 0 || result.Status >= 500)):
-		return g.release(ctx, c) // nothing committed, or the client is told to retry
-	case lost:
+	case g.cfg.release[result.Status]:
+		c.stop()
+		return g.release(ctx, c) // the client is told to retry: nothing was processed
+	case c.lost.Load():
 		g.report(resilience.EventNotStored, c.Key, ErrLeaseLost)
 		return ErrLeaseLost
 	}
@@ -120,129 +130,193 @@ func (c *Claim) Complete(ctx context.Context, result Record) error {
 }
 
 // Release ends the claim by freeing its key, so that a retry runs the
-// request again: for a request that committed nothing, or panicked. A
-// failure is reported and returned, and the key then stays claimed until
-// its lease runs out; a key that the claim no longer holds is no failure.
-// After the claim has ended, Release does nothing and returns nil, so that
-// a deferred Release frees the key of a request that panicked and only
-// that. Of a claim that the handler completed itself ([Claim.Completed])
-// and did not abandon, Release frees nothing: it only ends the claim.
+// request again: for a request that committed nothing, or panicked before
+// it sent anything. A failure is reported and returned, and the key then
+// stays claimed until its lease runs out; a key that the claim no longer
+// holds is no failure. After the claim has ended, Release does nothing and
+// returns nil, so that a deferred Release frees the key of a request that
+// panicked and only that. Of a claim that the handler completed itself
+// ([Claim.Completed]) and did not abandon, Release frees nothing: it only
+// ends the claim.
 func (c *Claim) Release(ctx context.Context) error {
-	if _, ok := c.end(); !ok {
+	if !c.end() {
 		return nil
 	}
+	defer c.finish()
 	if c.completed.Load() && !c.abandoned.Load() {
 		return nil // committed by the handler with its effect: never freed
 	}
+	c.stop() // no renewal may take the key again once it is freed
 	return c.guard.release(ctx, c)
 }
 
-// callerGone reports whether ctx, a caller's context, is done because the
-// caller has gone: a context canceled for a lost lease (the claim's own, or
-// one made from it) is not.
-func callerGone(ctx context.Context) bool {
-	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrLeaseLost)
+// LeaseDeadline returns when the claim's lease, as last renewed, runs
+// out: after it, another request may take the key. A handler that
+// completes its claim in its own transaction bounds the transaction by it
+// (see [Claim.WithLeaseDeadline]). The zero time for a claim that
+// [Guard.Begin] did not return.
+func (c *Claim) LeaseDeadline() time.Time {
+	if n := c.held.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// WithLeaseDeadline returns ctx bounded by [Claim.LeaseDeadline] as it is
+// now, for the transaction that completes the claim (the SQL store's
+// CompleteTx) and its commit: a store that hangs then cannot hold the
+// request past the time another may take its key.
+func (c *Claim) WithLeaseDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := c.LeaseDeadline()
+	if d.IsZero() {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, d)
 }
 
 // hold starts renewing the lease of a claim that Begin got, with ctx as
 // the request's.
 func (c *Claim) hold(ctx context.Context) {
 	c.ctx, c.cancel = context.WithCancelCause(context.WithValue(ctx, claimKey{}, c))
+	c.held.Store(time.Now().Add(c.guard.cfg.lease).UnixNano())
+	c.guard.inflight.Store(c.Key, c)
 	c.stop = c.guard.renew(ctx, c)
 }
 
-// end ends the claim once: it stops the renewals and cancels the request's
-// context. ok is false if the claim had ended, or is not Begin's.
-func (c *Claim) end() (lost, ok bool) {
+// end ends the request's run once: it cancels its context. The lease is
+// still renewed until finish, so that the result can be saved. ok is false
+// if the claim had ended, or is not Begin's.
+func (c *Claim) end() (ok bool) {
 	if c.guard == nil || c.stop == nil || !c.ended.CompareAndSwap(false, true) {
-		return false, false
+		return false
 	}
-	lost = c.stop()
 	c.cancel(nil)
-	return lost, true
+	return true
 }
 
+// finish stops the renewals of an ended claim and forgets it.
+func (c *Claim) finish() {
+	c.stop()
+	c.guard.inflight.CompareAndDelete(c.Key, c)
+}
+
+// heldUntil returns when the lease as last granted runs out.
+func (c *Claim) heldUntil() time.Time { return time.Unix(0, c.held.Load()) }
+
 // renew renews c's lease every third of it until the returned stop is
-// called, which waits for it and reports whether the lease was lost.
-func (g *Guard) renew(ctx context.Context, c *Claim) (stop func() (lost bool)) {
+// called, which waits for it.
+func (g *Guard) renew(ctx context.Context, c *Claim) (stop func()) {
 	done := make(chan struct{})
-	exited := make(chan bool, 1)
-	go func() { exited <- g.keep(ctx, c, done) }()
-	return sync.OnceValue(func() bool {
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		g.keep(ctx, c, done)
+	}()
+	return sync.OnceFunc(func() {
 		close(done)
-		return <-exited
+		<-exited
 	})
 }
 
-// keep renews c's lease every third of it until done is closed. If the
-// lease is lost, it reports it, cancels the request's context and returns
-// true.
-func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) (lost bool) {
-	held := time.Now().Add(g.cfg.lease)
+// keep renews c's lease every third of it until done is closed, and soon
+// again when a renewal fails, until the lease runs out. If the lease is
+// lost, it reports it, cancels the request's context and marks c lost.
+func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 	wait := g.cfg.lease / 3
 	for {
 		t := time.NewTimer(wait)
 		select {
 		case <-done:
 			t.Stop()
-			return false
+			return
 		case <-t.C:
 		}
 		if c.completed.Load() {
-			return false // stored by the handler itself: nothing to hold
+			return // stored by the handler itself: nothing to hold
 		}
 		start := time.Now()
-		err := g.renewOnce(ctx, c, held)
+		err := g.renewOnce(ctx, c)
 		switch {
 		case err == nil:
-			held, wait = start.Add(g.cfg.lease), g.cfg.lease/3
+			c.held.Store(start.Add(g.cfg.lease).UnixNano())
+			wait = g.cfg.lease / 3
 			continue
 		case errors.Is(err, ErrNotOwner) && c.completed.Load():
-			return false // completed in the handler's transaction meanwhile
+			return // completed in the handler's transaction meanwhile
 		case errors.Is(err, ErrNotOwner):
-		case time.Now().Before(held):
+		case time.Now().Before(c.heldUntil()):
 			g.report(resilience.EventStoreFailed, c.Key, err)
-			wait = min(g.cfg.lease/12, max(time.Until(held)/2, time.Millisecond)) // try again soon
+			wait = min(g.cfg.lease/12, g.cfg.storeTimeout/2, max(time.Until(c.heldUntil())/2, time.Millisecond)) // try again soon
 			continue
 		default:
 			err = fmt.Errorf("%w: renewal failed until it ran out: %w", ErrLeaseLost, err)
 		}
+		c.lost.Store(true)
 		g.report(resilience.EventLeaseLost, c.Key, err)
 		c.cancel(ErrLeaseLost)
-		return true
+		return
 	}
 }
 
-// renewOnce renews c's lease, bounded by what is left of it (until held),
-// so that a slow call leaves time for another try before it runs out.
-func (g *Guard) renewOnce(ctx context.Context, c *Claim, held time.Time) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(g.cfg.storeTimeout, max(time.Until(held), 0)))
+// renewOnce renews c's lease, bounded by what is left of it, so that a
+// slow call leaves time for another try before it runs out. A claim that
+// the store no longer has (it restarted without persistence, or the lease
+// ran out while this process was paused) is taken again if the key is
+// free, so that a repeat cannot run meanwhile; ErrNotOwner if another
+// request holds it.
+func (g *Guard) renewOnce(ctx context.Context, c *Claim) error {
+	d := min(g.cfg.storeTimeout, time.Until(c.heldUntil()))
+	if d <= 0 {
+		d = g.cfg.storeTimeout // this process was paused past the lease: try to take the key again
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
-	return g.store.Renew(ctx, c.Key, c.Record, g.cfg.lease)
+	err := g.store.Renew(ctx, c.Key, c.Record, g.cfg.lease)
+	if !errors.Is(err, ErrNotOwner) {
+		return err
+	}
+	found, err := g.store.Begin(ctx, c.Key, c.Record, g.cfg.lease)
+	switch {
+	case err != nil:
+		return err
+	case found == nil, found.Token == c.Record.Token:
+		return nil // taken again, or still ours, or its result saved meanwhile
+	}
+	return ErrNotOwner
 }
 
-// complete stores result under c's key, retried; a failure is reported.
+// complete stores result under c's key, retried with backoff while c's
+// lease can be renewed; a failure is reported.
 func (g *Guard) complete(ctx context.Context, c *Claim, result Record) error {
 	done := Record{
 		Fingerprint: c.Record.Fingerprint,
+		Token:       c.Record.Token, // so that a save whose answer was lost is recognised as this one's
 		Done:        true,
 		Status:      result.Status,
 		Header:      result.Header,
 		Body:        result.Body,
 		Truncated:   result.Truncated,
+		Incomplete:  result.Incomplete,
 	}
 	if len(done.Body) > g.cfg.maxResponse {
 		done.Body, done.Truncated = nil, true
 	}
-	tried := false
-	err := g.retry(ctx, func(sctx context.Context) error {
-		err := g.store.Complete(sctx, c.Key, c.Record, done, g.cfg.ttl)
-		if errors.Is(err, ErrNotOwner) && tried && g.storedAlready(ctx, c) {
-			return nil // an earlier try got through, its answer did not
+	delay := g.cfg.storeTimeout / 5
+	budget := time.Now().Add(g.cfg.lease) // one lease of failures, renewals and saves alike
+	var err error
+	for {
+		if err = g.saveOnce(ctx, c, done); err == nil || errors.Is(err, ErrNotOwner) {
+			break
 		}
-		tried = true
-		return err
-	})
+		if next := time.Now().Add(delay); c.lost.Load() || next.After(c.heldUntil()) || next.After(budget) {
+			break // the lease runs out (another request may take the key), or a lease of tries failed
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, g.cfg.lease/12, 2*g.cfg.storeTimeout)
+	}
+	if errors.Is(err, ErrNotOwner) {
+		err = fmt.Errorf("%w: another request holds the key", ErrLeaseLost)
+	}
 	if err != nil {
 		// The claim stays until its lease runs out: repeats are refused as
 		// in progress until then rather than a second run while this one's
@@ -252,18 +326,30 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record) error {
 	return err
 }
 
-// storedAlready reports whether c's key holds a completed record of c's
-// request: a Complete whose answer was lost got through. Looking claims
-// the key if it is free, and frees it again.
-func (g *Guard) storedAlready(ctx context.Context, c *Claim) bool {
-	ctx, cancel := g.storeCtx(ctx)
+// saveOnce stores done under c's key. If the key does not hold c's claim,
+// it finds out why: an earlier try got through and its answer did not (the
+// record is c's), or the store lost the claim and the key is free (it is
+// taken again and the record stored), or another request holds it
+// (ErrNotOwner).
+func (g *Guard) saveOnce(ctx context.Context, c *Claim, done Record) error {
+	sctx, cancel := g.storeCtx(ctx)
 	defer cancel()
-	look := Record{Fingerprint: c.Record.Fingerprint, Token: rand.Text()}
-	found, err := g.store.Begin(ctx, c.Key, look, g.cfg.lease)
-	if err == nil && found == nil {
-		_ = g.store.Release(ctx, c.Key, look)
+	err := g.store.Complete(sctx, c.Key, c.Record, done, g.cfg.ttl)
+	if !errors.Is(err, ErrNotOwner) {
+		return err
 	}
-	return err == nil && found != nil && found.Done && found.Fingerprint == c.Record.Fingerprint
+	found, err := g.store.Begin(sctx, c.Key, c.Record, g.cfg.lease)
+	switch {
+	case err != nil:
+		return err
+	case found == nil:
+		return g.store.Complete(sctx, c.Key, c.Record, done, g.cfg.ttl) // taken again
+	case found.Done && found.Token == c.Record.Token:
+		return nil // stored already
+	case !found.Done && found.Token == c.Record.Token:
+		return errors.New("idempotency: claim held but not completed") // try again
+	}
+	return ErrNotOwner
 }
 
 // release frees c's key, retried; a failure is reported.

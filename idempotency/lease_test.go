@@ -49,13 +49,13 @@ func (e *events) list() []string {
 func newSlowServer(store idempotency.Store, d time.Duration, opts ...idempotency.Option) *slowServer {
 	s := &slowServer{events: &events{}}
 	opts = append(opts, idempotency.WithListener(s.events), idempotency.WithLogger(slog.New(slog.DiscardHandler)))
-	s.handler = idempotency.Middleware(store, opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.handler = idempotency.Middleware(store, append([]idempotency.Option{idempotency.SharedKeys()}, opts...)...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := s.runs.Add(1)
 		select {
 		case <-time.After(d):
 		case <-r.Context().Done():
 			s.canceled.Add(1)
-			http.Error(w, r.Context().Err().Error(), http.StatusInternalServerError)
+			http.Error(w, r.Context().Err().Error(), http.StatusServiceUnavailable) // nothing committed: the documented way to say so
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
@@ -119,7 +119,9 @@ func (f *flakyStore) Release(ctx context.Context, key string, claim idempotency.
 }
 
 func (f *flakyStore) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
-	if f.stealOnRenew.Load() {
+	if f.stealOnRenew.Load() { // another request takes the key over
+		_ = f.Store.Release(ctx, key, claim)
+		_, _ = f.Store.Begin(ctx, key, idempotency.Record{Fingerprint: claim.Fingerprint, Token: "thief"}, lease)
 		return idempotency.ErrNotOwner
 	}
 	if f.failRenew.Load() {
@@ -152,7 +154,7 @@ func TestPanicWhileTheStoreIsDownFreesTheKeyAfterOneLease(t *testing.T) {
 		store := &flakyStore{Store: idempotency.NewMemoryStore(0)}
 		store.failRelease.Store(true)
 		ev := &events{}
-		h := idempotency.Middleware(store, idempotency.WithListener(ev), idempotency.WithLogger(slog.New(slog.DiscardHandler)))(
+		h := idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.WithListener(ev), idempotency.WithLogger(slog.New(slog.DiscardHandler)))(
 			http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("handler bug") }))
 		post := func() (code int) {
 			defer func() { _ = recover() }()
@@ -178,7 +180,7 @@ func TestLostLeaseCancelsTheHandlerAndIsReported(t *testing.T) {
 		s := newSlowServer(store, time.Minute, idempotency.Lease(3*time.Second))
 		w := s.post(t.Context(), "k", "")
 		assert.EqualValues(t, 1, s.canceled.Load(), "the handler's context was canceled")
-		assert.Equal(t, http.StatusInternalServerError, w.Code)
+		assert.Equal(t, http.StatusServiceUnavailable, w.Code)
 		assert.Contains(t, s.events.list(), "lease_lost")
 
 		store.stealOnRenew.Store(false)
@@ -242,5 +244,30 @@ func TestARetriedSaveThatHadGotThroughIsNoFailure(t *testing.T) {
 		s.post(t.Context(), "k", "")
 		assert.NotContains(t, s.events.list(), "not_stored")
 		assert.Equal(t, "true", s.post(t.Context(), "k", "").Header().Get(idempotency.ReplayedHeader))
+	})
+}
+
+// TestSaveIsRetriedWhileTheLeaseLasts: the store is down from just before
+// the handler ends for 15 s of a 30 s lease (renewals and saves alike):
+// the save is retried until it gets through, so the request runs once and
+// its repeats are replayed; nothing is reported not stored.
+func TestSaveIsRetriedWhileTheLeaseLasts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{Store: idempotency.NewMemoryStore(0)}
+		s := newSlowServer(store, 11*time.Second, idempotency.Lease(30*time.Second))
+		first := make(chan int)
+		go func() { first <- s.post(t.Context(), "k", "").Code }()
+		time.Sleep(10*time.Second + 500*time.Millisecond) // after the renewal at 10 s
+		store.failComplete.Store(true)
+		store.failRenew.Store(true)
+		time.Sleep(15 * time.Second)
+		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "held meanwhile")
+		store.failComplete.Store(false)
+		store.failRenew.Store(false)
+		assert.Equal(t, http.StatusCreated, <-first)
+		w := s.post(t.Context(), "k", "")
+		assert.Equal(t, "true", w.Header().Get(idempotency.ReplayedHeader))
+		assert.EqualValues(t, 1, s.runs.Load(), "one run")
+		assert.NotContains(t, s.events.list(), "not_stored")
 	})
 }

@@ -8,14 +8,19 @@ import (
 	"time"
 )
 
-// MemoryStore is a [Store] in this process's memory, bounded in entries.
-// It never evicts a claim still in flight: when it is full, an expired
-// record goes first, then an expired claim, then the oldest record; a store
-// full of requests still running answers [ErrFull]. It is safe for concurrent use;
-// the zero value is not usable, call [NewMemoryStore].
+// MemoryStore is a [Store] in this process's memory, bounded in bytes:
+// the keys, bodies, headers, fingerprints and tokens it holds, plus
+// [MemoryEntryOverhead] per entry, never add up to more than its bound.
+// It never evicts a claim still in flight: to make room, an expired record
+// goes first, then an expired claim, then the oldest completed records; a
+// store full of requests still running answers [ErrFull], and a result
+// that cannot fit even then is kept without its body, as Truncated (not
+// replayable, not run again). It is safe for concurrent use; the zero
+// value is not usable, call [NewMemoryStore].
 type MemoryStore struct {
 	mu        sync.Mutex
-	max       int
+	max       int64
+	used      int64
 	entries   map[string]*memEntry
 	completed list.List // of *memEntry, oldest completion first
 	claims    list.List // of *memEntry in flight, oldest claim first
@@ -25,19 +30,49 @@ type memEntry struct {
 	key     string
 	rec     Record
 	expires time.Time
+	size    int64
 	el      *list.Element // in completed once Done, in claims before
 }
 
-// NewMemoryStore returns an empty store holding at most maxEntries
-// records; maxEntries 0 means 10,000. It panics if maxEntries < 0.
-func NewMemoryStore(maxEntries int) *MemoryStore {
-	if maxEntries < 0 {
-		panic(fmt.Sprintf("idempotency: NewMemoryStore(%d): maxEntries must be 0 or more", maxEntries))
+// DefaultMemoryBytes is the bound of a [MemoryStore] made with
+// NewMemoryStore(0): 64 MiB.
+const DefaultMemoryBytes = 64 << 20
+
+// MemoryEntryOverhead is what a [MemoryStore] counts for each entry on
+// top of its bytes: the map, list and record structures.
+const MemoryEntryOverhead = 256
+
+// NewMemoryStore returns an empty store holding at most maxBytes bytes of
+// records (see [MemoryStore] for what counts); maxBytes 0 means
+// [DefaultMemoryBytes], 64 MiB. It panics if maxBytes < 0.
+func NewMemoryStore(maxBytes int64) *MemoryStore {
+	if maxBytes < 0 {
+		panic(fmt.Sprintf("idempotency: NewMemoryStore(%d): maxBytes must be 0 or more", maxBytes))
 	}
-	if maxEntries == 0 {
-		maxEntries = 10_000
+	if maxBytes == 0 {
+		maxBytes = DefaultMemoryBytes
 	}
-	return &MemoryStore{max: maxEntries, entries: make(map[string]*memEntry)}
+	return &MemoryStore{max: maxBytes, entries: make(map[string]*memEntry)}
+}
+
+// Bytes returns how many bytes the store counts its records as, at most
+// its bound.
+func (s *MemoryStore) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used
+}
+
+// sizeOf returns what an entry of rec under key counts for.
+func sizeOf(key string, rec Record) int64 {
+	n := MemoryEntryOverhead + len(key) + len(rec.Fingerprint) + len(rec.Token) + len(rec.Body)
+	for k, vs := range rec.Header {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v) + 16
+		}
+	}
+	return int64(n)
 }
 
 // Len returns how many records the store holds, expired ones included until
@@ -63,12 +98,16 @@ func (s *MemoryStore) Begin(ctx context.Context, key string, claim Record, lease
 		}
 		s.remove(e)
 	}
-	if len(s.entries) >= s.max && !s.makeRoom(now) {
-		return nil, ErrFull
+	size := sizeOf(key, claim)
+	for s.used+size > s.max {
+		if !s.makeRoom(now) {
+			return nil, ErrFull
+		}
 	}
-	e := &memEntry{key: key, rec: claim, expires: now.Add(lease)}
+	e := &memEntry{key: key, rec: claim, expires: now.Add(lease), size: size}
 	e.el = s.claims.PushBack(e)
 	s.entries[key] = e
+	s.used += size
 	return nil, nil
 }
 
@@ -101,10 +140,20 @@ func (s *MemoryStore) Renew(ctx context.Context, key string, claim Record, lease
 // Complete implements [Store].
 func (s *MemoryStore) Complete(ctx context.Context, key string, claim, rec Record, ttl time.Duration) error {
 	return s.withHeld(ctx, key, claim, func(e *memEntry) {
-		e.rec = rec
-		e.expires = time.Now().Add(ttl)
 		s.claims.Remove(e.el)
+		s.used -= e.size
+		size := sizeOf(key, rec)
+		for s.used+size > s.max && s.completed.Len() > 0 { // the oldest records make room, never a claim
+			s.remove(s.completed.Front().Value.(*memEntry))
+		}
+		if s.used+size > s.max { // no room even then: keep the outcome, not the body
+			rec.Body, rec.Header, rec.Truncated = nil, nil, true
+			size = sizeOf(key, rec)
+		}
+		e.rec, e.size = rec, size
+		e.expires = time.Now().Add(ttl)
 		e.el = s.completed.PushBack(e)
+		s.used += size
 	})
 }
 
@@ -140,6 +189,7 @@ func (s *MemoryStore) held(key string, claim Record) (*memEntry, bool) {
 
 func (s *MemoryStore) remove(e *memEntry) {
 	delete(s.entries, e.key)
+	s.used -= e.size
 	if e.rec.Done {
 		s.completed.Remove(e.el)
 	} else {

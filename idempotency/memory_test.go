@@ -1,6 +1,11 @@
 package idempotency_test
 
 import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,12 +19,54 @@ import (
 
 func TestMemoryStoreContract(t *testing.T) {
 	storetest.Run(t, func(*testing.T) idempotency.Store { return idempotency.NewMemoryStore(0) })
-	storetest.Run(t, func(*testing.T) idempotency.Store { return idempotency.NewMemoryStore(50) }, storetest.Capacity(50))
+	// Room for 50 of the contract's claims, and not 51: each counts the
+	// overhead, its key (a 30-byte prefix and "claim-0" to "claim-49"),
+	// its fingerprint "fp" and its token "holder".
+	const room = 10*(idempotency.MemoryEntryOverhead+30+7+2+6) + 40*(idempotency.MemoryEntryOverhead+30+8+2+6) + 250
+	storetest.Run(t, func(*testing.T) idempotency.Store { return idempotency.NewMemoryStore(room) }, storetest.Capacity(50))
+}
+
+// entries is the bound of a memory store with room for n entries of the
+// tests below: keys of one byte, tokens and fingerprints of at most two.
+func entries(n int64) int64 { return n * (idempotency.MemoryEntryOverhead + 4) }
+
+// TestMemoryStoreIsBoundedInBytes: 300 keys with 1 MiB answers, through
+// the middleware on a store of the default bound: the store never counts
+// more than its bound, the oldest records go first, the newest replay, and
+// the heap stays near the bound.
+func TestMemoryStoreIsBoundedInBytes(t *testing.T) {
+	store := idempotency.NewMemoryStore(0)
+	answer := bytes.Repeat([]byte("x"), 1<<20)
+	h := idempotency.Middleware(store, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(answer)
+	}))
+	post := func(key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Header.Set(idempotency.Header, key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	var most int64
+	for i := range 300 {
+		require.Equal(t, http.StatusOK, post(fmt.Sprint("k-", i)).Code)
+		most = max(most, store.Bytes())
+	}
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	t.Logf("300 answers of 1 MiB: the store counts at most %.1f MiB of its %d MiB bound, holds %d records; heap in use %.1f MiB",
+		float64(most)/(1<<20), idempotency.DefaultMemoryBytes>>20, store.Len(), float64(m.HeapInuse)/(1<<20))
+	assert.LessOrEqual(t, most, int64(idempotency.DefaultMemoryBytes))
+	assert.Less(t, m.HeapInuse, uint64(idempotency.DefaultMemoryBytes+32<<20), "the heap near the bound, not 300 MiB")
+	w := post("k-299")
+	assert.Equal(t, "true", w.Header().Get(idempotency.ReplayedHeader), "the newest is replayed")
+	assert.Equal(t, 1<<20, w.Body.Len())
 }
 
 func TestMemoryStoreNeverEvictsAClaimInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := idempotency.NewMemoryStore(3)
+		store := idempotency.NewMemoryStore(entries(3))
 		ctx := t.Context()
 		claim := idempotency.Record{Token: "t"}
 		done := idempotency.Record{Done: true, Status: 201}
@@ -53,7 +100,7 @@ func TestMemoryStoreNeverEvictsAClaimInFlight(t *testing.T) {
 // TestMemoryStoreDropsAnExpiredClaimBeforeALiveRecord.
 func TestMemoryStoreDropsAnExpiredClaimBeforeALiveRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := idempotency.NewMemoryStore(2)
+		store := idempotency.NewMemoryStore(entries(2))
 		ctx := t.Context()
 		claim := idempotency.Record{Fingerprint: "fp", Token: "t"}
 		_, _ = store.Begin(ctx, "a", claim, time.Minute)

@@ -21,11 +21,17 @@ const ReplayedHeader = "Idempotent-Replayed"
 // while the first runs gets 409 with Retry-After, one with another
 // payload (method, path, query and body) 422, a malformed key 400. A nil
 // store means a [MemoryStore] of default size. When the store fails, the
-// request gets 503 and the handler does not run. It panics if the lease
-// is under three store timeouts. The middleware is safe for concurrent
-// use.
+// request gets 503 and the handler does not run. Keys are namespaced by
+// who the caller is, and the middleware does not guess it: it panics
+// unless given [Scope] (per caller) or [SharedKeys] (one namespace). It
+// panics too if the lease is under three store timeouts. The middleware
+// is safe for concurrent use.
 func Middleware(store Store, opts ...Option) func(http.Handler) http.Handler {
-	g := newGuard(store, newConfig(opts))
+	cfg := newConfig(opts)
+	if cfg.scope == nil {
+		panic("idempotency: Middleware: give Scope (keys per caller, by identity) or SharedKeys (one namespace): no default, so that callers are neither silently shared nor split")
+	}
+	g := newGuard(store, cfg)
 	return func(next http.Handler) http.Handler {
 		return &handler{guard: g, cfg: &g.cfg, next: next}
 	}
@@ -104,6 +110,9 @@ func refuse(w http.ResponseWriter, err error) {
 		problem(w, http.StatusConflict, "request in progress", "a request with this key is still being processed")
 	case errors.Is(err, ErrNotReplayable):
 		problem(w, http.StatusInternalServerError, "response not replayable", "the response to this key was too large to store")
+	case errors.Is(err, ErrIncomplete):
+		problem(w, http.StatusInternalServerError, "response incomplete",
+			"the request with this key ran, but its client left before the response was sent whole: it is not replayed, and not run again")
 	default: // the store failed
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusServiceUnavailable, "idempotency store unavailable", "")
@@ -111,20 +120,49 @@ func refuse(w http.ResponseWriter, err error) {
 }
 
 // run serves the first request of a key under its claim, and stores its
-// response.
+// response. A response is stored as it was written, whether or not the
+// client is still there: a handler that committed and then saw its
+// context end must not run again. The key is freed only when the handler
+// says that nothing committed (Claim.Abandon, or a status of
+// ReleaseStatus). A response that never reached its client whole (a
+// write failed, or it was streamed and the client left before the handler
+// returned, or nothing was written and the client left) is stored as
+// Incomplete: a retry gets 500 "response incomplete", not a replay, and
+// nothing runs again. After a panic, the key is freed if no status was
+// written, and otherwise a 500 is stored.
 func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
-	defer claim.Release(r.Context()) // after a panic or runtime.Goexit; nothing after Complete
 	rec := newRecorder(w, h.cfg.maxResponse)
+	returned := false
+	defer func() {
+		switch {
+		case returned:
+		case rec.status == 0: // a panic or runtime.Goexit before anything was sent
+			_ = claim.Release(r.Context())
+		default: // after a status was sent: what the handler did may stand
+			_ = claim.Complete(r.Context(), panicRecord)
+		}
+	}()
 	h.next.ServeHTTP(rec, r.WithContext(claim.Context()))
-	if rec.status == 0 && r.Context().Err() == nil && !rec.hijacked {
+	returned = true
+	gone := r.Context().Err() != nil
+	if rec.status == 0 && !gone && !rec.hijacked {
 		rec.WriteHeader(http.StatusOK)
 	}
 	_ = claim.Complete(r.Context(), Record{ // a failure is reported
-		Status:    rec.status,
-		Header:    h.stored(rec.header, rec.outer),
-		Body:      rec.body,
-		Truncated: rec.truncated || rec.hijacked, // a hijacked connection cannot be replayed
+		Status:     rec.status,
+		Header:     h.stored(rec.header, rec.outer),
+		Body:       rec.body,
+		Truncated:  rec.truncated || rec.hijacked, // a hijacked connection cannot be replayed
+		Incomplete: rec.failed || (gone && (rec.flushed || rec.status == 0)),
 	})
+}
+
+// panicRecord is what is stored for a handler that panicked after it sent
+// a status: a 500, as Stripe stores after its atomic phase.
+var panicRecord = Record{
+	Status: http.StatusInternalServerError,
+	Header: http.Header{"Content-Type": {"application/problem+json"}},
+	Body:   []byte(`{"status":500,"title":"internal error","detail":"the request failed after it began to answer"}` + "\n"),
 }
 
 // stored returns the headers of header to store: all but the excluded

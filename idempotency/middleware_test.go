@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,7 +28,7 @@ type server struct {
 
 func newServer(store idempotency.Store, opts ...idempotency.Option) *server {
 	s := &server{}
-	s.handler = idempotency.Middleware(store, opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.handler = idempotency.Middleware(store, append([]idempotency.Option{idempotency.SharedKeys()}, opts...)...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := s.runs.Add(1)
 		if r.URL.Path == "/panic" {
 			panic("handler bug")
@@ -110,7 +111,7 @@ func TestInFlightGets409(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		var runs atomic.Int64
-		h := idempotency.Middleware(idempotency.NewMemoryStore(0))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := idempotency.Middleware(idempotency.NewMemoryStore(0), idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			<-release
 			w.WriteHeader(http.StatusAccepted)
@@ -197,7 +198,8 @@ func TestFullMemoryStoreAnswers503AndNeverRunsTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		var runs sync.Map
-		h := idempotency.Middleware(idempotency.NewMemoryStore(5))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Room for 5 claims: a scoped key of 35 bytes, a fingerprint of 64, a token of 26.
+		h := idempotency.Middleware(idempotency.NewMemoryStore(5*(idempotency.MemoryEntryOverhead+35+64+26)), idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n, _ := runs.LoadOrStore(r.Header.Get(idempotency.Header), new(atomic.Int64))
 			n.(*atomic.Int64).Add(1)
 			<-release
@@ -230,14 +232,14 @@ func TestFullMemoryStoreAnswers503AndNeverRunsTwice(t *testing.T) {
 }
 
 // TestClientGoneWithNothingCommittedFreesTheKey: a context-aware handler
-// whose client dropped answers 5xx; the key is freed, and the retry runs
-// once.
+// whose client dropped says that it committed nothing by answering 503
+// (one of ReleaseStatus); the key is freed, and the retry runs once.
 func TestClientGoneWithNothingCommittedFreesTheKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSlowServer(idempotency.NewMemoryStore(0), time.Second)
 		ctx, cancel := context.WithCancel(t.Context())
 		time.AfterFunc(100*time.Millisecond, cancel) // the client drops
-		assert.Equal(t, http.StatusInternalServerError, s.post(ctx, "k", "").Code)
+		assert.Equal(t, http.StatusServiceUnavailable, s.post(ctx, "k", "").Code)
 		w := s.post(t.Context(), "k", "")
 		assert.Equal(t, http.StatusCreated, w.Code)
 		assert.Empty(t, w.Header().Get(idempotency.ReplayedHeader), "the retry ran")
@@ -250,7 +252,8 @@ func TestClientGoneWithNothingCommittedFreesTheKey(t *testing.T) {
 // runs twice, and neither caller gets the other's response.
 func TestKeysAreScopedPerCaller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newSlowServer(idempotency.NewMemoryStore(0), time.Millisecond)
+		byToken := idempotency.Scope(func(r *http.Request) string { return r.Header.Get("Authorization") })
+		s := newSlowServer(idempotency.NewMemoryStore(0), time.Millisecond, byToken)
 		alice := s.post(t.Context(), "same", "Bearer alice")
 		bob := s.post(t.Context(), "same", "Bearer bob")
 		assert.JSONEq(t, `{"order":1}`, alice.Body.String())
@@ -270,7 +273,7 @@ func TestKeysAreScopedPerCaller(t *testing.T) {
 // headers that outer middleware set on this request win.
 func TestReplayKeepsThisRequestsHeaders(t *testing.T) {
 	n := 0
-	inner := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	inner := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n++
 		h := w.Header()
 		h.Set("Location", "/orders/1")
@@ -308,7 +311,7 @@ func TestReplayKeepsThisRequestsHeaders(t *testing.T) {
 
 func TestAbandonedClaimFreesTheKey(t *testing.T) {
 	n := 0
-	h := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n++
 		c := idempotency.FromContext(r.Context())
 		require.NotNil(t, c)
@@ -329,7 +332,7 @@ func TestAbandonedClaimFreesTheKey(t *testing.T) {
 
 func TestRetryableStatusesFreeTheKey(t *testing.T) {
 	var runs atomic.Int64
-	h := idempotency.Middleware(idempotency.NewMemoryStore(0))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idempotency.Middleware(idempotency.NewMemoryStore(0), idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
 			http.Error(w, "overloaded", http.StatusServiceUnavailable)
 			return
@@ -351,28 +354,67 @@ func TestRetryableStatusesFreeTheKey(t *testing.T) {
 
 func TestLeaseUnderThreeStoreTimeoutsPanics(t *testing.T) {
 	assert.Panics(t, func() {
-		idempotency.Middleware(nil, idempotency.Lease(time.Second), idempotency.StoreTimeout(time.Second))
+		idempotency.Middleware(nil, idempotency.SharedKeys(), idempotency.Lease(time.Second), idempotency.StoreTimeout(time.Second))
 	})
-	assert.Panics(t, func() { idempotency.Middleware(nil, idempotency.Lease(2*time.Nanosecond)) })
+	assert.Panics(t, func() { idempotency.Middleware(nil, idempotency.SharedKeys(), idempotency.Lease(2*time.Nanosecond)) })
 }
 
-// TestClientGoneBeforeAnyWriteFreesTheKey: a handler that returns without
-// writing after its client left stores nothing.
-func TestClientGoneBeforeAnyWriteFreesTheKey(t *testing.T) {
-	runs := 0
-	h := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs++
-		<-r.Context().Done() // gives up without a word
+// TestCommittedThenContextEndedRunsOnce: a handler that commits, then
+// sees its client leave and returns without writing, is not run again: no
+// empty 200 is stored either, and the retry gets 500 "response
+// incomplete". One commit.
+func TestCommittedThenContextEndedRunsOnce(t *testing.T) {
+	commits := 0
+	h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		commits++            // the effect commits
+		<-r.Context().Done() // then the client leaves, and the handler gives up without a word
 	}))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
 	r.Header.Set(idempotency.Header, "k")
 	h.ServeHTTP(httptest.NewRecorder(), r)
-	r = httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
+	r = httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
 	r.Header.Set(idempotency.Header, "k")
-	h.ServeHTTP(httptest.NewRecorder(), r)
-	assert.Equal(t, 2, runs, "no empty 200 was stored: the retry ran")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	assert.Equal(t, 1, commits, "one commit")
+	assert.Equal(t, http.StatusInternalServerError, w.Code)
+	assert.Contains(t, w.Body.String(), "response incomplete")
+}
+
+// TestPanicAfter201StoresA500: a handler that panics after it wrote 201
+// (its effect may stand) has a 500 stored, and the retry gets it: one
+// commit. One that panics before writing anything frees the key.
+func TestPanicAfter201StoresA500(t *testing.T) {
+	commits := 0
+	h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		commits++
+		if r.URL.Path == "/early" {
+			panic("before any write")
+		}
+		w.WriteHeader(http.StatusCreated)
+		panic("after the 201")
+	}))
+	serve := func(path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, path, strings.NewReader("{}"))
+		r.Header.Set(idempotency.Header, path)
+		w := httptest.NewRecorder()
+		func() {
+			defer func() { _ = recover() }() // as net/http does
+			h.ServeHTTP(w, r)
+		}()
+		return w
+	}
+	assert.Equal(t, http.StatusCreated, serve("/late").Code)
+	w := serve("/late")
+	assert.Equal(t, 1, commits, "one commit")
+	assert.Equal(t, http.StatusInternalServerError, w.Code)
+	assert.Equal(t, "true", w.Header().Get(idempotency.ReplayedHeader))
+
+	serve("/early")
+	serve("/early")
+	assert.Equal(t, 3, commits, "nothing was written before the panic: the key was freed")
 }
 
 // TestHandlerCompletedClaimIsKeptWhenTheClientLeaves: a handler that
@@ -394,7 +436,7 @@ func TestHandlerCompletedClaimIsKeptWhenTheClientLeaves(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := idempotency.NewMemoryStore(0)
 			effects := 0
-			h := idempotency.Middleware(st)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := idempotency.Middleware(st, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				c := idempotency.FromContext(r.Context())
 				effects++
 				ctx := r.Context()
@@ -418,4 +460,92 @@ func TestHandlerCompletedClaimIsKeptWhenTheClientLeaves(t *testing.T) {
 			assert.Equal(t, tc.want, w.Code)
 		})
 	}
+}
+
+// TestStreamCutShortIsNotReplayedAsComplete: a streamed 200 whose client
+// leaves after 3 of 10 parts is stored as incomplete: the retry gets 500
+// "response incomplete", not 3 parts as a complete 200, and the handler
+// does not run again.
+func TestStreamCutShortIsNotReplayedAsComplete(t *testing.T) {
+	var runs atomic.Int64
+	h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		for i := range 10 {
+			if _, err := fmt.Fprintf(w, "part %d\n", i); err != nil {
+				return
+			}
+			http.NewResponseController(w).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("{}"))
+	req.Header.Set(idempotency.Header, "stream")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	buf := make([]byte, len("part 0\n")*3)
+	_, err = io.ReadFull(resp.Body, buf)
+	require.NoError(t, err)
+	cancel() // the client leaves after 3 parts
+	resp.Body.Close()
+
+	var code int
+	var body string
+	require.Eventually(t, func() bool { // once the first request has ended
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+		req.Header.Set(idempotency.Header, "stream")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		code, body = resp.StatusCode, string(b)
+		return code != http.StatusConflict
+	}, 2*time.Second, 20*time.Millisecond)
+	assert.Equal(t, http.StatusInternalServerError, code)
+	assert.Contains(t, body, "response incomplete")
+	assert.EqualValues(t, 1, runs.Load())
+}
+
+// TestCookieCallersAreScopedBySession: Alice and Bob, authenticated by a
+// session cookie, send the same key and body: scoped by the session's
+// user, Bob's request runs as his own and never gets Alice's body; Alice's
+// own retry after her session was renewed (a new cookie, the same user)
+// is replayed, not run again.
+func TestCookieCallersAreScopedBySession(t *testing.T) {
+	sessions := map[string]string{"s-alice-1": "alice", "s-alice-2": "alice", "s-bob": "bob"} // the service's session table
+	bySession := idempotency.Scope(func(r *http.Request) string {
+		c, err := r.Cookie("session")
+		if err != nil {
+			return "" // unauthenticated: an outer middleware refused it already
+		}
+		return "user:" + sessions[c.Value]
+	})
+	runs := 0
+	h := idempotency.Middleware(nil, bySession)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		c, _ := r.Cookie("session")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"order":%d,"for":%q}`, runs, sessions[c.Value])
+	}))
+	post := func(cookie string) string {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"sku":"a"}`))
+		r.Header.Set(idempotency.Header, "same")
+		r.AddCookie(&http.Cookie{Name: "session", Value: cookie})
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Body.String()
+	}
+	assert.JSONEq(t, `{"order":1,"for":"alice"}`, post("s-alice-1"))
+	assert.JSONEq(t, `{"order":2,"for":"bob"}`, post("s-bob"), "Bob's request runs as his own")
+	assert.JSONEq(t, `{"order":1,"for":"alice"}`, post("s-alice-2"), "Alice's retry with a renewed session is replayed")
+	assert.Equal(t, 2, runs)
+	assert.PanicsWithValue(t, "idempotency: Middleware: give Scope (keys per caller, by identity) or SharedKeys (one namespace): no default, so that callers are neither silently shared nor split",
+		func() { idempotency.Middleware(nil) }, "no scope guessed")
 }

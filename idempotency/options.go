@@ -66,7 +66,6 @@ func newConfig(opts []Option) config {
 		maxBody:      1 << 20,
 		maxResponse:  1 << 20,
 		storeTimeout: 500 * time.Millisecond,
-		scope:        scopeByAuthorization,
 		exclude: headerSet("Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
 			"Transfer-Encoding", "Upgrade", "Date", "Set-Cookie"),
 	}
@@ -119,13 +118,16 @@ func TTL(d time.Duration) Option {
 }
 
 // Lease sets how long a claim holds its key without a renewal; the guard
-// renews it every third of it while the handler runs, so a handler may
-// run longer. A key held by a crashed process is free again after one
-// lease. Run-once holds while renewals reach the store within a lease:
-// make it long against the store's worst latency (if it runs out, the
-// request learns it, and a repeat may run; only the SQL store's
-// transactional completion fences the effect itself). Default 30 s. For
-// the guard. It panics if d is not positive.
+// renews it every third of it while the handler runs and while its result
+// is saved, so a handler may run longer. A key held by a crashed process
+// is free again after one lease. It is also the outage budget: a request
+// runs once if the store answers again before the lease granted by the
+// last successful renewal runs out, so any store outage shorter than two
+// thirds of the lease (see [Claim.Complete]). Make it long against the
+// store's longest restart or failover (if it runs out, the request learns
+// it, and a repeat may run; only the SQL store's transactional completion
+// fences the effect itself). Default 30 s. For the guard. It panics if d
+// is not positive.
 func Lease(d time.Duration) Option {
 	positive("Lease", d)
 	return optionFunc(func(c *config) { c.lease = d })
@@ -153,7 +155,10 @@ func MaxResponse(n int) Option {
 // ReleaseStatus sets the result statuses that are not stored: the key is
 // freed, so that the client's retry runs the handler again. They are the
 // statuses that tell a client to retry because the request was not
-// processed. Default 429, 502, 503, 504. For the guard.
+// processed, and the way, with [Claim.Abandon], for a handler to say that
+// it committed nothing (one that stops for its canceled context before
+// committing answers 503). Any other status is stored, whether or not the
+// client is still there. Default 429, 502, 503, 504. For the guard.
 func ReleaseStatus(codes ...int) Option {
 	return optionFunc(func(c *config) {
 		c.release = make(map[int]bool, len(codes))
@@ -203,11 +208,18 @@ func MaxBody(n int64) Option {
 	return middlewareOption{"MaxBody", "MaxRequest", func(c *config) { c.maxBody = n }}
 }
 
-// Scope sets a function whose result namespaces keys, such as the
-// authenticated account, so that two callers cannot collide or read each
-// other's responses. Default: a hash of the request's Authorization
-// header. For the middleware; [NewGuard] panics if given it (for gRPC, see
-// grpcidempotency.Scope).
+// Scope sets a function that returns who the caller is, by identity
+// (the authenticated account or subject, the session, the client
+// certificate), whose result namespaces keys, so that two callers cannot
+// collide or read each other's responses, and one caller's keys stay its
+// own across credential refreshes. It runs after authentication: put the
+// middleware inside it. Return the identity, not a credential (a bearer
+// token changes when refreshed, a cookie header carries more than the
+// session); the guard hashes it. There is no default: [Middleware] panics
+// unless given Scope or [SharedKeys], since any header it could guess
+// would silently share keys between callers authenticated otherwise, or
+// split one caller's. See the package's examples. For the middleware;
+// [NewGuard] panics if given it (for gRPC, see grpcidempotency.Scope).
 func Scope(fn func(r *http.Request) string) Option {
 	return middlewareOption{"Scope", "Scope", func(c *config) {
 		if fn == nil {
@@ -219,8 +231,8 @@ func Scope(fn func(r *http.Request) string) Option {
 
 // SharedKeys puts every caller's keys in one namespace: a caller that
 // reuses another's key gets its response. For services whose callers are
-// one trusted party. Default: keys scoped per caller (see [Scope]). For
-// the middleware; [NewGuard] panics if given it (for gRPC, see
+// one trusted party. [Middleware] needs it or [Scope]: there is no
+// default. For the middleware; [NewGuard] panics if given it (for gRPC, see
 // grpcidempotency.SharedKeys).
 func SharedKeys() Option {
 	return middlewareOption{"SharedKeys", "SharedKeys", func(c *config) { c.scope = func(*http.Request) string { return "" } }}

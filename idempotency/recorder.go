@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/http"
 )
@@ -16,6 +17,8 @@ type recorder struct {
 	body      []byte
 	truncated bool
 	hijacked  bool
+	flushed   bool            // some of the response was sent before the handler returned
+	failed    bool            // a write to the client failed
 	outer     map[string]bool // headers set before the handler ran
 }
 
@@ -37,7 +40,12 @@ func (r *recorder) FlushError() error {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK) // as net/http does on a flush
 	}
-	return http.NewResponseController(r.ResponseWriter).Flush()
+	r.flushed = true
+	err := http.NewResponseController(r.ResponseWriter).Flush()
+	if err != nil && !errors.Is(err, http.ErrNotSupported) {
+		r.failed = true
+	}
+	return err
 }
 
 // Hijack hands over the connection, for http.ResponseController; the
@@ -75,7 +83,11 @@ func (r *recorder) Write(p []byte) (int, error) {
 			r.body = append(r.body, p...)
 		}
 	}
-	return r.ResponseWriter.Write(p)
+	n, err := r.ResponseWriter.Write(p)
+	if err != nil {
+		r.failed = true
+	}
+	return n, err
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.

@@ -21,7 +21,7 @@ import (
 // again).
 func TestStreamingHandlers(t *testing.T) {
 	var runs atomic.Int64
-	h := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		switch r.URL.Path {
 		case "/flusher":
@@ -72,7 +72,7 @@ func TestStreamingHandlers(t *testing.T) {
 
 // TestOuterHeadersOfTheFirstRequestAreNotStored.
 func TestOuterHeadersOfTheFirstRequestAreNotStored(t *testing.T) {
-	inner := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	inner := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	}))
 	cors := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

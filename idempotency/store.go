@@ -26,6 +26,10 @@ type Record struct {
 	// Truncated means the result was too large to store whole and cannot
 	// be replayed.
 	Truncated bool `json:"truncated,omitempty"`
+	// Incomplete means the result was not recorded whole, because its
+	// client left before it was sent (mid-stream, or before anything was
+	// written): it is not replayed, and the request is not run again.
+	Incomplete bool `json:"incomplete,omitempty"`
 }
 
 // ErrFull is returned by a [Store]'s Begin when it has no room for another

@@ -2,21 +2,13 @@ module github.com/resiliencekit/resiliencekit/integration
 
 go 1.26.0
 
-replace github.com/resiliencekit/resiliencekit => ../
-
-replace github.com/resiliencekit/resiliencekit/redis => ../redis
-
-replace github.com/resiliencekit/resiliencekit/grpc => ../grpc
-
-replace github.com/resiliencekit/resiliencekit/otelevents => ../otelevents
-
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/resiliencekit/resiliencekit v0.0.0
-	github.com/resiliencekit/resiliencekit/grpc v0.0.0-00010101000000-000000000000
-	github.com/resiliencekit/resiliencekit/otelevents v0.0.0-00010101000000-000000000000
-	github.com/resiliencekit/resiliencekit/redis v0.0.0-00010101000000-000000000000
+	github.com/resiliencekit/resiliencekit v0.1.0
+	github.com/resiliencekit/resiliencekit/grpc v0.1.0
+	github.com/resiliencekit/resiliencekit/otelevents v0.1.0
+	github.com/resiliencekit/resiliencekit/redis v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -39,6 +31,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/mod v0.42.0
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

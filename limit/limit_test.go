@@ -234,3 +234,58 @@ func BenchmarkLimiter(b *testing.B) {
 		}
 	})
 }
+
+// TestOptionsAtTheirBounds: the smallest values each option takes are
+// taken.
+func TestOptionsAtTheirBounds(t *testing.T) {
+	assert.Equal(t, 1, limit.NewFixed(1).Limit())
+	assert.Equal(t, 5, limit.NewAIMD(limit.Min(5), limit.Initial(5), limit.Max(5)).Limit(), "Min = Initial = Max")
+	assert.Equal(t, 1, limit.NewAIMD(limit.Min(1), limit.Initial(1)).Limit())
+	l := limit.NewFixed(1, limit.MaxWaiting(0))
+	acquire(t, l)
+	_, err := l.Acquire(t.Context())
+	assert.ErrorIs(t, err, limit.ErrLimited, "MaxWaiting(0): none waits")
+	assert.PanicsWithValue(t, "limit: Initial(0): must be at least 1", func() { limit.Initial(0) })
+	assert.PanicsWithValue(t, "limit: Max(0): must be at least 1", func() { limit.Max(0) })
+	assert.PanicsWithValue(t, "limit: NewAIMD: need Min (1) <= Initial (20) <= Max (19)", func() { limit.NewAIMD(limit.Max(19)) })
+}
+
+// TestAWaiterGrantedAfterADecreaseIsANewRound: an attempt that waited for
+// its slot is sent when it gets it, after the decrease that freed the
+// slot: its failure is a new congestion.
+func TestAWaiterGrantedAfterADecreaseIsANewRound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limit.NewAIMD(limit.Initial(20), limit.MaxWaiting(1))
+		var tks []limit.Ticket
+		for range 20 {
+			tks = append(tks, acquire(t, l))
+		}
+		granted := make(chan limit.Ticket)
+		go func() {
+			tk, err := l.Acquire(t.Context())
+			assert.NoError(t, err)
+			granted <- tk
+		}()
+		synctest.Wait() // it waits
+		assert.Equal(t, 1, l.Waiting())
+		l.Release(tks[0], errOverloaded) // 20 -> 18
+		assert.Equal(t, 18, l.Limit())
+		l.Release(tks[1], nil)
+		l.Release(tks[2], nil) // 17 in flight, under 18.x: the waiter gets a slot
+		tk := <-granted
+		assert.Zero(t, l.Waiting())
+		l.Release(tks[3], errOverloaded) // sent before the decrease: the same congestion
+		assert.Equal(t, 18, l.Limit())
+		l.Release(tk, errOverloaded) // sent after it: a new one
+		assert.Equal(t, 16, l.Limit())
+		for _, tk := range tks[4:] {
+			l.Release(tk, nil)
+		}
+	})
+}
+
+func TestNilLimiterCountsNothing(t *testing.T) {
+	var l *limit.Limiter
+	assert.Zero(t, l.Waiting())
+	assert.Zero(t, l.InFlight())
+}

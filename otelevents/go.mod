@@ -2,10 +2,8 @@ module github.com/resiliencekit/resiliencekit/otelevents
 
 go 1.26.0
 
-replace github.com/resiliencekit/resiliencekit => ../
-
 require (
-	github.com/resiliencekit/resiliencekit v0.0.0
+	github.com/resiliencekit/resiliencekit v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0

@@ -64,8 +64,11 @@ func WithTimeBudget(d time.Duration) Option {
 }
 
 // WithAttemptTimeout caps each single attempt at d, within the budget; an
-// attempt that times out is a transient failure and may be retried. Default
-// none; 0 means none. It panics if d is negative.
+// attempt that times out is a transient failure and may be retried. Its
+// error matches [ErrAttemptTimeout] and [context.DeadlineExceeded], and
+// says "attempt timeout"; a call whose budget ran out says "time budget
+// exhausted" instead ([retrypolicy.ErrOutOfTime]). Default none; 0 means
+// none. It panics if d is negative.
 func WithAttemptTimeout(d time.Duration) Option {
 	if d < 0 {
 		panic(fmt.Sprintf("pipeline: WithAttemptTimeout(%v): d must be 0 (none) or more", d))

@@ -2,6 +2,16 @@
 // budget, a circuit breaker, a retry policy, hedging, a client-side
 // throttle, a concurrency limit and an attempt timeout, each optional.
 //
+//	payments := pipeline.New(
+//		pipeline.WithTimeBudget(2*time.Second),
+//		pipeline.WithBreaker(breaker.New("payments")),
+//		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3))),
+//		pipeline.WithAttemptTimeout(500*time.Millisecond),
+//	)
+//	receipt, err := pipeline.Do(ctx, payments, func(ctx context.Context) (Receipt, error) {
+//		return client.Charge(ctx, order)
+//	})
+//
 // The stages always run in this order, outermost first:
 //
 //	time budget -> breaker -> retry -> hedging -> throttle -> concurrency limit -> attempt timeout -> operation
@@ -126,10 +136,20 @@ func (p *Pipeline) With(opts ...Option) *Pipeline {
 	return New(append(p.opts[:len(p.opts):len(p.opts)], opts...)...)
 }
 
+// Retries reports whether p has a retry stage ([WithRetry]): without one,
+// every call through p makes a single attempt.
+func (p *Pipeline) Retries() bool { return p != nil && p.cfg.retry != nil }
+
 // Hedges reports whether calls through p may run attempts at once: it
 // has a hedging stage ([WithHedging]). An integration whose attempts share
 // state can then give each its own, or make its calls [Sequential].
 func (p *Pipeline) Hedges() bool { return p != nil && p.cfg.hedge != nil }
+
+// ErrAttemptTimeout is matched, with [context.DeadlineExceeded], by the
+// error of an attempt that [WithAttemptTimeout] cut short, and by the error
+// of a call whose last attempt it was; its message says "attempt timeout".
+// It is also the attempt context's [context.Cause] once it expired.
+var ErrAttemptTimeout = errors.New("attempt timeout")
 
 var zero Pipeline
 

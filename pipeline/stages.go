@@ -273,18 +273,46 @@ func (c *call[T]) timeout(ctx context.Context) (T, error) {
 	if d <= 0 {
 		return c.op(ctx)
 	}
-	ctx, cancel := context.WithTimeout(ctx, d)
+	ctx, cancel := context.WithTimeoutCause(ctx, d, ErrAttemptTimeout)
 	if c.k == nil {
 		defer cancel()
-		return c.op(ctx)
+	} else {
+		prev := c.k.attempt
+		c.k.attempt = cancel
+		if prev != nil {
+			// The attempt before this one is over once this one has ended:
+			// until then op may still read what it left, such as an error
+			// body to drain so that its connection is reused.
+			defer prev()
+		}
 	}
-	prev := c.k.attempt
-	c.k.attempt = cancel
-	if prev != nil {
-		// The attempt before this one is over once this one has ended:
-		// until then op may still read what it left, such as an error
-		// body to drain so that its connection is reused.
-		defer prev()
+	res, err := c.op(ctx)
+	if err != nil {
+		err = timedOut(ctx, d, err)
 	}
-	return c.op(ctx)
+	return res, err
 }
+
+// timedOut names the attempt timeout in err if it is what ended the
+// attempt: err is the bare context error (as most operations return it)
+// and the attempt's own deadline passed, not the caller's or the budget's.
+func timedOut(ctx context.Context, d time.Duration, err error) error {
+	if context.Cause(ctx) != ErrAttemptTimeout || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrAttemptTimeout) {
+		return err
+	}
+	return &attemptTimeoutError{d: d, err: err}
+}
+
+// attemptTimeoutError is an attempt cut short by the attempt timeout. It
+// matches ErrAttemptTimeout and whatever the operation returned
+// ([context.DeadlineExceeded]).
+type attemptTimeoutError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *attemptTimeoutError) Error() string {
+	return "attempt timeout (" + e.d.String() + ") exceeded: " + e.err.Error()
+}
+
+func (e *attemptTimeoutError) Unwrap() []error { return []error{ErrAttemptTimeout, e.err} }

@@ -2,12 +2,10 @@ module github.com/resiliencekit/resiliencekit/redis
 
 go 1.26.0
 
-replace github.com/resiliencekit/resiliencekit => ../
-
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/resiliencekit/resiliencekit v0.0.0
+	github.com/resiliencekit/resiliencekit v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

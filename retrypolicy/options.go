@@ -61,9 +61,13 @@ func MaxAttempts(n int) Option {
 	return optionFunc(func(c *config) { c.maxAttempts = n })
 }
 
-// BaseDelay sets the cap of the first retry's delay; each later retry
-// doubles it. Default 100 ms; 0 means retries run back to back. It panics
-// if d is negative.
+// BaseDelay sets the scale of the delays. With Full and Equal jitter it is
+// the cap of the first retry's delay, doubled for each later retry up to
+// MaxDelay (full jitter's first delay is drawn from [0, BaseDelay]). With
+// Decorrelated jitter it is the least delay of any retry, and the first
+// delay is drawn from [BaseDelay, 3*BaseDelay] (100 to 300 ms by default).
+// Default 100 ms; 0 means retries run back to back. It panics if d is
+// negative.
 func BaseDelay(d time.Duration) Option {
 	if d < 0 {
 		panic(fmt.Sprintf("retrypolicy: BaseDelay(%v): d must be 0 or more", d))

@@ -1,8 +1,16 @@
 // Package retrypolicy retries an operation with capped exponential backoff
 // and jitter, within a time budget.
 //
+//	policy := retrypolicy.New(retrypolicy.MaxAttempts(3)) // full jitter, 100 ms base, 10 s cap
+//	stock, err := retrypolicy.Do(ctx, policy, func(ctx context.Context) (int, error) {
+//		return inventory.Stock(ctx, sku)
+//	})
+//
+// Most programs use a policy in a pipeline (pipeline.WithRetry), beside a
+// breaker and a time budget.
+//
 // Retry n (n = 0 for the first retry) waits a delay drawn below
-// cap(n) = min(BaseDelay*2^n, MaxDelay). How it is drawn is the [JitterMode]:
+// cap(n) = min(BaseDelay*2^n, MaxDelay), except with [Decorrelated] jitter. How it is drawn is the [JitterMode]:
 // [Full] (the default) draws from [0, cap]; [Equal] from [cap/2, cap];
 // [Decorrelated] from [BaseDelay, 3*previous delay], capped at MaxDelay; and
 // [None] waits exactly cap. Spreading the delays keeps many clients that

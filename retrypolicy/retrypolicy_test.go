@@ -244,21 +244,40 @@ func TestRetryAfterPastTheBudgetGivesUpNow(t *testing.T) {
 	})
 }
 
+// TestGuardStopsTheLoop: the guard is asked before a retry is scheduled
+// (a guard already failing costs no delay) and again after its delay,
+// before the attempt runs (a guard that fails during the delay stops the
+// attempt): each check does what the other cannot.
 func TestGuardStopsTheLoop(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		errStop := errors.New("stop")
-		var calls atomic.Int64
-		guard := func() error {
-			if calls.Load() >= 2 {
-				return errStop
-			}
-			return nil
-		}
-		_, err := retrypolicy.DoGuarded(t.Context(), retrypolicy.New(retrypolicy.MaxAttempts(10)), guard, failing(&calls, errBlip))
-		require.ErrorIs(t, err, errStop)
-		require.ErrorIs(t, err, errBlip)
-		assert.EqualValues(t, 2, calls.Load())
-	})
+	errStop := errors.New("stop")
+	tests := []struct {
+		name    string
+		failsAt time.Duration // the guard fails from then on
+		elapsed time.Duration // when the loop stops
+	}{
+		{"failing before the delay: no delay", 0, 0},
+		{"failing during the delay: no attempt after it", 50 * time.Millisecond, 100 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				guard := func() error {
+					if time.Since(start) >= tt.failsAt {
+						return errStop
+					}
+					return nil
+				}
+				p := retrypolicy.New(retrypolicy.MaxAttempts(10), retrypolicy.Jitter(retrypolicy.None), retrypolicy.BaseDelay(100*time.Millisecond))
+				var calls atomic.Int64
+				_, err := retrypolicy.DoGuarded(t.Context(), p, guard, failing(&calls, errBlip))
+				require.ErrorIs(t, err, errStop)
+				require.ErrorIs(t, err, errBlip)
+				assert.EqualValues(t, 1, calls.Load(), "no attempt after the guard failed")
+				assert.Equal(t, tt.elapsed, time.Since(start))
+			})
+		})
+	}
 }
 
 func TestPolicyIsSafeForConcurrentUse(t *testing.T) {

@@ -2,11 +2,9 @@ module github.com/resiliencekit/resiliencekit/sql
 
 go 1.26.0
 
-replace github.com/resiliencekit/resiliencekit => ../
-
 require (
 	github.com/jackc/pgx/v5 v5.13.0
-	github.com/resiliencekit/resiliencekit v0.0.0
+	github.com/resiliencekit/resiliencekit v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 )

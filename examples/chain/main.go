@@ -160,7 +160,20 @@ var scenarios = []scenario{
 	{name: "D recovers after 10 requests", signal: true, recoverAfter: 10},
 }
 
+const legend = `A user calls service A once per request; A calls B, B calls C, C calls D,
+each through the toolkit's client with 3 attempts. Columns:
+  scenario                     what D does; "retry quota": each client has a retry quota too
+  signal                       the "don't retry" signal (package retrysignal) off or on
+  D requests per user request  what the last service received, retries at every layer included
+                               (3 x 3 x 3 = 27 without the signal, 3 with it)
+  user p50, user p99           how long the user waited for A's answer, median and 99th percentile
+  ok after recovery            calls that succeeded once D was back, out of those made after
+                               ("-": D does not recover in this scenario)
+
+`
+
 func main() {
+	fmt.Print(legend)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tsignal\tD requests per user request\tuser p50\tuser p99\tok after recovery\t")
 	for _, s := range scenarios {

@@ -2,13 +2,9 @@ module github.com/resiliencekit/resiliencekit/examples/grpc
 
 go 1.26.0
 
-replace github.com/resiliencekit/resiliencekit => ../..
-
-replace github.com/resiliencekit/resiliencekit/grpc => ../../grpc
-
 require (
-	github.com/resiliencekit/resiliencekit v0.0.0
-	github.com/resiliencekit/resiliencekit/grpc v0.0.0
+	github.com/resiliencekit/resiliencekit v0.1.0
+	github.com/resiliencekit/resiliencekit/grpc v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0

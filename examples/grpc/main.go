@@ -35,7 +35,12 @@ func main() {
 }
 
 func run(w io.Writer) error {
-	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil)))
+	fmt.Fprint(w, `Legend: each line is one call through the client: the status it got (OK or
+the gRPC code), its answer, and how many attempts the test server received for
+it (an attempt is a run of the server's handler, failed ones included).
+
+`)
+	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil, grpcidempotency.SharedKeys())))
 	if err != nil {
 		return err
 	}
@@ -76,7 +81,7 @@ func run(w io.Writer) error {
 	got, err = client.Create(ctx, "order-2", grpcclient.IdempotencyKey("order-2"))
 	fmt.Fprintf(w, "  Create with a key: %s %q after %d attempts\n", result(err), got, srv.Count(grpctest.Create))
 	_, err = client.Create(ctx, "order-2", grpcclient.IdempotencyKey("order-2"))
-	fmt.Fprintf(w, "  the same key again: %s, replayed: the handler ran %d times in all\n", result(err), srv.Count(grpctest.Create))
+	fmt.Fprintf(w, "  the same key again: %s, replayed: the handler ran %d times in all (the failed first attempt and the one that succeeded; not again for the replay)\n", result(err), srv.Count(grpctest.Create))
 	srv.Reset()
 
 	fmt.Fprintln(w, "3. A pushback in the trailer")

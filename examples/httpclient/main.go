@@ -65,7 +65,7 @@ func main() {
 
 	fmt.Println("2. The order service creates the order, then loses the response, twice")
 	var created, handled atomic.Int64
-	orders := idempotency.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	orders := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := created.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = fmt.Fprintf(w, `{"id":%d}`, id)

@@ -34,6 +34,14 @@ func (s *inventory) stock(ctx context.Context, sku string) (int, error) {
 }
 
 func main() {
+	fmt.Print(`Legend:
+  call N at T (breaker S)  the caller's Nth call, T after the start, and the breaker's state then
+  attempt (call #N): ...   the Nth request the dependency received, and what it answered
+  retry after attempt ...  the retry's jittered delay before the next attempt of the same call
+  breaker NAME: A -> B     the breaker changed state
+  => ...                   what the caller got back
+
+`)
 	start := time.Now()
 	dep := &inventory{up: start.Add(time.Second)}
 

@@ -190,4 +190,10 @@ func printContention(w io.Writer, results []contended, counts []int) {
 		}
 	}
 	tw.Flush()
+	fmt.Fprint(w, `
+  clients             how many clients write to one contended resource at once
+  calls               writes sent, retries included, mean of the runs
+  all done after      when the last client's write succeeded
+  ... / full jitter   the figure over full jitter's at the same count of clients
+`)
 }

@@ -232,4 +232,13 @@ func printOutage(w io.Writer, results []outcome) {
 			percentile(o.latencies, 0.99).Round(time.Millisecond), back)
 	}
 	tw.Flush()
+	fmt.Fprint(w, `
+  backend calls             requests the backend received over the whole run, retries included
+  sent / offered in outage  those requests during the outage, over the calls the clients made then
+  peak sent / offered       the same in the worst 100 ms bucket, and when it was
+  calls ok                  calls that succeeded, of all the calls made
+  p50, p99                  how long a call took, median and 99th percentile
+  goodput back after        how long after the outage the calls succeeding were back at 90%
+                            of the offered load ("never": not within the run)
+`)
 }

@@ -17,7 +17,7 @@ import (
 // its answer to the repeats.
 func ExampleUnaryServerInterceptor() {
 	store := idempotency.NewMemoryStore(0) // or Redis, or SQL, shared by the replicas
-	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(store))))
+	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(store), grpcidempotency.SharedKeys())))
 	if err != nil {
 		panic(err)
 	}

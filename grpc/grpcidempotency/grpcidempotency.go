@@ -58,12 +58,16 @@ const ReplayedKey = "idempotent-replayed"
 // MaxBody) are refused by idempotency.NewGuard: this package's [Required],
 // [Scope], [SharedKeys] and [MaxRequest] are given here, in opts. A nil
 // guard means one on an idempotency.MemoryStore of default size, with the
-// default options. It is safe for concurrent use.
+// default options. It panics unless given [Scope] or [SharedKeys]. It is
+// safe for concurrent use.
 func UnaryServerInterceptor(guard *idempotency.Guard, opts ...Option) grpc.UnaryServerInterceptor {
 	if guard == nil {
 		guard = idempotency.NewGuard(nil)
 	}
 	cfg := newConfig(opts)
+	if cfg.scope == nil {
+		panic("grpcidempotency: UnaryServerInterceptor: give Scope (keys per caller, by identity) or SharedKeys (one namespace): no default, so that callers are neither silently shared nor split")
+	}
 	var types sync.Map // message full name -> protoreflect.MessageType, of answers seen
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		key, err := cfg.key(ctx)

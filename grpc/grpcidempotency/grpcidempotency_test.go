@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // client of it.
 func setup(t *testing.T, opts ...grpcidempotency.Option) (*grpctest.Server, *grpctest.Client) {
 	t.Helper()
-	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil, opts...)))
+	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil, append([]grpcidempotency.Option{grpcidempotency.SharedKeys()}, opts...)...)))
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 	cc, err := grpctest.Dial(srv.Addr)
@@ -129,7 +130,9 @@ func TestRefusals(t *testing.T) {
 		assert.Equal(t, 2, srv.Count(grpctest.Create))
 	})
 	t.Run("keys are scoped per caller", func(t *testing.T) {
-		srv, client := setup(t)
+		srv, client := setup(t, grpcidempotency.Scope(func(ctx context.Context) string {
+			return strings.Join(metadata.ValueFromIncomingContext(ctx, "authorization"), ",") // the test's caller identity
+		}))
 		for _, who := range []string{"alice", "bob"} {
 			ctx := metadata.AppendToOutgoingContext(withKey(t.Context(), "k"), "authorization", who)
 			_, err := client.Create(ctx, "x")
@@ -176,11 +179,11 @@ func TestTheMiddlewaresRecordsMatch(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "http://grpc"+grpctest.Create, bytes.NewReader(body))
 	r.Header.Set(idempotency.Header, "k")
 	r.Header.Set("Authorization", "alice")
-	idempotency.Middleware(store)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	idempotency.Middleware(store, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	})).ServeHTTP(httptest.NewRecorder(), r)
 
-	intercept := grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(store))
+	intercept := grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(store), grpcidempotency.SharedKeys())
 	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(idempotencykey.MetadataKey, "k", "authorization", "alice"))
 	info := &grpc.UnaryServerInfo{FullMethod: grpctest.Create}
 	runs := 0
@@ -210,7 +213,7 @@ func dropFirstAnswer() grpc.UnaryClientInterceptor {
 }
 
 func TestALostAnswerIsRetriedAndRunsOnce(t *testing.T) {
-	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil)))
+	srv, err := grpctest.Start(grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil, grpcidempotency.SharedKeys())))
 	require.NoError(t, err)
 	defer srv.Close()
 	ic := grpcclient.New(grpcclient.WithPipeline(pipeline.New(pipeline.WithRetry(
@@ -231,7 +234,7 @@ func TestALostAnswerIsRetriedAndRunsOnce(t *testing.T) {
 }
 
 func TestAPanickingHandlerFreesTheKey(t *testing.T) {
-	intercept := grpcidempotency.UnaryServerInterceptor(nil)
+	intercept := grpcidempotency.UnaryServerInterceptor(nil, grpcidempotency.SharedKeys())
 	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(idempotencykey.MetadataKey, "k"))
 	info := &grpc.UnaryServerInfo{FullMethod: grpctest.Create}
 	assert.PanicsWithValue(t, "handler bug", func() {
@@ -266,7 +269,7 @@ func TestHTTPStatus(t *testing.T) {
 // once.
 func TestARetryWhileTheFirstRunsGetsItsAnswer(t *testing.T) {
 	var runs atomic.Int64
-	srv, err := grpctest.Start(grpc.ChainUnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil),
+	srv, err := grpctest.Start(grpc.ChainUnaryInterceptor(grpcidempotency.UnaryServerInterceptor(nil, grpcidempotency.SharedKeys()),
 		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if runs.Add(1) == 1 {
 				time.Sleep(300 * time.Millisecond) // a write that goes on when its caller has gone
@@ -324,7 +327,7 @@ func (s jsonStore) Complete(ctx context.Context, key string, claim, rec idempote
 func TestBinaryMetadataIsReplayedAsSent(t *testing.T) {
 	raw := string([]byte{0xff, 0x00, 0xfe})
 	srv, err := grpctest.Start(grpc.ChainUnaryInterceptor(
-		grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(jsonStore{idempotency.NewMemoryStore(0)})),
+		grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(jsonStore{idempotency.NewMemoryStore(0)}), grpcidempotency.SharedKeys()),
 		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			_ = grpc.SetHeader(ctx, metadata.Pairs("trace-bin", raw, "plain", "text"))
 			_ = grpc.SetTrailer(ctx, metadata.Pairs("state-bin", raw))

@@ -3,8 +3,6 @@ package grpcidempotency
 import (
 	"context"
 	"fmt"
-
-	"google.golang.org/grpc/metadata"
 )
 
 // Option configures [UnaryServerInterceptor]; the options of the guard it
@@ -24,22 +22,13 @@ type config struct {
 }
 
 func newConfig(opts []Option) config {
-	cfg := config{maxRequest: 1 << 20, scope: scopeByAuthorization}
+	cfg := config{maxRequest: 1 << 20}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
 		}
 	}
 	return cfg
-}
-
-// scopeByAuthorization is the default scope: the call's authorization
-// header, which the guard hashes so that its secret is not in the key.
-func scopeByAuthorization(ctx context.Context) string {
-	if vs := metadata.ValueFromIncomingContext(ctx, "authorization"); len(vs) > 0 {
-		return vs[0]
-	}
-	return ""
 }
 
 // Required makes a key mandatory on every unary method: a call without
@@ -60,8 +49,10 @@ func MaxRequest(n int) Option {
 // Scope sets a function of a call's context (its incoming metadata, its
 // peer, its method by grpc.Method) whose result namespaces keys, such as
 // the authenticated account, so that two callers cannot collide or read
-// each other's answers. Default: the call's authorization header (hashed).
-// It panics if fn is nil.
+// each other's answers: who the caller is (the authenticated subject, the
+// peer's certificate), not a credential that changes when refreshed. There
+// is no default: [UnaryServerInterceptor] panics unless given Scope or
+// [SharedKeys]. It panics if fn is nil.
 func Scope(fn func(ctx context.Context) string) Option {
 	if fn == nil {
 		panic("grpcidempotency: Scope(nil): use SharedKeys for one namespace")
@@ -71,7 +62,8 @@ func Scope(fn func(ctx context.Context) string) Option {
 
 // SharedKeys puts every caller's keys in one namespace: a caller that
 // reuses another's key gets its answer. For services whose callers are
-// one trusted party. Default: keys scoped per caller (see [Scope]).
+// one trusted party. [UnaryServerInterceptor] needs it or [Scope]: there
+// is no default.
 func SharedKeys() Option {
 	return optionFunc(func(c *config) { c.scope = func(context.Context) string { return "" } })
 }

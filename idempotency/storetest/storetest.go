@@ -47,7 +47,9 @@ type options struct {
 	capacity int
 }
 
-// Capacity says the stores hold at most n entries, and adds the capacity
+// Capacity says the stores have room for n of the contract's claims and
+// no more (for a store bounded in bytes, such as idempotency.MemoryStore,
+// n claims of its keys), and adds the capacity
 // case: a store full of claims in flight answers idempotency.ErrFull and
 // keeps them, and completed records make room before claims. Default: the
 // stores have no capacity to test (Redis, SQL).
@@ -231,7 +233,7 @@ func concurrentRequestsRunOnce(t *testing.T, s idempotency.Store, prefix string)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = fmt.Fprintf(w, `{"order":%d}`, n)
 	})
-	srv := httptest.NewServer(idempotency.Middleware(s, idempotency.StoreTimeout(5*time.Second))(orders)) // correctness, not latency
+	srv := httptest.NewServer(idempotency.Middleware(s, idempotency.SharedKeys(), idempotency.StoreTimeout(5*time.Second))(orders)) // correctness, not latency
 	defer srv.Close()
 
 	const clients = 200

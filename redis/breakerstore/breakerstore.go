@@ -5,23 +5,36 @@
 //
 // Each replica's flush is one round trip: a Lua script that adds its
 // counts into the bucket of the server's current time (a hash per bucket,
-// expiring after the window), records the outcome of its probes, decides
-// from the window's totals whether the fleet breaker opens (a key holding
-// when it opened, with its generation) or closes, grants probes (a counter
-// per generation, at most HalfOpenRequests, expiring after the probe's time
-// unless the replica running one says it still runs), and returns the
-// state. A batch of counts is applied once, so that a replica that got no
-// answer can send it again. A change of state is published, so that the other
-// replicas flush at once instead of at their next tick (Watch). Time is the server's, so the replicas' clocks do not
-// matter. A server restarted empty takes back the fleet's state from the
-// first replica that saw it open or half-open, as opened then; its counts
-// start afresh.
+// expiring after the window), if they were made in the fleet's current
+// generation, records the outcome of its probes, decides from the window's
+// totals whether the fleet breaker opens (a key holding when it opened,
+// with its generation) or closes, grants probes (a counter per generation,
+// at most HalfOpenRequests, expiring after the probe's time unless the
+// replica running one says it still runs), and returns the state. A batch
+// of counts is applied once, so that a replica that got no answer can send
+// it again. A change of state is published with the new state and
+// generation, so that the other replicas take it at once instead of at
+// their next flush (Watch), however slow their round trip. Time is the
+// server's, so the replicas' clocks do not matter. A server restarted
+// empty takes back the fleet's state from the first replica that saw it
+// open or half-open, as opened then; its counts start afresh. Read tells
+// the fleet's state and totals, for dashboards and tests.
+//
+// A breaker's keys are hashed to one slot (its name in braces), so the
+// store works on a Redis Cluster (a *redis.ClusterClient) as on a single
+// server; after a failure that is not a server's answer, it has the client
+// learn the cluster's slots again, so that a failover is followed within
+// a flush or two.
 package breakerstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -51,7 +64,9 @@ func New(c redis.UniversalClient, prefix string) *Store {
 // failures, probe successes, probe failures, the generation and state the
 // replica last saw (0 closed, 1 half-open, 2 open), want a probe (0/1), a
 // probe running (0/1), rate, min requests, window ms, buckets, open
-// timeout ms, half-open requests, probe timeout ms. It returns {state,
+// timeout ms, half-open requests, probe timeout ms, the generation unknown
+// (0/1: counts made before the replica heard any), own breaker half-open
+// (0/1), flush interval ms. It returns {state,
 // generation, probe granted}.
 var syncScript = redis.NewScript(`
 local k = KEYS[1]
@@ -63,6 +78,8 @@ local want, running = ARGV[8] == "1", ARGV[9] == "1"
 local rate, minreq = tonumber(ARGV[10]), tonumber(ARGV[11])
 local window, buckets = tonumber(ARGV[12]), tonumber(ARGV[13])
 local opent, halfopen, probet = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+local unknown = ARGV[17] == "1" -- the replica had heard no generation: its counts are the current one's
+local ownhalf, flushms = ARGV[18] == "1", tonumber(ARGV[19])
 local keep = 86400000 -- an open fleet stays so until probes close it (a day at most, if nobody asks)
 
 local t = redis.call("TIME")
@@ -83,24 +100,29 @@ if not gen then
 	end
 end
 
-local function clear(next_gen)
-	for i = b - buckets + 1, b do redis.call("DEL", k .. ":b:" .. i) end
+-- A change of state: the counts start afresh, and the replicas hear the
+-- new state (2 open, 0 closed) and generation at once.
+local function clear(next_gen, state)
+	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end
 	redis.call("SET", k .. ":gen", next_gen)
-	redis.call("PUBLISH", k .. ":changes", next_gen)
+	redis.call("PUBLISH", k .. ":changes", next_gen .. " " .. state)
 end
 
 local function open()
 	opened = tostring(now)
 	gen = tostring(tonumber(gen) + 1)
 	redis.call("SET", k .. ":open", opened, "PX", keep)
-	clear(gen)
+	clear(gen, 2)
 end
 
 -- A batch is applied once: a replica sends it again if it got no answer.
-local fresh = batch == "" or redis.call("SET", k .. ":batch:" .. batch, 1, "NX", "PX", window + bucket)
+-- It counts only in the generation it was made in: a replica cut off
+-- while the fleet opened and closed brings back counts of a state that is
+-- over.
+local fresh = (pgen == gen or unknown) and (batch == "" or redis.call("SET", k .. ":batch:" .. batch, 1, "NX", "PX", window + bucket))
 
 -- The outcomes of this replica's probes, if they are for this generation.
-if fresh and pgen == gen and opened and now >= tonumber(opened) + opent then
+if fresh and opened and now >= tonumber(opened) + opent then
 	if pbad > 0 then
 		open()
 	elseif pok > 0 then
@@ -110,7 +132,7 @@ if fresh and pgen == gen and opened and now >= tonumber(opened) + opent then
 			redis.call("DEL", k .. ":open")
 			opened = false
 			gen = tostring(tonumber(gen) + 1)
-			clear(gen)
+			clear(gen, 0)
 		end
 	end
 end
@@ -137,7 +159,11 @@ end
 if not opened then
 	return {0, tonumber(gen), 0}
 end
+local eager = k .. ":eager:" .. gen
 if now < tonumber(opened) + opent then
+	if want and not ownhalf then
+		redis.call("SET", eager, 1, "PX", 2 * flushms)
+	end
 	return {2, tonumber(gen), 0}
 end
 -- Half-open: grants of probes, at most halfopen a generation; they
@@ -145,6 +171,14 @@ end
 local probes = k .. ":probes:" .. gen
 if running and pgen == gen then
 	redis.call("PEXPIRE", probes, probet)
+end
+-- A replica whose own breaker is half-open may not reach the dependency:
+-- it probes only if no replica whose own breaker is closed wants to (asked
+-- in the last two flush intervals, while open too).
+if want and not ownhalf then
+	redis.call("SET", eager, 1, "PX", 2 * flushms)
+elseif want and redis.call("EXISTS", eager) == 1 then
+	want = false
 end
 local granted = 0
 if want then
@@ -154,6 +188,9 @@ if want then
 end
 return {1, tonumber(gen), granted}
 `)
+
+// states are the fleet's states by their number in the scripts.
+var states = [...]resilience.State{resilience.StateClosed, resilience.StateHalfOpen, resilience.StateOpen}
 
 // Sync implements breaker.SharedStore.
 func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker.Fleet, error) {
@@ -165,42 +202,140 @@ func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker
 		return "0"
 	}
 	state := map[resilience.State]int{resilience.StateClosed: 0, resilience.StateHalfOpen: 1, resilience.StateOpen: 2}[sy.State]
-	res, err := syncScript.Run(ctx, s.c, []string{s.prefix + "{" + name + "}"},
+	res, err := syncScript.Run(ctx, s.c, []string{s.key(name)},
 		sy.Batch, sy.Requests, sy.Failures, sy.ProbeSuccesses, sy.ProbeFailures, sy.Generation, state,
 		flag(sy.WantProbe), flag(sy.ProbeRunning),
 		p.Rate, p.MinRequests, p.Window.Milliseconds(), p.Buckets, p.OpenTimeout.Milliseconds(),
-		p.HalfOpenRequests, p.ProbeTimeout.Milliseconds()).Int64Slice()
+		p.HalfOpenRequests, p.ProbeTimeout.Milliseconds(), flag(sy.GenerationUnknown), flag(sy.OwnHalfOpen),
+		max(p.FlushInterval.Milliseconds(), 1)).Int64Slice()
 	if err != nil {
+		s.reload(err)
 		return breaker.Fleet{}, err
 	}
 	if len(res) != 3 || res[0] < 0 || res[0] > 2 {
 		return breaker.Fleet{}, fmt.Errorf("breakerstore: the script answered %v", res)
 	}
-	states := [...]resilience.State{resilience.StateClosed, resilience.StateHalfOpen, resilience.StateOpen}
 	return breaker.Fleet{State: states[res[0]], Generation: uint64(res[1]), ProbeGranted: res[2] == 1}, nil
 }
 
-// Watch implements breaker.SharedWatcher: it calls changed whenever the
-// fleet breaker of name changes state, by Redis pub/sub, until ctx is
-// done or the subscription fails.
-func (s *Store) Watch(ctx context.Context, name string, changed func()) error {
-	ps := s.c.Subscribe(ctx, s.prefix+"{"+name+"}:changes")
+// Watch implements breaker.SharedWatcher: it calls changed with the new
+// state and generation whenever the fleet breaker of name opens or
+// closes, by Redis pub/sub, until ctx is done or the subscription fails.
+// The change travels as data: a replica whose round trip is too slow for
+// its flushes still learns it.
+func (s *Store) Watch(ctx context.Context, name string, changed func(breaker.Fleet)) error {
+	ps := s.c.Subscribe(ctx, s.key(name)+":changes")
 	defer ps.Close()
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() }) // a blocked read ends with ctx
 	defer stop()
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+		s.reload(err)
 		return err
 	}
-	ch := ps.Channel()
+	// Received here, not through go-redis's channel, which reconnects by
+	// itself, to a node that a failover removed as often as not: a failure
+	// ends Watch, the breaker watches again, and a cluster client learns
+	// the slots again first.
 	for {
-		select {
-		case <-ctx.Done():
+		msg, err := ps.ReceiveTimeout(ctx, watchPing)
+		if ctx.Err() != nil {
 			return ctx.Err()
-		case _, ok := <-ch:
-			if !ok {
-				return errors.New("breakerstore: subscription closed")
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			if err := ps.Ping(ctx); err != nil { // the link still there?
+				s.reload(err)
+				return err
 			}
-			changed()
+			continue
+		}
+		if err != nil {
+			s.reload(err)
+			return err
+		}
+		if m, ok := msg.(*redis.Message); ok {
+			if f, ok := parseChange(m.Payload); ok {
+				changed(f)
+			}
 		}
 	}
 }
+
+// watchPing is how long Watch waits for a message before it pings.
+const watchPing = 5 * time.Second
+
+// parseChange reads a published change: "generation state", the state 0
+// (closed) or 2 (open).
+func parseChange(p string) (breaker.Fleet, bool) {
+	g, st, ok := strings.Cut(p, " ")
+	if !ok {
+		return breaker.Fleet{}, false
+	}
+	gen, err := strconv.ParseUint(g, 10, 64)
+	if err != nil {
+		return breaker.Fleet{}, false
+	}
+	switch st {
+	case "0":
+		return breaker.Fleet{State: resilience.StateClosed, Generation: gen}, true
+	case "2":
+		return breaker.Fleet{State: resilience.StateOpen, Generation: gen}, true
+	}
+	return breaker.Fleet{}, false
+}
+
+// readScript: KEYS[1] is the breaker's key prefix; ARGV: window ms,
+// buckets, open timeout ms. It returns {state, generation, requests,
+// failures}, the totals of the window, and changes nothing.
+var readScript = redis.NewScript(`
+local k = KEYS[1]
+local window, buckets, opent = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local bucket = math.max(math.floor(window / buckets), 1)
+local b = math.floor(now / bucket)
+local gen = tonumber(redis.call("GET", k .. ":gen") or "0")
+local opened = redis.call("GET", k .. ":open")
+local r, f = 0, 0
+for i = b - buckets + 1, b do
+	local v = redis.call("HMGET", k .. ":b:" .. i, "r", "f")
+	r = r + (tonumber(v[1]) or 0)
+	f = f + (tonumber(v[2]) or 0)
+end
+local state = 0
+if opened then
+	state = 2
+	if now >= tonumber(opened) + opent then state = 1 end
+end
+return {state, gen, r, f}
+`)
+
+// Read implements breaker.SharedReader: the fleet breaker's state and its
+// totals in the window, from one script that changes nothing.
+func (s *Store) Read(ctx context.Context, name string, p breaker.FleetPolicy) (breaker.FleetStatus, error) {
+	res, err := readScript.Run(ctx, s.c, []string{s.key(name)}, p.Window.Milliseconds(), p.Buckets, p.OpenTimeout.Milliseconds()).Int64Slice()
+	if err != nil {
+		s.reload(err)
+		return breaker.FleetStatus{}, err
+	}
+	if len(res) != 4 || res[0] < 0 || res[0] > 2 {
+		return breaker.FleetStatus{}, fmt.Errorf("breakerstore: the script answered %v", res)
+	}
+	return breaker.FleetStatus{State: states[res[0]], Generation: uint64(res[1]), Requests: uint64(res[2]), Failures: uint64(res[3])}, nil
+}
+
+// reload makes a cluster client learn the cluster's slots again after a
+// failure that is not a server's answer (a node gone: a failover may have
+// moved the breaker's slot to another node). go-redis does so by itself
+// only on a MOVED answer, and every minute.
+func (s *Store) reload(err error) {
+	var answer redis.Error
+	if c, ok := s.c.(*redis.ClusterClient); ok && !errors.As(err, &answer) {
+		c.ReloadState(context.Background())
+	}
+}
+
+// key is the prefix of the keys of the breaker called name: its name in
+// braces, so that a Redis Cluster keeps them all in one slot, which a
+// script needs.
+func (s *Store) key(name string) string { return s.prefix + "{" + name + "}" }

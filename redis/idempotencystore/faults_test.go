@@ -27,7 +27,7 @@ import (
 func replica(t *testing.T, srv *redistest.Server, runs *atomic.Int64, d time.Duration, opts ...idempotency.Option) *httptest.Server {
 	store := idempotencystore.New(srv.Client(), "faults:")
 	opts = append(opts, idempotency.WithLogger(slog.New(slog.DiscardHandler)))
-	h := idempotency.Middleware(store, opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idempotency.Middleware(store, append([]idempotency.Option{idempotency.SharedKeys()}, opts...)...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := runs.Add(1)
 		time.Sleep(d)
 		w.WriteHeader(http.StatusCreated)
@@ -112,7 +112,7 @@ func TestRedisKilledMidHandlerWithAOF(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the handler runs, its claim is on disk
 	srv.Kill()
 	code, _, _ := post(t, rep.URL, "k")
-	assert.Equal(t, http.StatusServiceUnavailable, code, "no store, no run")
+	assert.Equal(t, http.StatusConflict, code, "in flight on this replica: no run")
 	srv.Restart()
 	assert.Equal(t, http.StatusCreated, <-first)
 	code, replay, body := post(t, rep.URL, "k")
@@ -185,4 +185,110 @@ func TestFullRedisIsA503(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Zero(t, runs.Load())
 	assert.EqualValues(t, 1, failed.Load())
+}
+
+// TestRedisDownAsTheHandlerStarts: the server is killed (SIGKILL) as the
+// handler starts and is back 3 s later, with a lease of 8 s: the renewals
+// ride the outage out and the handler's result is stored, so the request
+// runs once. With AOF the claim survives the restart; without persistence
+// the holder takes its claim again at its first renewal after the restart.
+// Repeats on the holder's replica get 409 throughout (it knows the key is
+// in flight); on another replica 503 while the server is down (with AOF,
+// 409 after).
+func TestRedisDownAsTheHandlerStarts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"AOF", []string{"--appendonly", "yes", "--appendfsync", "always"}},
+		{"no persistence", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, tc.args...)
+			var runs atomic.Int64
+			opts := []idempotency.Option{idempotency.Lease(8 * time.Second)}
+			a := replica(t, srv, &runs, 4*time.Second, opts...)
+			b := replica(t, srv, &runs, 4*time.Second, opts...)
+			first := make(chan int)
+			start := time.Now()
+			go func() { code, _, _ := post(t, a.URL, "k"); first <- code }()
+			time.Sleep(100 * time.Millisecond) // the handler runs
+			srv.Kill()
+			var onA, onB []int
+			for time.Since(start) < 3100*time.Millisecond {
+				code, _, _ := post(t, a.URL, "k")
+				onA = append(onA, code)
+				code, _, _ = post(t, b.URL, "k")
+				onB = append(onB, code)
+				time.Sleep(400 * time.Millisecond)
+			}
+			srv.Restart()
+			for time.Since(start) < 3800*time.Millisecond {
+				code, _, _ := post(t, a.URL, "k")
+				onA = append(onA, code)
+				if tc.args != nil { // without persistence, another replica cannot know the key is held
+					code, _, _ = post(t, b.URL, "k")
+					onB = append(onB, code)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			assert.Equal(t, http.StatusCreated, <-first)
+			t.Logf("answered after %v; repeats on its replica %v, on another %v", time.Since(start).Round(time.Millisecond), onA, onB)
+			for _, code := range onA {
+				assert.Equal(t, http.StatusConflict, code)
+			}
+			for _, code := range onB {
+				assert.Contains(t, []int{http.StatusConflict, http.StatusServiceUnavailable}, code)
+			}
+			for _, url := range []string{a.URL, b.URL} {
+				code, replay, body := post(t, url, "k")
+				assert.Equal(t, http.StatusCreated, code)
+				assert.Equal(t, "true", replay)
+				assert.JSONEq(t, `{"order":1}`, body)
+			}
+			assert.EqualValues(t, 1, runs.Load(), "one run")
+		})
+	}
+}
+
+// TestRedisFrozenAsTheHandlerEnds: the server is stopped (SIGSTOP) for 5 s
+// just as the handler ends, with a lease of 8 s: the save is retried while
+// the lease lasts, gets through when the server resumes, and the request
+// runs once; repeats meanwhile get 409 or 503, never a run.
+func TestRedisFrozenAsTheHandlerEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	var runs, notStored atomic.Int64
+	rec := resilience.ListenerFunc(func(e resilience.Event) {
+		if e.Kind == resilience.EventNotStored {
+			notStored.Add(1)
+		}
+	})
+	opts := []idempotency.Option{idempotency.Lease(8 * time.Second), idempotency.WithListener(rec)}
+	a := replica(t, srv, &runs, 3*time.Second, opts...)
+	b := replica(t, srv, &runs, 3*time.Second, opts...)
+	first := make(chan int)
+	start := time.Now()
+	go func() { code, _, _ := post(t, a.URL, "k"); first <- code }()
+	time.Sleep(2900 * time.Millisecond) // just before the handler ends, after its renewal at 2.67 s
+	srv.Freeze()
+	var repeats []int
+	for time.Since(start) < 7500*time.Millisecond {
+		code, _, _ := post(t, b.URL, "k")
+		repeats = append(repeats, code)
+		time.Sleep(500 * time.Millisecond)
+	}
+	time.Sleep(time.Until(start.Add(7900 * time.Millisecond)))
+	srv.Thaw()
+	assert.Equal(t, http.StatusCreated, <-first)
+	t.Logf("answered %v after it started (frozen from 2.9 s to 7.9 s); repeats meanwhile %v", time.Since(start).Round(time.Millisecond), repeats)
+	for _, code := range repeats {
+		assert.Contains(t, []int{http.StatusConflict, http.StatusServiceUnavailable}, code)
+	}
+	require.Eventually(t, func() bool { c, _, _ := post(t, b.URL, "k"); return c != http.StatusServiceUnavailable }, 2*time.Second, 100*time.Millisecond)
+	code, replay, body := post(t, b.URL, "k")
+	assert.Equal(t, http.StatusCreated, code)
+	assert.Equal(t, "true", replay)
+	assert.JSONEq(t, `{"order":1}`, body)
+	assert.EqualValues(t, 1, runs.Load(), "one run")
+	assert.Zero(t, notStored.Load(), "the result was stored")
 }

@@ -2,6 +2,7 @@ package idempotencystore_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -16,7 +17,13 @@ import (
 	"github.com/resiliencekit/resiliencekit/redis/redistest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(envReplica) != "" { // this binary, started by a test as a service replica
+		serveReplica()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestContractOnMiniredis(t *testing.T) {
 	c, m := redistest.Mini(t)

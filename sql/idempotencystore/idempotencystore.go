@@ -69,13 +69,12 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 	if err != nil {
 		return nil, err
 	}
-	for range 3 { // a row may expire between the insert and the select
+	for range 3 { // a row may expire between the statements
+		// A new key: one statement, which does not wait for a row's lock.
 		var claimed bool
 		err := s.db.QueryRowContext(ctx, `INSERT INTO `+s.table+` (key, token, record, done, expires_at)
 			VALUES ($1, $2, $3, false, now() + $4 * interval '1 millisecond')
-			ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, record = EXCLUDED.record,
-				done = false, expires_at = EXCLUDED.expires_at
-			WHERE `+s.table+`.expires_at <= now()
+			ON CONFLICT (key) DO NOTHING
 			RETURNING true`, key, claim.Token, data, ms(lease)).Scan(&claimed)
 		switch {
 		case err == nil:
@@ -83,21 +82,34 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 		case !errors.Is(err, sql.ErrNoRows):
 			return nil, err
 		}
+		// The key exists: read it without a lock, so that a repeat during
+		// the commit of a transaction that completes it (CompleteTx) finds
+		// the claim at once (409), rather than wait for the commit.
 		var found []byte
 		err = s.db.QueryRowContext(ctx, `SELECT record FROM `+s.table+` WHERE key = $1 AND expires_at > now()`, key).Scan(&found)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
+		if err == nil {
+			var rec idempotency.Record
+			if err := json.Unmarshal(found, &rec); err != nil {
+				return nil, err
+			}
+			return &rec, nil
 		}
-		if err != nil {
+		if !errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}
-		var rec idempotency.Record
-		if err := json.Unmarshal(found, &rec); err != nil {
+		// Expired (or gone): take it over, atomically.
+		err = s.db.QueryRowContext(ctx, `UPDATE `+s.table+` SET token = $2, record = $3, done = false,
+				expires_at = now() + $4 * interval '1 millisecond'
+			WHERE key = $1 AND expires_at <= now()
+			RETURNING true`, key, claim.Token, data, ms(lease)).Scan(&claimed)
+		switch {
+		case err == nil:
+			return nil, nil
+		case !errors.Is(err, sql.ErrNoRows):
 			return nil, err
 		}
-		return &rec, nil
 	}
-	return nil, errors.New("idempotencystore: key kept expiring while claimed")
+	return nil, errors.New("idempotencystore: key kept changing while claimed")
 }
 
 // held is the condition of a row that still holds the claim of token $2.
@@ -152,13 +164,22 @@ func (s *Store) complete(ctx context.Context, q interface {
 // writes. It returns [idempotency.ErrNotOwner] if the key no longer holds
 // the claim (its lease ran out): the handler should then roll back.
 //
+// The statement is bounded by the claim's lease (c.LeaseDeadline), and
+// the handler bounds its transaction, commit included, the same way: begin
+// tx under c.WithLeaseDeadline(r.Context()), so that a database that hangs
+// cannot hold the request past the time another may take its key. Until
+// tx ends, repeats of the key find the claim and get 409 with
+// Retry-After: Begin does not wait for tx's lock.
+//
 // The middleware renews the claim's lease while the handler runs, by
 // updating its row: tx takes that row's lock here, so a renewal waits for
 // tx to end, and tx must run at READ COMMITTED (PostgreSQL's default). At
 // REPEATABLE READ or SERIALIZABLE, a tx that began before a renewal (every
 // third of the lease) fails here with a serialization error.
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, c *idempotency.Claim, status int, header http.Header, body []byte) error {
-	rec := idempotency.Record{Fingerprint: c.Record.Fingerprint, Done: true, Status: status, Header: header, Body: body}
+	rec := idempotency.Record{Fingerprint: c.Record.Fingerprint, Token: c.Record.Token, Done: true, Status: status, Header: header, Body: body}
+	ctx, cancel := c.WithLeaseDeadline(ctx)
+	defer cancel()
 	if err := s.complete(ctx, tx, c.Key, c.Record, rec, c.TTL); err != nil {
 		return err
 	}

@@ -76,24 +76,26 @@ func TestEffectAndRecordCommitTogether(t *testing.T) {
 	t.Cleanup(func() { _, _ = d.Exec(`DROP TABLE IF EXISTS ` + orders + `, ` + customers) })
 
 	var runs atomic.Int64
-	h := idempotency.Middleware(store)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := idempotency.Middleware(store, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		claim := idempotency.FromContext(r.Context())
 		body, _ := io.ReadAll(r.Body)
-		tx, err := d.BeginTx(r.Context(), nil)
+		ctx, cancel := claim.WithLeaseDeadline(r.Context()) // the transaction, commit included, within the lease
+		defer cancel()
+		tx, err := d.BeginTx(ctx, nil)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		defer tx.Rollback()
 		var id int
-		if err := tx.QueryRowContext(r.Context(), `INSERT INTO `+orders+` (customer) VALUES ($1) RETURNING id`, string(body)).Scan(&id); err != nil {
+		if err := tx.QueryRowContext(ctx, `INSERT INTO `+orders+` (customer) VALUES ($1) RETURNING id`, string(body)).Scan(&id); err != nil {
 			claim.Abandon()
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		resp := []byte(fmt.Sprintf(`{"order":%d}`, id))
-		if err := store.CompleteTx(r.Context(), tx, claim, http.StatusCreated, nil, resp); err != nil {
+		if err := store.CompleteTx(ctx, tx, claim, http.StatusCreated, nil, resp); err != nil {
 			claim.Abandon() // the lease ran out: roll back, free nothing of another's
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
