@@ -1,9 +1,11 @@
 package httpclient_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/retrysignal"
 )
 
 // TestHedgedRequests: a GET whose first attempt hangs gets the answer of
@@ -64,4 +67,36 @@ func TestHedgedRequests(t *testing.T) {
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	assert.Equal(t, "busy", string(body), "the last answer comes back whole")
+}
+
+// TestHedgeSaysItIsAHedge: a hedge carries the number of the attempt it
+// twins, marked as a hedge, which retrysignal's middleware reads: never a
+// number past the most attempts.
+func TestHedgeSaysItIsAHedge(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	var n atomic.Int64
+	srv := httptest.NewServer(retrysignal.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := retrysignal.FromContext(r.Context())
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s parsed=%v", r.Header.Get(retrysignal.AttemptHeader), ok && a.N <= a.Max))
+		mu.Unlock()
+		if i := n.Add(1); i <= 2 { // the first attempt is slow, its hedge too, both fail: a retry follows
+			time.Sleep(time.Duration(3-i) * 40 * time.Millisecond)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})))
+	defer srv.Close()
+	client := &http.Client{Transport: httpclient.NewTransport(httpclient.WithPipeline(pipeline.New(
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(2), retrypolicy.BaseDelay(time.Millisecond))),
+		pipeline.WithHedging(hedge.New(hedge.Delay(30*time.Millisecond))))))}
+	resp, err := client.Get(srv.URL)
+	require.NoError(t, err)
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(seen), 3)
+	assert.Equal(t, []string{"1/2 parsed=true", "1/2; hedge parsed=true", "2/2 parsed=true"}, seen[:3])
 }

@@ -582,10 +582,13 @@ func onceBody(body io.ReadCloser) func() (io.ReadCloser, error) {
 }
 
 func (a *attempt) run(ctx context.Context) (*http.Response, error) {
+	hedge := pipeline.IsHedge(ctx) // a twin of attempt n: its number, marked
 	a.mu.Lock()
 	prev := a.last
 	a.last = nil
-	a.n++
+	if !hedge {
+		a.n++
+	}
 	n := a.n
 	a.mu.Unlock()
 	if prev != nil {
@@ -596,7 +599,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 		r.Header.Set(idempotencykey.Header, a.key)
 	}
 	deadline.Inject(ctx, r.Header)
-	r.Header.Set(retrysignal.AttemptHeader, retrysignal.Attempt{N: n, Max: a.max}.String())
+	r.Header.Set(retrysignal.AttemptHeader, retrysignal.Attempt{N: n, Max: a.max, Hedge: hedge}.String())
 	if a.hasBody {
 		body, err := a.getBody()
 		if err != nil {

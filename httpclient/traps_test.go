@@ -19,7 +19,10 @@ import (
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/retrysignal"
 	"github.com/resiliencekit/resiliencekit/throttle"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestNonsenseOptionsPanicNamingThemselves: an option that cannot make
@@ -200,4 +203,28 @@ func TestPipelineWithoutRetryIsNoted(t *testing.T) {
 	if !strings.Contains(buf.String(), "the pipeline has no retry stage (pipeline.WithRetry): every request is sent once") {
 		t.Errorf("a pipeline without a retry stage is not noted; logged %q", buf.String())
 	}
+}
+
+// TestAttemptTimeoutOverHTTPIsADeadline: net/http returns the attempt
+// context's cause as it is; it still matches context.DeadlineExceeded and
+// is a timeout, so retrysignal answers 504 for it, as for any timeout.
+func TestAttemptTimeoutOverHTTPIsADeadline(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(2 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	c := httpclient.New(httpclient.WithPipeline(pipeline.New(
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(2), retrypolicy.BaseDelay(time.Millisecond))),
+		pipeline.WithAttemptTimeout(50*time.Millisecond))))
+	err := c.GetJSON(t.Context(), srv.URL, nil)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, pipeline.ErrAttemptTimeout)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	var ne interface{ Timeout() bool }
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout())
+	assert.Equal(t, http.StatusGatewayTimeout, retrysignal.Status(err))
 }

@@ -149,7 +149,23 @@ func (p *Pipeline) Hedges() bool { return p != nil && p.cfg.hedge != nil }
 // error of an attempt that [WithAttemptTimeout] cut short, and by the error
 // of a call whose last attempt it was; its message says "attempt timeout".
 // It is also the attempt context's [context.Cause] once it expired.
-var ErrAttemptTimeout = errors.New("attempt timeout")
+// It also matches [context.DeadlineExceeded] itself and reports Timeout()
+// true, as net.Error does, since an operation such as net/http returns
+// the context's cause as it is.
+var ErrAttemptTimeout error = attemptTimeout{}
+
+type attemptTimeout struct{}
+
+func (attemptTimeout) Error() string { return "attempt timeout" }
+
+// Is makes the attempt timeout a deadline exceeded.
+func (attemptTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// Timeout reports true, as context.DeadlineExceeded's does.
+func (attemptTimeout) Timeout() bool { return true }
+
+// Temporary reports true, as context.DeadlineExceeded's does.
+func (attemptTimeout) Temporary() bool { return true }
 
 var zero Pipeline
 

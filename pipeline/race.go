@@ -79,6 +79,9 @@ func (r *race[T]) launch(ctx context.Context, hedge bool) {
 		sent = func() { close(r.first) }
 	}
 	hk := new(keeper)
+	if hedge {
+		ctx = context.WithValue(ctx, hedgeKey{}, true)
+	}
 	actx, cancel := context.WithCancel(ctx)
 	hk.budget = cancel
 	r.keepers = append(r.keepers, hk)
@@ -192,6 +195,18 @@ func (r *race[T]) abandon(winner *keeper) {
 			r.dispose(<-r.results)
 		}
 	}(r.running)
+}
+
+type hedgeKey struct{}
+
+// IsHedge reports whether ctx is the context of a hedge: a twin of the
+// attempt before it, sent while that one still ran ([WithHedging]). An
+// integration that numbers its attempts on the wire, as httpclient does in
+// retrysignal's header, gives a hedge the number of its twin, marked as a
+// hedge, not a number of its own past the most attempts.
+func IsHedge(ctx context.Context) bool {
+	hedge, _ := ctx.Value(hedgeKey{}).(bool)
+	return hedge
 }
 
 // retryAfter returns err's retry-after hint, 0 if none.

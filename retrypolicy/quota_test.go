@@ -170,3 +170,31 @@ func TestQuotaCountsRareCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotaWindowCapsBelowItsBuckets: the window's allowance binds even
+// where each tenth of it would allow one: 3% of 100 calls is 3 retries in
+// the window, not one a bucket.
+func TestQuotaWindowCapsBelowItsBuckets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := retrypolicy.NewQuota(0.03, 0, 10*time.Second)
+		p := retrypolicy.New(retrypolicy.WithQuota(q))
+		for range 100 { // 100 calls that succeed: they count, they take nothing
+			_, _ = retrypolicy.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
+		}
+		taken := 0
+		for range 9 { // one try a bucket, within the window
+			if q.Take() {
+				taken++
+			}
+			time.Sleep(time.Second)
+		}
+		assert.Equal(t, 3, taken)
+	})
+}
+
+func TestQuotaWindowAtItsBounds(t *testing.T) {
+	assert.NotPanics(t, func() { retrypolicy.NewQuota(0.1, 0, 10*time.Millisecond) })
+	assert.NotPanics(t, func() { retrypolicy.NewQuota(0, 0, 0) }, "0: the default window")
+	assert.Panics(t, func() { retrypolicy.NewQuota(0.1, 0, 9*time.Millisecond) })
+	assert.Panics(t, func() { retrypolicy.NewQuota(0.1, 0, -time.Second) })
+}

@@ -37,7 +37,8 @@ import (
 
 // AttemptHeader is the request header that says which attempt a request
 // is: "n/max", n from 1, max the most attempts the caller makes (0: no
-// limit but its time budget).
+// limit but its time budget); "n/max; hedge" for a hedge, a twin of
+// attempt n sent while it still ran.
 const AttemptHeader = "Request-Attempt"
 
 // NoRetryHeader is the response header by which a service asks its caller
@@ -52,21 +53,43 @@ type Attempt struct {
 	// Max is the most attempts the caller makes, 0 for no limit but its
 	// time budget.
 	Max int
+	// Hedge is true for a hedge: a twin of attempt N, sent while it was
+	// still running. Hedges are not attempts of their own: N never goes
+	// past Max for them.
+	Hedge bool
 }
 
 // WillRetry reports whether the caller may make another attempt if this
 // one fails.
 func (a Attempt) WillRetry() bool { return a.Max == 0 || a.N < a.Max }
 
-// String returns the header value, "n/max".
-func (a Attempt) String() string { return strconv.Itoa(a.N) + "/" + strconv.Itoa(a.Max) }
+// hedgeSuffix marks a hedge's header value.
+const hedgeSuffix = "; hedge"
+
+// String returns the header value, "n/max", or "n/max; hedge".
+func (a Attempt) String() string {
+	s := strconv.Itoa(a.N) + "/" + strconv.Itoa(a.Max)
+	if a.Hedge {
+		s += hedgeSuffix
+	}
+	return s
+}
 
 // ParseAttempt reads an [AttemptHeader] value: "n/max", both in ASCII
-// digits, with 1 <= n, and n <= max unless max is 0; a bare "n" is an
-// attempt whose caller did not say its limit, taken as no limit. It reports
-// false for anything else.
+// digits, with 1 <= n, and n <= max unless max is 0, followed by "; hedge"
+// for a hedge; a bare "n" is an attempt whose caller did not say its
+// limit, taken as no limit. It reports false for anything else.
 func ParseAttempt(v string) (Attempt, bool) {
-	ns, ms, hasMax := strings.Cut(strings.TrimSpace(v), "/")
+	v = strings.TrimSpace(v)
+	v, hedge := strings.CutSuffix(v, hedgeSuffix)
+	a, ok := parseNumbers(v)
+	a.Hedge = hedge && ok
+	return a, ok
+}
+
+// parseNumbers reads "n/max" or "n".
+func parseNumbers(v string) (Attempt, bool) {
+	ns, ms, hasMax := strings.Cut(v, "/")
 	n, ok := digits(ns)
 	if !ok || n < 1 {
 		return Attempt{}, false

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -38,8 +39,16 @@ func TestParseAttempt(t *testing.T) {
 		{"+1/+3", retrysignal.Attempt{}, false},
 		{"1/-0", retrysignal.Attempt{}, false},
 		{"１/3", retrysignal.Attempt{}, false},
+		{"2/3; hedge", retrysignal.Attempt{N: 2, Max: 3, Hedge: true}, true},
+		{"2; hedge", retrysignal.Attempt{N: 2, Hedge: true}, true},
+		{"4/3; hedge", retrysignal.Attempt{}, false},
+		{"; hedge", retrysignal.Attempt{}, false},
+		{"2/3;hedge", retrysignal.Attempt{}, false},
 	}
 	for _, tt := range tests {
+		if tt.ok && strings.Contains(tt.in, "/") {
+			assert.Equal(t, strings.TrimSpace(tt.in), tt.want.String(), "String is the header value")
+		}
 		got, ok := retrysignal.ParseAttempt(tt.in)
 		assert.Equal(t, tt.ok, ok, "%q", tt.in)
 		assert.Equal(t, tt.want, got, "%q", tt.in)

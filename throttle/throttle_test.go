@@ -195,3 +195,7 @@ func BenchmarkThrottle(b *testing.B) {
 		}
 	})
 }
+
+func TestWindowAtItsBound(t *testing.T) {
+	assert.NotPanics(t, func() { throttle.New(throttle.Window(10 * time.Millisecond)) })
+}

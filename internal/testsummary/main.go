@@ -6,8 +6,9 @@
 //
 //	tests: 812 passed, 0 failed, 9 skipped
 //
-// It exits with status 1 if a test or a package (a build) failed, or if no
-// test ran at all. Subtests count as tests. Lines that are not JSON (an
+// It exits with status 1 if a test or a package (a build) failed, if a
+// package started and the input ended before it finished (the go command
+// was killed), or if no test passed at all. Subtests count as tests. Lines that are not JSON (an
 // error of the go command itself) are printed as they come.
 //
 //	go test -json -race -count=1 ./... | go run ./internal/testsummary
@@ -26,12 +27,13 @@ import (
 
 // event is one line of `go test -json` (cmd/test2json).
 type event struct {
-	Action     string
-	Package    string
-	ImportPath string // build-output, build-fail
-	Test       string
-	Output     string
-	Elapsed    float64
+	Action      string
+	Package     string
+	ImportPath  string // build-output, build-fail
+	Test        string
+	Output      string
+	Elapsed     float64
+	FailedBuild string // fail: the import path whose build failed
 }
 
 type testKey struct{ pkg, test string }
@@ -41,6 +43,8 @@ type summary struct {
 	out      io.Writer
 	output   map[testKey][]string // lines of output by test; test "" is the package's
 	build    map[string][]string  // build output by import path
+	failedBy map[string]string    // package: the import path whose build failed it
+	started  map[string]bool      // packages started and not yet finished
 	running  map[testKey]bool     // started and not yet finished
 	passed   int
 	failed   []testKey
@@ -50,10 +54,12 @@ type summary struct {
 
 func newSummary(out io.Writer) *summary {
 	return &summary{
-		out:     out,
-		output:  map[testKey][]string{},
-		build:   map[string][]string{},
-		running: map[testKey]bool{},
+		out:      out,
+		output:   map[testKey][]string{},
+		build:    map[string][]string{},
+		failedBy: map[string]string{},
+		started:  map[string]bool{},
+		running:  map[testKey]bool{},
 	}
 }
 
@@ -61,7 +67,10 @@ func (s *summary) add(e event) {
 	k := testKey{e.Package, e.Test}
 	switch e.Action {
 	case "build-output":
-		s.build[e.ImportPath] = append(s.build[e.ImportPath], e.Output)
+		ip := importPath(e.ImportPath)
+		s.build[ip] = append(s.build[ip], e.Output)
+	case "start":
+		s.started[e.Package] = true
 	case "output":
 		s.output[k] = append(s.output[k], e.Output)
 	case "run":
@@ -69,6 +78,10 @@ func (s *summary) add(e event) {
 	case "pass", "fail", "skip":
 		delete(s.running, k)
 		if e.Test == "" {
+			delete(s.started, e.Package)
+			if e.FailedBuild != "" {
+				s.failedBy[e.Package] = importPath(e.FailedBuild)
+			}
 			s.packageDone(e)
 			return
 		}
@@ -82,6 +95,13 @@ func (s *summary) add(e event) {
 			s.skipped = append(s.skipped, k)
 		}
 	}
+}
+
+// importPath returns the package path of an ImportPath such as
+// "pkg [pkg.test]", a test variant's.
+func importPath(p string) string {
+	ip, _, _ := strings.Cut(p, " ")
+	return ip
 }
 
 // packageDone prints the package's line, as go test would.
@@ -118,6 +138,11 @@ func (s *summary) reason(k testKey) string {
 // returns whether the run is a success.
 func (s *summary) report() bool {
 	w := s.out
+	for p := range s.started { // the input ended first: the go command died
+		s.failPkgs = append(s.failPkgs, p)
+		s.output[testKey{p, ""}] = append(s.output[testKey{p, ""}], "    (no result: the input ended before the package finished)\n")
+	}
+	sort.Strings(s.failPkgs)
 	if len(s.failed) > 0 || len(s.failPkgs) > 0 {
 		fmt.Fprintln(w, "\nfailures:")
 		for _, k := range s.failed {
@@ -133,6 +158,11 @@ func (s *summary) report() bool {
 			fmt.Fprintf(w, "--- FAIL: package %s\n", p)
 			for _, l := range s.build[p] {
 				fmt.Fprint(w, l)
+			}
+			if dep := s.failedBy[p]; dep != "" && dep != p {
+				for _, l := range s.build[dep] {
+					fmt.Fprint(w, l)
+				}
 			}
 			for _, l := range s.output[testKey{p, ""}] {
 				fmt.Fprint(w, l)
@@ -163,12 +193,13 @@ func (s *summary) report() bool {
 			failed++
 		}
 	}
+	ok := failed == 0
 	if s.passed == 0 && failed == 0 {
-		fmt.Fprintln(w, "\nno test ran")
-		failed = 1
+		fmt.Fprintln(w, "\nno test passed")
+		ok = false
 	}
 	fmt.Fprintf(w, "\ntests: %d passed, %d failed, %d skipped\n", s.passed, failed, len(s.skipped))
-	return failed == 0
+	return ok
 }
 
 func run(in io.Reader, out io.Writer) bool {

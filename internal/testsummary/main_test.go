@@ -54,7 +54,68 @@ func TestSummaryPassAndNoTests(t *testing.T) {
 	if run(strings.NewReader("go: no packages\n"), &out) {
 		t.Error("a run with no test reported success")
 	}
-	if !strings.Contains(out.String(), "go: no packages\n") || !strings.HasSuffix(out.String(), "tests: 0 passed, 1 failed, 0 skipped\n") {
+	if !strings.Contains(out.String(), "go: no packages\n") || !strings.HasSuffix(out.String(), "no test passed\n\ntests: 0 passed, 0 failed, 0 skipped\n") {
 		t.Errorf("got\n%s", out.String())
+	}
+}
+
+// TestSummaryOfARunCutShort: a go command killed mid-run leaves packages
+// started and never finished: a failure, never a success.
+func TestSummaryOfARunCutShort(t *testing.T) {
+	var out strings.Builder
+	in := `{"Action":"start","Package":"p"}
+{"Action":"run","Package":"p","Test":"TestA"}
+{"Action":"pass","Package":"p","Test":"TestA"}
+{"Action":"pass","Package":"p","Elapsed":0.1}
+{"Action":"start","Package":"q"}
+{"Action":"run","Package":"q","Test":"TestSlow"}
+`
+	if run(strings.NewReader(in), &out) {
+		t.Errorf("a run cut short reported success:\n%s", out.String())
+	}
+	if got := out.String(); !strings.Contains(got, "--- FAIL: package q\n") || !strings.Contains(got, "(unfinished: TestSlow)") ||
+		!strings.HasSuffix(got, "tests: 1 passed, 1 failed, 0 skipped\n") {
+		t.Errorf("got\n%s", got)
+	}
+}
+
+// TestSummaryShowsTheBuildErrorOfATestVariant: go test -json names the
+// build of a package's tests "pkg [pkg.test]", and a dependency's failed
+// build by the fail event's FailedBuild: both are shown.
+func TestSummaryShowsTheBuildErrorOfATestVariant(t *testing.T) {
+	var out strings.Builder
+	in := `{"ImportPath":"p [p.test]","Action":"build-output","Output":"p_test.go:3:14: cannot use \"s\"\n"}
+{"ImportPath":"p [p.test]","Action":"build-fail"}
+{"Action":"start","Package":"p"}
+{"Action":"fail","Package":"p","Elapsed":0,"FailedBuild":"p [p.test]"}
+{"ImportPath":"dep","Action":"build-output","Output":"dep.go:1:1: syntax error\n"}
+{"Action":"start","Package":"q"}
+{"Action":"fail","Package":"q","Elapsed":0,"FailedBuild":"dep"}
+`
+	if run(strings.NewReader(in), &out) {
+		t.Error("failed builds reported success")
+	}
+	got := out.String()
+	for _, want := range []string{"--- FAIL: package p\np_test.go:3:14", "--- FAIL: package q\ndep.go:1:1: syntax error"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// TestSummaryOfSkipsAlone: a run where every test skipped passed nothing:
+// it fails, with the counts as they are.
+func TestSummaryOfSkipsAlone(t *testing.T) {
+	var out strings.Builder
+	in := `{"Action":"start","Package":"p"}
+{"Action":"run","Package":"p","Test":"TestRedis"}
+{"Action":"skip","Package":"p","Test":"TestRedis"}
+{"Action":"pass","Package":"p","Elapsed":0}
+`
+	if run(strings.NewReader(in), &out) {
+		t.Error("a run with no test passed reported success")
+	}
+	if got := out.String(); !strings.HasSuffix(got, "tests: 0 passed, 0 failed, 1 skipped\n") {
+		t.Errorf("got\n%s", got)
 	}
 }
