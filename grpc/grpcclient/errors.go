@@ -3,6 +3,7 @@ package grpcclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/grpc/grpcsignal"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -57,6 +59,17 @@ func (e *attemptError) ResilienceClass() resilience.Class { return e.class }
 // pushback that allows a retry; rejected for an error that the dependency
 // did not cause ([localStatus]). req is the attempt's request message, nil
 // for a stream. An error without a status is left to resilience.Classify.
+// timedOut names the pipeline's attempt timeout in err, the error of an
+// attempt whose context it was that ended (grpc-go answers
+// DEADLINE_EXCEEDED, which says nothing of whose deadline it was), so that
+// err matches pipeline.ErrAttemptTimeout as over HTTP.
+func timedOut(ctx context.Context, err error) error {
+	if err != nil && context.Cause(ctx) == pipeline.ErrAttemptTimeout && status.Code(err) == codes.DeadlineExceeded {
+		return fmt.Errorf("%w: %w", pipeline.ErrAttemptTimeout, err)
+	}
+	return err
+}
+
 func (c *config) classify(err error, trailer metadata.MD, req any) error {
 	st, ok := status.FromError(err)
 	if !ok {

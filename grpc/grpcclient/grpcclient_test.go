@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -398,3 +399,25 @@ func TestManyGoroutinesAtOnce(t *testing.T) {
 const builtinRetry = `{"methodConfig": [{"name": [{"service": "resiliencekit.grpctest.Echo"}],
   "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2,
     "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+
+// TestAttemptTimeoutIsNamed: a unary call cut short by the pipeline's
+// attempt timeout says so, as over HTTP: its error matches
+// pipeline.ErrAttemptTimeout, and still DEADLINE_EXCEEDED.
+func TestAttemptTimeoutIsNamed(t *testing.T) {
+	srv, err := grpctest.Start()
+	require.NoError(t, err)
+	defer srv.Close()
+	srv.SetFault(grpctest.Get, grpctest.Fault{Code: codes.OK, Delay: 2 * time.Second})
+	ic := grpcclient.New(grpcclient.WithPipeline(pipeline.New(
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(2), retrypolicy.BaseDelay(time.Millisecond))),
+		pipeline.WithAttemptTimeout(50*time.Millisecond))))
+	conn, err := grpc.NewClient(srv.Addr, append(ic.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = grpctest.NewClient(conn).Get(t.Context(), "order-1")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, pipeline.ErrAttemptTimeout)
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+	assert.Contains(t, err.Error(), "attempt timeout")
+	assert.EqualValues(t, 2, srv.Count(grpctest.Get), "retried: an attempt timeout is transient")
+}
