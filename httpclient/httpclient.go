@@ -209,8 +209,12 @@ func WithPipeline(p *pipeline.Pipeline) Option {
 // other stages stay as they are. At most [MaxBreakers] authorities get a
 // breaker (a [breaker.Group]); requests to more share the pipeline's own
 // breaker. newBreaker may share state across replicas ([breaker.Shared]).
-// Default off: one breaker, the pipeline's, for every host.
+// Default off: one breaker, the pipeline's, for every host. It panics if
+// newBreaker is nil.
 func BreakerPerHost(newBreaker func(authority string) *breaker.Breaker) Option {
+	if newBreaker == nil {
+		panic("httpclient: BreakerPerHost(nil): newBreaker must not be nil")
+	}
 	return optionFunc(func(c *config) { c.perHost = newBreaker })
 }
 

@@ -40,6 +40,7 @@ func TestNonsenseOptionsPanicNamingThemselves(t *testing.T) {
 		{"httpclient: MaxErrorBody(0)", func() { httpclient.MaxErrorBody(0) }},
 		{"httpclient: MaxBufferedBody(-1)", func() { httpclient.MaxBufferedBody(-1) }},
 		{"httpclient: TrustNoRetry(nil)", func() { httpclient.TrustNoRetry(nil) }},
+		{"httpclient: BreakerPerHost(nil)", func() { httpclient.BreakerPerHost(nil) }},
 		{"pipeline: WithTimeBudget(-1s)", func() { pipeline.WithTimeBudget(-time.Second) }},
 		{"pipeline: WithAttemptTimeout(-1s)", func() { pipeline.WithAttemptTimeout(-time.Second) }},
 		{"retrypolicy: MaxAttempts(-1)", func() { retrypolicy.MaxAttempts(-1) }},
