@@ -457,3 +457,33 @@ func TestFailingCallAllocatesOnlyItsError(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { _, _ = pipeline.Do(context.Background(), p, op) })
 	assert.LessOrEqual(t, allocs, 6.0)
 }
+
+// TestBudgetCostsNothingWhereItCapsNothing: a call the breaker rejects
+// makes no budget context, nor does a call whose caller's deadline comes
+// before the budget's end; both allocate nothing.
+func TestBudgetCostsNothingWhereItCapsNothing(t *testing.T) {
+	op := func(context.Context) (int, error) { return 1, nil }
+	open := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Hour))
+	_ = open.Execute(context.Background(), func(context.Context) error { return errDown })
+	rejecting := pipeline.New(pipeline.WithTimeBudget(time.Second), pipeline.WithBreaker(open), pipeline.WithRetry(retrypolicy.New()))
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		_, err := pipeline.Do(context.Background(), rejecting, op)
+		require.ErrorIs(t, err, breaker.ErrOpen)
+	}), "a rejected call")
+
+	soon, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := pipeline.New(pipeline.WithTimeBudget(time.Hour), pipeline.WithBreaker(breaker.New("dep")), pipeline.WithRetry(retrypolicy.New()))
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		_, err := pipeline.Do(soon, p, op)
+		require.NoError(t, err)
+	}), "a call whose caller's deadline comes first")
+
+	_, err := pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+		deadline, ok := ctx.Deadline()
+		require.True(t, ok, "the budget caps a call with no deadline of its own")
+		assert.WithinDuration(t, time.Now().Add(time.Hour), deadline, time.Minute)
+		return 1, nil
+	})
+	require.NoError(t, err)
+}

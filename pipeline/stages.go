@@ -76,19 +76,43 @@ func (c *call[T]) timed(ctx context.Context) (T, error) {
 	return c.budget(ctx)
 }
 
-// budget caps the rest of the call at the time budget, if any.
+// budget caps the rest of the call at the time budget, if any. Behind a
+// breaker that a call does not wait for, the cap is set once the breaker
+// has admitted the call (in through): a rejected call makes no context and
+// no timer, and the budget, which a rejection takes nothing of, is the same.
 func (c *call[T]) budget(ctx context.Context) (T, error) {
-	if d := c.p.cfg.budget; d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		if c.k == nil {
-			defer cancel()
-		} else {
-			c.k.budget = cancel
-		}
+	if c.p.cfg.budget > 0 && !c.budgetBehindBreaker() {
+		var done context.CancelFunc
+		ctx, done = c.withBudget(ctx)
+		defer done()
 	}
 	return c.breaker(ctx)
 }
+
+// budgetBehindBreaker reports whether the time budget is set once the
+// breaker has admitted the call: there is a breaker, and calls do not wait
+// for it (a wait is within the budget).
+func (c *call[T]) budgetBehindBreaker() bool {
+	return c.p.cfg.breaker != nil && !c.p.cfg.waitOpen
+}
+
+// withBudget returns ctx capped at the time budget, and what ends that
+// cap. A caller's deadline that comes first already caps the call: it is
+// left as it is, at no cost. A streamed call's cap is the keeper's to end.
+func (c *call[T]) withBudget(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := c.p.cfg.budget
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return ctx, nop
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	if c.k != nil {
+		c.k.budget = cancel
+		return ctx, nop
+	}
+	return ctx, cancel
+}
+
+func nop() {}
 
 // breaker runs the rest of the call if the breaker admits it; with
 // WaitWhenOpen, a call it rejects waits for it.
@@ -113,6 +137,11 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 	ran := false
 	err = b.Execute(ctx, func(ctx context.Context) error {
 		ran = true
+		if c.p.cfg.budget > 0 && c.budgetBehindBreaker() {
+			var done context.CancelFunc
+			ctx, done = c.withBudget(ctx)
+			defer done()
+		}
 		var err error
 		res, err = c.retry(ctx)
 		return err
