@@ -181,3 +181,14 @@ func TestNonsenseOptionsPanicNamingTheOption(t *testing.T) {
 		})
 	}
 }
+
+// TestJitterReachesBothEndsOfItsRange: the draw is over the closed range,
+// the cap included: with a cap of 3 ns every one of 0 to 3 comes up.
+func TestJitterReachesBothEndsOfItsRange(t *testing.T) {
+	seen := map[time.Duration]bool{}
+	for range 1000 {
+		seen[full(3)] = true
+	}
+	assert.Equal(t, map[time.Duration]bool{0: true, 1: true, 2: true, 3: true}, seen)
+	assert.Equal(t, 5*time.Nanosecond, uniform(5, 5), "an empty range is its one value")
+}
