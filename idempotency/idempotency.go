@@ -10,7 +10,9 @@
 // progress; one whose payload differs (fingerprinted) is refused as a key
 // reused. Keys are scoped by who the caller is ([Scope]), so one caller
 // never sees another's result; the middleware does not guess it from a
-// header, and panics unless given [Scope] or [SharedKeys].
+// header, and panics unless given [Scope] or [SharedKeys]; a keyed
+// request whose Scope is "" is refused (401), never put in a shared
+// namespace.
 //
 // The first request holds its key by a lease, not a lock: a claim lasts
 // [Lease] (30 s by default) and is renewed while the handler runs and
@@ -35,7 +37,8 @@
 //     stored).
 //
 // A response that did not reach its caller whole (cut short mid-stream,
-// or nothing written when the caller left) is stored as incomplete: a
+// flushed or not, shorter than its Content-Length, or nothing written when
+// the caller left) is stored as incomplete: a
 // repeat gets [ErrIncomplete] (500 over HTTP), neither a partial replay
 // nor a second run. A result that the handler stored itself, in its own
 // transaction ([Claim.Completed]), is never freed, whatever its status.

@@ -91,16 +91,25 @@ func (c *Claim) Context() context.Context {
 // Complete neither stores nor frees anything.
 //
 // Saving is retried, with backoff, for as long as the claim's lease can be
-// renewed: the lease is renewed meanwhile, and the save gives up only when
-// the lease as last renewed runs out, another request holds the key, or
-// the saves have failed for a whole lease while the renewals got through
-// (a store that refuses the record itself). So
-// a store that is back before the lease granted by the last successful
-// renewal runs out (an outage shorter than the lease less the time since
-// that renewal, which is at most a third of the lease) never makes a
-// request run twice. A claim that the store lost meanwhile (a restart
-// without persistence) is taken again, if no one else took the key, and
-// the result stored under it.
+// renewed: the lease is renewed meanwhile (a failed renewal is tried again
+// every min(Lease/12, StoreTimeout/2), and, nearer the lease's end than
+// that, at halving intervals down to 1 ms, each bounded by what is left).
+// A save is tried until the lease left covers just one [StoreTimeout] (the
+// last try is made then, so that it can end before the lease runs out);
+// with less left, the save waits for a renewal, and is tried again once
+// one gets through. It gives up only when the lease as last renewed runs
+// out, another request holds the key, or the saves have failed for a
+// whole lease while the renewals got through (a store that refuses the
+// record itself). So a store that answers a renewal again before the
+// lease granted by the last successful renewal runs out never makes a
+// request run twice. That holds for every outage that ends at least
+// min(Lease/12, StoreTimeout/2) before then (for a store that hangs rather
+// than refuses, plus the StoreTimeout that a renewal sent during it
+// waits), so for any outage shorter than two thirds of the lease less
+// that, wherever it falls (a renewal comes every third of the lease). A
+// claim that the store lost meanwhile (a restart without persistence) is
+// taken again, if no one else took the key, and the result stored under
+// it.
 //
 // It returns [ErrLeaseLost] if the lease was lost, and the store's error
 // if the result could not be stored, having reported either; the key then
@@ -162,16 +171,62 @@ func (c *Claim) LeaseDeadline() time.Time {
 	return time.Time{}
 }
 
-// WithLeaseDeadline returns ctx bounded by [Claim.LeaseDeadline] as it is
-// now, for the transaction that completes the claim (the SQL store's
-// CompleteTx) and its commit: a store that hangs then cannot hold the
-// request past the time another may take its key.
+// WithLeaseDeadline returns ctx bounded by the claim's lease, for the
+// transaction that completes the claim (the SQL store's CompleteTx) and
+// its commit: a store that hangs then cannot hold the request past the
+// time another may take its key. The bound follows the lease as it is
+// renewed: the context ends, with [context.DeadlineExceeded], only when
+// the lease as last renewed runs out ([Claim.LeaseDeadline] then), and its
+// Deadline is the lease's current end (or ctx's, if earlier). So it can be
+// taken as the handler begins, before slow work: a handler slower than the
+// lease keeps its transaction while the lease is renewed. Once the claim
+// is completed ([Claim.Completed]) the lease is no longer renewed, so the
+// commit must end within the lease as it then stands. Call the returned
+// cancel when done, as with [context.WithDeadline].
 func (c *Claim) WithLeaseDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := c.LeaseDeadline()
-	if d.IsZero() {
+	if c.LeaseDeadline().IsZero() {
 		return context.WithCancel(ctx)
 	}
-	return context.WithDeadline(ctx, d)
+	inner, cancel := context.WithCancelCause(ctx)
+	go func() { // ends the context when the lease, as renewed, runs out
+		for {
+			d := time.Until(c.heldUntil())
+			if d <= 0 {
+				cancel(context.DeadlineExceeded)
+				return
+			}
+			t := time.NewTimer(d)
+			select {
+			case <-inner.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return &leaseCtx{Context: inner, c: c}, func() { cancel(context.Canceled) }
+}
+
+// leaseCtx is a context whose deadline is its claim's lease, as renewed.
+type leaseCtx struct {
+	context.Context
+	c *Claim
+}
+
+func (l *leaseCtx) Deadline() (time.Time, bool) {
+	d := l.c.LeaseDeadline()
+	if pd, ok := l.Context.Deadline(); ok && pd.Before(d) {
+		return pd, true
+	}
+	return d, true
+}
+
+func (l *leaseCtx) Err() error {
+	err := l.Context.Err()
+	if err != nil && errors.Is(context.Cause(l.Context), context.DeadlineExceeded) {
+		return context.DeadlineExceeded
+	}
+	return err
 }
 
 // hold starts renewing the lease of a claim that Begin got, with ctx as
@@ -302,16 +357,18 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record) error {
 		done.Body, done.Truncated = nil, true
 	}
 	delay := g.cfg.storeTimeout / 5
-	budget := time.Now().Add(g.cfg.lease) // one lease of failures, renewals and saves alike
+	budget := time.Now().Add(g.cfg.lease) // one lease of failed saves while the renewals get through
 	var err error
 	for {
 		if err = g.saveOnce(ctx, c, done); err == nil || errors.Is(err, ErrNotOwner) {
 			break
 		}
-		if next := time.Now().Add(delay); c.lost.Load() || next.After(c.heldUntil()) || next.After(budget) {
-			break // the lease runs out (another request may take the key), or a lease of tries failed
+		if c.lost.Load() || !time.Now().Before(budget) {
+			break // another request may take the key, or a lease of saves failed
 		}
-		time.Sleep(delay)
+		if !g.awaitNextSave(c, delay) {
+			break // the lease ran out, not renewed: another request may take the key
+		}
 		delay = min(2*delay, g.cfg.lease/12, 2*g.cfg.storeTimeout)
 	}
 	if errors.Is(err, ErrNotOwner) {
@@ -324,6 +381,33 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record) error {
 		g.report(resilience.EventNotStored, c.Key, err)
 	}
 	return err
+}
+
+// awaitNextSave waits before the next try to save c's result: delay, but
+// no later than when the lease left covers just one store timeout, so that
+// the last try can end before the lease runs out. With less left than
+// that, it waits for a renewal (which goes on meanwhile) until the lease
+// runs out. It returns false if the lease ran out without being renewed,
+// or was lost.
+func (g *Guard) awaitNextSave(c *Claim, delay time.Duration) bool {
+	for {
+		if c.lost.Load() {
+			return false
+		}
+		left := time.Until(c.heldUntil())
+		if left <= 0 {
+			return false
+		}
+		if last := left - g.cfg.storeTimeout; last > 0 {
+			time.Sleep(min(delay, last)) // the last try with a store timeout of lease left
+			return true
+		}
+		held := c.held.Load()
+		time.Sleep(min(left, delay)) // too little left for a save: wait for a renewal
+		if c.held.Load() != held && time.Now().Before(c.heldUntil()) {
+			return true // renewed: try again
+		}
+	}
 }
 
 // saveOnce stores done under c's key. If the key does not hold c's claim,

@@ -271,3 +271,93 @@ func TestSaveIsRetriedWhileTheLeaseLasts(t *testing.T) {
 		assert.NotContains(t, s.events.list(), "not_stored")
 	})
 }
+
+// downStore fails every call while down.
+type downStore struct {
+	idempotency.Store
+	down atomic.Bool
+}
+
+func (s *downStore) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
+	if s.down.Load() {
+		return nil, errStoreDown
+	}
+	return s.Store.Begin(ctx, key, claim, lease)
+}
+
+func (s *downStore) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) error {
+	if s.down.Load() {
+		return errStoreDown
+	}
+	return s.Store.Complete(ctx, key, claim, rec, ttl)
+}
+
+func (s *downStore) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
+	if s.down.Load() {
+		return errStoreDown
+	}
+	return s.Store.Renew(ctx, key, claim, lease)
+}
+
+func (s *downStore) Release(ctx context.Context, key string, claim idempotency.Record) error {
+	if s.down.Load() {
+		return errStoreDown
+	}
+	return s.Store.Release(ctx, key, claim)
+}
+
+// TestSaveOutlastsAnOutageEndingJustBeforeTheLease: two replicas share a
+// store; the store is down from 0.98 s for 990 ms (under two thirds of
+// the 1.5 s lease), as the 1.2 s handler ends. The last renewal got
+// through at 0.5 s, so the lease runs to 2.0 s, and the store is back at
+// 1.97 s: renewals go on while the save waits, one gets through, and the
+// save after it. A retry on the other replica later is replayed: one run.
+func TestSaveOutlastsAnOutageEndingJustBeforeTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &downStore{Store: idempotency.NewMemoryStore(0)}
+		opts := []idempotency.Option{idempotency.Lease(1500 * time.Millisecond), idempotency.StoreTimeout(100 * time.Millisecond)}
+		a := newSlowServer(store, 1200*time.Millisecond, opts...)
+		b := newSlowServer(store, 1200*time.Millisecond, opts...)
+		first := make(chan int)
+		go func() { first <- a.post(t.Context(), "k", "").Code }()
+		time.Sleep(980 * time.Millisecond)
+		store.down.Store(true)
+		time.Sleep(990 * time.Millisecond)
+		store.down.Store(false)
+		assert.Equal(t, http.StatusCreated, <-first)
+		time.Sleep(3 * time.Second) // past any lease of the first
+		w := b.post(t.Context(), "k", "")
+		assert.Equal(t, "true", w.Header().Get(idempotency.ReplayedHeader))
+		assert.EqualValues(t, 1, a.runs.Load()+b.runs.Load(), "one run")
+		assert.NotContains(t, a.events.list(), "not_stored")
+		assert.NotContains(t, a.events.list(), "lease_lost")
+	})
+}
+
+// TestLeaseDeadlineFollowsRenewals: a context taken by WithLeaseDeadline
+// as the handler begins lasts while the lease is renewed (a 2 s handler,
+// a 1.5 s lease), its Deadline the lease's current end; it ends with
+// DeadlineExceeded once the lease is no longer renewed and runs out.
+func TestLeaseDeadlineFollowsRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := idempotency.NewGuard(nil, idempotency.Lease(1500*time.Millisecond), idempotency.StoreTimeout(100*time.Millisecond),
+			idempotency.WithLogger(slog.New(slog.DiscardHandler)))
+		claim, _, err := g.Begin(t.Context(), "", "k", "fp")
+		if !assert.NoError(t, err) {
+			return
+		}
+		ctx, cancel := claim.WithLeaseDeadline(t.Context())
+		defer cancel()
+		time.Sleep(2 * time.Second)
+		assert.NoError(t, ctx.Err(), "the lease was renewed meanwhile")
+		d, ok := ctx.Deadline()
+		assert.True(t, ok)
+		assert.Equal(t, claim.LeaseDeadline(), d)
+		assert.True(t, d.After(time.Now()))
+		claim.Completed() // no more renewals
+		time.Sleep(1500 * time.Millisecond)
+		<-ctx.Done()
+		assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+		assert.NoError(t, claim.Complete(t.Context(), idempotency.Record{Status: 201}))
+	})
+}

@@ -10,7 +10,9 @@ import (
 
 // MemoryStore is a [Store] in this process's memory, bounded in bytes:
 // the keys, bodies, headers, fingerprints and tokens it holds, plus
-// [MemoryEntryOverhead] per entry, never add up to more than its bound.
+// [MemoryEntryOverhead] per entry, never add up to more than its bound (a
+// body is copied to a buffer of its exact length, so what is counted is
+// what is held).
 // It never evicts a claim still in flight: to make room, an expired record
 // goes first, then an expired claim, then the oldest completed records; a
 // store full of requests still running answers [ErrFull], and a result
@@ -65,7 +67,7 @@ func (s *MemoryStore) Bytes() int64 {
 
 // sizeOf returns what an entry of rec under key counts for.
 func sizeOf(key string, rec Record) int64 {
-	n := MemoryEntryOverhead + len(key) + len(rec.Fingerprint) + len(rec.Token) + len(rec.Body)
+	n := MemoryEntryOverhead + len(key) + len(rec.Fingerprint) + len(rec.Token) + cap(rec.Body) // what the body holds on to
 	for k, vs := range rec.Header {
 		n += len(k)
 		for _, v := range vs {
@@ -142,6 +144,9 @@ func (s *MemoryStore) Complete(ctx context.Context, key string, claim, rec Recor
 	return s.withHeld(ctx, key, claim, func(e *memEntry) {
 		s.claims.Remove(e.el)
 		s.used -= e.size
+		if cap(rec.Body) > len(rec.Body) { // keep no more than is counted
+			rec.Body = append(make([]byte, 0, len(rec.Body)), rec.Body...)
+		}
 		size := sizeOf(key, rec)
 		for s.used+size > s.max && s.completed.Len() > 0 { // the oldest records make room, never a claim
 			s.remove(s.completed.Front().Value.(*memEntry))

@@ -116,3 +116,25 @@ func TestMemoryStoreDropsAnExpiredClaimBeforeALiveRecord(t *testing.T) {
 		assert.True(t, found.Done)
 	})
 }
+
+// TestMemoryStoreCountsWhatABodyHoldsOnTo: a body of a few bytes in a
+// buffer of 1 MiB (a recorder's grown slice, say) would keep the whole
+// buffer alive while counted by its length: 150 of them stay under the
+// bound in heap, not 150 MiB.
+func TestMemoryStoreCountsWhatABodyHoldsOnTo(t *testing.T) {
+	store := idempotency.NewMemoryStore(0)
+	ctx := t.Context()
+	for i := range 150 {
+		key, claim := fmt.Sprint("k-", i), idempotency.Record{Fingerprint: "fp", Token: "t"}
+		found, err := store.Begin(ctx, key, claim, time.Minute)
+		require.NoError(t, err)
+		require.Nil(t, found)
+		body := make([]byte, 10, 1<<20)
+		require.NoError(t, store.Complete(ctx, key, claim, idempotency.Record{Fingerprint: "fp", Token: "t", Done: true, Status: 200, Body: body}, time.Hour))
+	}
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	assert.Less(t, m.HeapInuse, uint64(idempotency.DefaultMemoryBytes+32<<20), "the heap near the bound, not 150 MiB")
+	assert.LessOrEqual(t, store.Bytes(), int64(idempotency.DefaultMemoryBytes))
+}

@@ -23,7 +23,8 @@ const ReplayedHeader = "Idempotent-Replayed"
 // store means a [MemoryStore] of default size. When the store fails, the
 // request gets 503 and the handler does not run. Keys are namespaced by
 // who the caller is, and the middleware does not guess it: it panics
-// unless given [Scope] (per caller) or [SharedKeys] (one namespace). It
+// unless given [Scope] (per caller) or [SharedKeys] (one namespace); a
+// keyed request whose Scope is "" gets 401, never a shared namespace. It
 // panics too if the lease is under three store timeouts. The middleware
 // is safe for concurrent use.
 func Middleware(store Store, opts ...Option) func(http.Handler) http.Handler {
@@ -57,7 +58,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	claim, stored, err := h.guard.Begin(r.Context(), h.cfg.scope(r), key, fingerprint(r, body))
+	scope := h.cfg.scope(r)
+	if scope == "" && !h.cfg.shared {
+		problem(w, http.StatusUnauthorized, "no caller identity",
+			"the idempotency scope found no identity for this request, so its key has no namespace of its own: keys are shared between callers only with SharedKeys")
+		return
+	}
+	claim, stored, err := h.guard.Begin(r.Context(), scope, key, fingerprint(r, body))
 	switch {
 	case err != nil:
 		refuse(w, err)
@@ -124,14 +131,19 @@ func refuse(w http.ResponseWriter, err error) {
 // client is still there: a handler that committed and then saw its
 // context end must not run again. The key is freed only when the handler
 // says that nothing committed (Claim.Abandon, or a status of
-// ReleaseStatus). A response that never reached its client whole (a
-// write failed, or it was streamed and the client left before the handler
-// returned, or nothing was written and the client left) is stored as
-// Incomplete: a retry gets 500 "response incomplete", not a replay, and
-// nothing runs again. After a panic, the key is freed if no status was
+// ReleaseStatus). A response that never reached its client whole is
+// stored as Incomplete: a write failed; its body is shorter than the
+// Content-Length it declared; the client left before the handler
+// returned, with nothing written, or after the response had begun (the
+// handler may have cut it short as its context ended; flushed or not,
+// since net/http sends a body as its buffer fills). A response begun only
+// after its client had gone was written whole by a handler that did not
+// stop for it: it is stored, and a retry gets it replayed.
+// A retry then gets 500 "response incomplete", not a replay, and nothing
+// runs again. After a panic, the key is freed if no status was
 // written, and otherwise a 500 is stored.
 func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
-	rec := newRecorder(w, h.cfg.maxResponse)
+	rec := newRecorder(w, r.Context(), h.cfg.maxResponse)
 	returned := false
 	defer func() {
 		switch {
@@ -153,7 +165,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 		Header:     h.stored(rec.header, rec.outer),
 		Body:       rec.body,
 		Truncated:  rec.truncated || rec.hijacked, // a hijacked connection cannot be replayed
-		Incomplete: rec.failed || (gone && (rec.flushed || rec.status == 0)),
+		Incomplete: rec.failed || rec.short(r.Method) || (gone && (rec.status == 0 || rec.began)),
 	})
 }
 

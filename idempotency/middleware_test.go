@@ -549,3 +549,77 @@ func TestCookieCallersAreScopedBySession(t *testing.T) {
 	assert.PanicsWithValue(t, "idempotency: Middleware: give Scope (keys per caller, by identity) or SharedKeys (one namespace): no default, so that callers are neither silently shared nor split",
 		func() { idempotency.Middleware(nil) }, "no scope guessed")
 }
+
+// TestAnEmptyScopeIsRefused: a Scope that finds no identity refuses the
+// keyed request with 401 rather than put it in a namespace shared with
+// every other caller without one; the handler does not run.
+func TestAnEmptyScopeIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bySession := idempotency.Scope(func(r *http.Request) string { return r.Header.Get("Authorization") })
+		s := newSlowServer(idempotency.NewMemoryStore(0), time.Millisecond, bySession)
+		for range 2 {
+			w := s.post(t.Context(), "same", "")
+			assert.Equal(t, http.StatusUnauthorized, w.Code)
+			assert.Contains(t, w.Body.String(), "no caller identity")
+		}
+		assert.EqualValues(t, 0, s.runs.Load(), "never run in a shared namespace")
+		assert.Equal(t, http.StatusCreated, s.post(t.Context(), "same", "Bearer alice").Code)
+		assert.EqualValues(t, 1, s.runs.Load())
+	})
+}
+
+// TestUnflushedStreamCutShortIsNotReplayedAsComplete: a handler that never
+// calls Flush still sends its body as net/http's buffer fills; its client
+// leaving mid-body makes the record incomplete, as does a body shorter
+// than its declared Content-Length.
+func TestUnflushedStreamCutShortIsNotReplayedAsComplete(t *testing.T) {
+	t.Run("client gone", func(t *testing.T) {
+		var runs atomic.Int64
+		ctx, cancel := context.WithCancel(t.Context())
+		h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) > 1 {
+				return
+			}
+			for i := range 10 {
+				_, _ = fmt.Fprintf(w, "part %d\n", i)
+				if i == 2 {
+					cancel() // the client leaves after 3 parts, none flushed by the handler
+					<-r.Context().Done()
+					return
+				}
+			}
+		}))
+		post := func(ctx context.Context) *httptest.ResponseRecorder {
+			r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", strings.NewReader("{}"))
+			r.Header.Set(idempotency.Header, "k")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			return w
+		}
+		post(ctx)
+		w := post(t.Context())
+		assert.Equal(t, http.StatusInternalServerError, w.Code)
+		assert.Contains(t, w.Body.String(), "response incomplete")
+		assert.EqualValues(t, 1, runs.Load())
+	})
+	t.Run("shorter than its Content-Length", func(t *testing.T) {
+		var runs atomic.Int64
+		h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.Header().Set("Content-Length", "100")
+			_, _ = io.WriteString(w, "only ten b")
+		}))
+		for range 2 {
+			r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+			r.Header.Set(idempotency.Header, "k")
+			h.ServeHTTP(httptest.NewRecorder(), r)
+		}
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+		r.Header.Set(idempotency.Header, "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		assert.Equal(t, http.StatusInternalServerError, w.Code)
+		assert.Contains(t, w.Body.String(), "response incomplete")
+		assert.EqualValues(t, 1, runs.Load())
+	})
+}

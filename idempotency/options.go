@@ -50,6 +50,7 @@ type config struct {
 	methods  []string
 	maxBody  int64
 	scope    func(*http.Request) string
+	shared   bool // SharedKeys applies: "" is the one namespace
 	exclude  map[string]bool
 	// middlewareOnly is the first option given that only the middleware
 	// applies.
@@ -216,16 +217,21 @@ func MaxBody(n int64) Option {
 // middleware inside it. Return the identity, not a credential (a bearer
 // token changes when refreshed, a cookie header carries more than the
 // session); the guard hashes it. There is no default: [Middleware] panics
-// unless given Scope or [SharedKeys], since any header it could guess
-// would silently share keys between callers authenticated otherwise, or
-// split one caller's. See the package's examples. For the middleware;
+// unless given Scope or [SharedKeys] (the one given last applies), since
+// any header it could guess would silently share keys between callers
+// authenticated otherwise, or split one caller's. A keyed request for
+// which fn returns "" (no identity: the caller is not authenticated, or
+// the middleware runs before authentication) is refused with 401
+// "no caller identity", and the handler does not run: an empty scope is
+// never a shared namespace, only SharedKeys is. See the package's
+// examples. For the middleware;
 // [NewGuard] panics if given it (for gRPC, see grpcidempotency.Scope).
 func Scope(fn func(r *http.Request) string) Option {
 	return middlewareOption{"Scope", "Scope", func(c *config) {
 		if fn == nil {
 			panic("idempotency: Scope(nil): use SharedKeys for one namespace")
 		}
-		c.scope = fn
+		c.scope, c.shared = fn, false
 	}}
 }
 
@@ -235,7 +241,7 @@ func Scope(fn func(r *http.Request) string) Option {
 // default. For the middleware; [NewGuard] panics if given it (for gRPC, see
 // grpcidempotency.SharedKeys).
 func SharedKeys() Option {
-	return middlewareOption{"SharedKeys", "SharedKeys", func(c *config) { c.scope = func(*http.Request) string { return "" } }}
+	return middlewareOption{"SharedKeys", "SharedKeys", func(c *config) { c.scope, c.shared = func(*http.Request) string { return "" }, true }}
 }
 
 // ReplayExclude sets the response headers that are neither stored nor

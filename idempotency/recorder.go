@@ -2,9 +2,11 @@ package idempotency
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 )
 
 // recorder passes a response through and keeps a copy of it, up to max
@@ -19,13 +21,16 @@ type recorder struct {
 	hijacked  bool
 	flushed   bool            // some of the response was sent before the handler returned
 	failed    bool            // a write to the client failed
+	written   int64           // body bytes the handler wrote, kept or not
+	client    context.Context // the request's: done once its client has gone
+	began     bool            // the response began while its client was there
 	outer     map[string]bool // headers set before the handler ran
 }
 
 // newRecorder returns a recorder of w, noting the headers already set on
 // w by outer middleware, keeping up to limit bytes of body.
-func newRecorder(w http.ResponseWriter, limit int) *recorder {
-	rec := &recorder{ResponseWriter: w, max: limit, outer: make(map[string]bool, len(w.Header()))}
+func newRecorder(w http.ResponseWriter, client context.Context, limit int) *recorder {
+	rec := &recorder{ResponseWriter: w, client: client, max: limit, outer: make(map[string]bool, len(w.Header()))}
 	for k := range w.Header() {
 		rec.outer[k] = true
 	}
@@ -67,6 +72,7 @@ func (r *recorder) WriteHeader(status int) {
 		return
 	}
 	r.status = status
+	r.began = r.client.Err() == nil
 	r.header = r.ResponseWriter.Header().Clone()
 	r.ResponseWriter.WriteHeader(status)
 }
@@ -84,10 +90,26 @@ func (r *recorder) Write(p []byte) (int, error) {
 		}
 	}
 	n, err := r.ResponseWriter.Write(p)
+	r.written += int64(n)
 	if err != nil {
 		r.failed = true
 	}
 	return n, err
+}
+
+// short reports whether the body written is shorter than the
+// Content-Length the response declared: net/http then cuts the connection,
+// and the client did not get it whole.
+func (r *recorder) short(method string) bool {
+	if method == http.MethodHead || r.status == http.StatusNoContent || r.status == http.StatusNotModified {
+		return false // no body is sent
+	}
+	cl := r.header.Get("Content-Length")
+	if cl == "" {
+		return false
+	}
+	n, err := strconv.ParseInt(cl, 10, 64)
+	return err == nil && r.written < n
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.

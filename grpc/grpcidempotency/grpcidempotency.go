@@ -13,7 +13,12 @@
 // metadata the handler set. A repeat with the same key and the same
 // request (method and marshaled message, fingerprinted) gets it back,
 // marked by an idempotent-replayed: true header, without running the
-// handler. A repeat that arrives while the first still runs gets ABORTED
+// handler. An answer that cannot be kept (a response that cannot be
+// marshaled, or a handler that returned neither a response nor an error)
+// is stored as incomplete: the call is not run again, since the handler
+// may have committed, and a repeat gets INTERNAL "response incomplete".
+// A keyed call whose [Scope] returns "" is refused with UNAUTHENTICATED.
+// A repeat that arrives while the first still runs gets ABORTED
 // (HTTP's 409) with a pushback of a second, which package grpcclient
 // retries after; one with another request gets FAILED_PRECONDITION (HTTP's
 // 422); a malformed key, INVALID_ARGUMENT; a store that fails, UNAVAILABLE
@@ -81,7 +86,11 @@ func UnaryServerInterceptor(guard *idempotency.Guard, opts ...Option) grpc.Unary
 		if err != nil {
 			return nil, err
 		}
-		claim, stored, err := guard.Begin(ctx, cfg.scope(ctx), key, fingerprint(info.FullMethod, body))
+		scope := cfg.scope(ctx)
+		if scope == "" && !cfg.shared {
+			return nil, grpcstatus.Error(codes.Unauthenticated, "grpcidempotency: no caller identity: the Scope function returned none for this call, so its idempotency key has no namespace of its own (keys are shared only with SharedKeys)")
+		}
+		claim, stored, err := guard.Begin(ctx, scope, key, fingerprint(info.FullMethod, body))
 		switch {
 		case err != nil:
 			return nil, refusal(ctx, err)
@@ -166,6 +175,8 @@ func refusal(ctx context.Context, err error) error {
 		code, msg = codes.Aborted, "request in progress: a request with this key is still being processed"
 	case errors.Is(err, idempotency.ErrNotReplayable):
 		code, msg = codes.Internal, "response not replayable: the response to this key was too large to store"
+	case errors.Is(err, idempotency.ErrIncomplete):
+		code, msg = codes.Internal, "response incomplete: the call with this key ran, but its answer could not be kept: it is not replayed, and not run again"
 	}
 	if code == codes.Aborted || code == codes.Unavailable {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", "1000"))

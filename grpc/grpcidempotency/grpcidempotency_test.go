@@ -361,3 +361,57 @@ func TestTheMiddlewaresOptionsAreRefused(t *testing.T) {
 	_, err := cli.Create(t.Context(), "x")
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "this package's Required")
 }
+
+// TestAnAnswerThatCannotBeKeptIsNeverRunAgain: a response that cannot be
+// marshaled (invalid UTF-8 in a proto3 string), or none at all (nil,
+// nil), comes after whatever the handler committed: the key is not freed;
+// a repeat gets INTERNAL "response incomplete" and the handler runs once.
+func TestAnAnswerThatCannotBeKeptIsNeverRunAgain(t *testing.T) {
+	for name, answer := range map[string]any{
+		"unmarshalable": wrapperspb.String("\xff\xfe"),
+		"nil":           nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			intercept := grpcidempotency.UnaryServerInterceptor(nil, grpcidempotency.SharedKeys())
+			ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(idempotencykey.MetadataKey, "k"))
+			info := &grpc.UnaryServerInfo{FullMethod: grpctest.Create}
+			runs := 0
+			handler := func(context.Context, any) (any, error) {
+				runs++
+				return answer, nil
+			}
+			_, _ = intercept(ctx, wrapperspb.String("x"), info, handler)
+			for range 2 {
+				_, err := intercept(ctx, wrapperspb.String("x"), info, handler)
+				assert.Equal(t, codes.Internal, status.Code(err))
+				assert.Contains(t, status.Convert(err).Message(), "response incomplete")
+			}
+			assert.Equal(t, 1, runs, "never run again")
+		})
+	}
+}
+
+// TestAnEmptyScopeIsRefused: a Scope that finds no identity refuses the
+// call with UNAUTHENTICATED rather than share one namespace; the handler
+// does not run.
+func TestAnEmptyScopeIsRefused(t *testing.T) {
+	intercept := grpcidempotency.UnaryServerInterceptor(nil, grpcidempotency.Scope(func(ctx context.Context) string {
+		return strings.Join(metadata.ValueFromIncomingContext(ctx, "x-user"), "")
+	}))
+	info := &grpc.UnaryServerInfo{FullMethod: grpctest.Create}
+	runs := 0
+	handler := func(context.Context, any) (any, error) {
+		runs++
+		return wrapperspb.String("ok"), nil
+	}
+	anon := metadata.NewIncomingContext(t.Context(), metadata.Pairs(idempotencykey.MetadataKey, "k"))
+	for range 2 {
+		_, err := intercept(anon, wrapperspb.String("x"), info, handler)
+		assert.Equal(t, codes.Unauthenticated, status.Code(err))
+	}
+	assert.Equal(t, 0, runs)
+	alice := metadata.NewIncomingContext(t.Context(), metadata.Pairs(idempotencykey.MetadataKey, "k", "x-user", "alice"))
+	_, err := intercept(alice, wrapperspb.String("x"), info, handler)
+	require.NoError(t, err)
+	assert.Equal(t, 1, runs)
+}

@@ -19,6 +19,7 @@ type config struct {
 	required   bool
 	maxRequest int
 	scope      func(ctx context.Context) string
+	shared     bool // SharedKeys applies: "" is the one namespace
 }
 
 func newConfig(opts []Option) config {
@@ -52,12 +53,16 @@ func MaxRequest(n int) Option {
 // each other's answers: who the caller is (the authenticated subject, the
 // peer's certificate), not a credential that changes when refreshed. There
 // is no default: [UnaryServerInterceptor] panics unless given Scope or
-// [SharedKeys]. It panics if fn is nil.
+// [SharedKeys] (the one given last applies). A keyed call for which fn returns ""
+// (no identity: the caller is not authenticated, or the interceptor runs
+// before authentication) is refused with UNAUTHENTICATED, and the handler
+// does not run: an empty scope is never a shared namespace, only
+// SharedKeys is. It panics if fn is nil.
 func Scope(fn func(ctx context.Context) string) Option {
 	if fn == nil {
 		panic("grpcidempotency: Scope(nil): use SharedKeys for one namespace")
 	}
-	return optionFunc(func(c *config) { c.scope = fn })
+	return optionFunc(func(c *config) { c.scope, c.shared = fn, false })
 }
 
 // SharedKeys puts every caller's keys in one namespace: a caller that
@@ -65,5 +70,5 @@ func Scope(fn func(ctx context.Context) string) Option {
 // one trusted party. [UnaryServerInterceptor] needs it or [Scope]: there
 // is no default.
 func SharedKeys() Option {
-	return optionFunc(func(c *config) { c.scope = func(context.Context) string { return "" } })
+	return optionFunc(func(c *config) { c.scope, c.shared = func(context.Context) string { return "" }, true })
 }

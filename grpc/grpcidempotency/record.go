@@ -31,9 +31,11 @@ const (
 
 // record returns the record of a handler's answer: the metadata it set,
 // and its status, or its response message and the message's type, with
-// the HTTP status that the answer stands for. A CANCELED status, and a
-// response that cannot be marshaled, so cannot be replayed, abandon the
-// claim: the key is freed, for the call to run again.
+// the HTTP status that the answer stands for. A CANCELED status abandons
+// the claim: the key is freed, for the call to run again. A response that
+// cannot be marshaled, or none (a handler that returned nil, nil), cannot
+// be replayed but may follow a commit: it is stored as incomplete, so that
+// the call never runs again and a repeat gets INTERNAL.
 func record(claim *idempotency.Claim, sts *capture, resp any, err error, types *sync.Map) idempotency.Record {
 	rec := idempotency.Record{Header: sts.stored()}
 	if err != nil {
@@ -52,8 +54,9 @@ func record(claim *idempotency.Claim, sts *capture, resp any, err error, types *
 		body, err = proto.MarshalOptions{Deterministic: true}.Marshal(pm)
 	}
 	if !ok || err != nil {
-		claim.Abandon() // cannot be stored, so cannot be replayed: run it again
-		rec.Status = http.StatusInternalServerError
+		// Cannot be replayed, but the handler may have committed: never run
+		// it again; repeats are told its answer could not be kept.
+		rec.Status, rec.Incomplete = http.StatusInternalServerError, true
 		return rec
 	}
 	mt := pm.ProtoReflect().Type()

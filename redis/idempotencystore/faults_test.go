@@ -292,3 +292,29 @@ func TestRedisFrozenAsTheHandlerEnds(t *testing.T) {
 	assert.EqualValues(t, 1, runs.Load(), "one run")
 	assert.Zero(t, notStored.Load(), "the result was stored")
 }
+
+// TestAnEvictingRedisIsRefused: a server that evicts keys with a TTL
+// (volatile-lru under a maxmemory) could drop a claim in flight and let a
+// repeat run the request again: the store refuses to claim on it (503,
+// the failure reported, the handler not run) and says why.
+func TestAnEvictingRedisIsRefused(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory", "3mb", "--maxmemory-policy", "volatile-lru")
+	var runs, failed atomic.Int64
+	rec := resilience.ListenerFunc(func(e resilience.Event) {
+		if e.Kind == resilience.EventStoreFailed {
+			failed.Add(1)
+		}
+	})
+	rep := replica(t, srv, &runs, 0, idempotency.WithListener(rec))
+	code, _, _ := post(t, rep.URL, "k")
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Zero(t, runs.Load())
+	assert.EqualValues(t, 1, failed.Load())
+	_, err := idempotencystore.New(srv.Client(), "direct:").Begin(context.Background(), "k", idempotency.Record{Token: "t"}, time.Minute)
+	assert.ErrorIs(t, err, idempotencystore.ErrEvictionPolicy)
+
+	ok := redistest.Start(t, "--maxmemory", "3mb", "--maxmemory-policy", "noeviction")
+	found, err := idempotencystore.New(ok.Client(), "direct:").Begin(context.Background(), "k", idempotency.Record{Token: "t"}, time.Minute)
+	assert.NoError(t, err, "noeviction is fine")
+	assert.Nil(t, found)
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,18 +21,70 @@ import (
 type Store struct {
 	c      redis.UniversalClient
 	prefix string
+
+	mu      sync.Mutex
+	checked time.Time // when the eviction policy was last read
+	evicts  error     // ErrEvictionPolicy if it evicts
 }
+
+// ErrEvictionPolicy is what [Store.Begin] returns, and the guard reports
+// as a store failure (the request gets 503), while the server runs with a
+// maxmemory and a maxmemory-policy other than noeviction: every record
+// has a TTL, so volatile-* policies evict them as readily as allkeys-*,
+// and an evicted claim in flight lets a repeat run the request again.
+var ErrEvictionPolicy = errors.New("idempotencystore: the Redis server evicts keys (maxmemory with a maxmemory-policy other than noeviction): claims in flight could be dropped and requests run twice; set maxmemory-policy noeviction")
+
+// evictionRecheck is how long the eviction policy read is trusted.
+const evictionRecheck = time.Minute
 
 // New returns a Store that keeps its records in c under keys starting with
 // prefix ("idempotency:" if empty). c must have ContextTimeoutEnabled, so
 // that the middleware's time bound on each call holds even against a frozen
 // server; New panics otherwise.
+//
+// The server must not evict keys: run it with maxmemory-policy noeviction
+// (or no maxmemory), since a policy that evicts (volatile-* or allkeys-*)
+// can drop a claim in flight, and a repeat then runs the request again; a
+// full server refuses new claims instead (503). The store checks it by
+// CONFIG GET maxmemory and maxmemory-policy on its first Begin and again
+// at most once a minute: while the server evicts, Begin fails with
+// [ErrEvictionPolicy], so that the request gets 503 and the guard reports a
+// store failure, rather than run unprotected. A server that refuses CONFIG
+// (managed Redis often does) is not checked, and is used: make sure of its
+// policy by the provider's settings.
 func New(c redis.UniversalClient, prefix string) *Store {
 	timeouts.Check("idempotencystore.New", c)
 	if prefix == "" {
 		prefix = "idempotency:"
 	}
 	return &Store{c: c, prefix: prefix}
+}
+
+// checkEviction returns [ErrEvictionPolicy] if the server evicts keys, as
+// last read: read again at most once a [evictionRecheck]. A server that
+// refuses CONFIG is taken as not checkable, not as evicting; a read that
+// fails otherwise is tried again at the next call.
+func (s *Store) checkEviction(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.checked.IsZero() && time.Since(s.checked) < evictionRecheck {
+		return s.evicts
+	}
+	cfg, err := s.c.ConfigGet(ctx, "maxmemory*").Result()
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr): // refused (unknown or forbidden command): not checkable
+		s.checked, s.evicts = time.Now(), nil
+		return nil
+	case err != nil:
+		return nil // not read: the claim's own call tells whether the server answers
+	}
+	policy, limit := cfg["maxmemory-policy"], cfg["maxmemory"]
+	s.checked, s.evicts = time.Now(), nil
+	if policy != "" && policy != "noeviction" && limit != "" && limit != "0" {
+		s.evicts = ErrEvictionPolicy
+	}
+	return s.evicts
 }
 
 // replaceIfHeld sets KEYS[1] to ARGV[2] for ARGV[3] ms if it holds ARGV[1].
@@ -58,6 +111,9 @@ return 0`)
 
 // Begin implements [idempotency.Store].
 func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
+	if err := s.checkEviction(ctx); err != nil {
+		return nil, err
+	}
 	data, err := json.Marshal(claim)
 	if err != nil {
 		return nil, err

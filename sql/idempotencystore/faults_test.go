@@ -83,7 +83,8 @@ func startPostgres(t *testing.T) *pgServer {
 
 func (s *pgServer) start() {
 	s.cmd = exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"), "-p", s.port,
-		"-k", s.dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off")
+		"-k", s.dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+		"-c", "max_connections=400") // the contract's 200 concurrent requests each hold a connection of an unbounded pool
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	require.NoError(s.t, s.cmd.Start())
 	for range 300 {
@@ -348,4 +349,58 @@ func TestContractOnAServerOfItsOwn(t *testing.T) {
 	}
 	_, store := startPostgres(t).open()
 	storetest.Run(t, func(*testing.T) idempotency.Store { return store })
+}
+
+// TestASlowHandlersTransactionKeepsItsLease: the documented pattern,
+// claim.WithLeaseDeadline(r.Context()) before BeginTx, in a handler that
+// works 2 s under a 1.5 s lease: the lease is renewed meanwhile and the
+// transaction's deadline follows it, so CompleteTx and the commit succeed;
+// the retry is replayed, one order.
+func TestASlowHandlersTransactionKeepsItsLease(t *testing.T) {
+	pg := startPostgres(t)
+	db, store := pg.open()
+	_, err := db.ExecContext(t.Context(), `CREATE TABLE slow_orders (id serial PRIMARY KEY)`)
+	require.NoError(t, err)
+	h := idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.Lease(1500*time.Millisecond), idempotency.StoreTimeout(100*time.Millisecond),
+		idempotency.WithLogger(slog.New(slog.DiscardHandler)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		claim := idempotency.FromContext(r.Context())
+		ctx, cancel := claim.WithLeaseDeadline(r.Context())
+		defer cancel()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer tx.Rollback()
+		var id int
+		if err := tx.QueryRowContext(ctx, `INSERT INTO slow_orders DEFAULT VALUES RETURNING id`).Scan(&id); err != nil {
+			claim.Abandon()
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		time.Sleep(2 * time.Second) // slow work, longer than the lease
+		resp := []byte(fmt.Sprintf(`{"order":%d}`, id))
+		if err := store.CompleteTx(ctx, tx, claim, http.StatusCreated, nil, resp); err != nil {
+			claim.Abandon()
+			http.Error(w, "complete: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if err := tx.Commit(); err != nil {
+			claim.Abandon()
+			http.Error(w, "commit: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(resp)
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	code, _, body := postKey(t, srv.URL, "slow")
+	assert.Equal(t, http.StatusCreated, code, body)
+	code, replay, _ := postKey(t, srv.URL, "slow")
+	assert.Equal(t, http.StatusCreated, code)
+	assert.Equal(t, "true", replay)
+	var n int
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM slow_orders`).Scan(&n))
+	assert.Equal(t, 1, n, "one order")
 }

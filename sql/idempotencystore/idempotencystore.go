@@ -167,7 +167,10 @@ func (s *Store) complete(ctx context.Context, q interface {
 // The statement is bounded by the claim's lease (c.LeaseDeadline), and
 // the handler bounds its transaction, commit included, the same way: begin
 // tx under c.WithLeaseDeadline(r.Context()), so that a database that hangs
-// cannot hold the request past the time another may take its key. Until
+// cannot hold the request past the time another may take its key. That
+// bound follows the lease as it is renewed, so it may be taken as the
+// handler begins, however slow its work; from CompleteTx on, the lease is
+// no longer renewed, and the commit must end within it. Until
 // tx ends, repeats of the key find the claim and get 409 with
 // Retry-After: Begin does not wait for tx's lock.
 //
