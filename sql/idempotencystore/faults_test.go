@@ -404,3 +404,66 @@ func TestASlowHandlersTransactionKeepsItsLease(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM slow_orders`).Scan(&n))
 	assert.Equal(t, 1, n, "one order")
 }
+
+// TestARepeatOnAnotherReplicaDuringTheCommitGets409: while the handler's
+// transaction has completed the record but not committed, a repeat that
+// reaches another replica (which holds no claim in memory) reads the
+// claim without waiting for the row's lock: 409 with Retry-After at once,
+// no store failure; after the commit, the answer is replayed.
+func TestARepeatOnAnotherReplicaDuringTheCommitGets409(t *testing.T) {
+	pg := startPostgres(t)
+	db, store := pg.open()
+	_, err := db.ExecContext(t.Context(), `CREATE TABLE orders (id serial PRIMARY KEY)`)
+	require.NoError(t, err)
+	var failed atomic.Int64
+	rec := resilience.ListenerFunc(func(e resilience.Event) {
+		if e.Kind == resilience.EventStoreFailed {
+			failed.Add(1)
+		}
+	})
+	inTx, proceed := make(chan struct{}), make(chan struct{})
+	replica := func() http.Handler {
+		return idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.WithListener(rec),
+			idempotency.WithLogger(slog.New(slog.DiscardHandler)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			claim := idempotency.FromContext(r.Context())
+			ctx, cancel := claim.WithLeaseDeadline(r.Context())
+			defer cancel()
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer tx.Rollback()
+			var id int
+			require.NoError(t, tx.QueryRowContext(ctx, `INSERT INTO orders DEFAULT VALUES RETURNING id`).Scan(&id))
+			resp := []byte(fmt.Sprintf(`{"order":%d}`, id))
+			require.NoError(t, store.CompleteTx(ctx, tx, claim, http.StatusCreated, nil, resp))
+			close(inTx)
+			<-proceed
+			require.NoError(t, tx.Commit())
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write(resp)
+		}))
+	}
+	a, b := httptest.NewServer(replica()), httptest.NewServer(replica())
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+
+	first := make(chan int)
+	go func() { code, _, _ := postKey(t, a.URL, "k-commit"); first <- code }()
+	<-inTx
+	start := time.Now()
+	req, _ := http.NewRequest(http.MethodPost, b.URL+"/orders", strings.NewReader(`{"sku":"a"}`))
+	req.Header.Set(idempotency.Header, "k-commit")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	took := time.Since(start)
+	assert.Equal(t, http.StatusConflict, resp.StatusCode, "the claim, read without waiting for the commit")
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+	assert.Less(t, took, time.Second)
+	assert.Zero(t, failed.Load(), "no store failure")
+	close(proceed)
+	assert.Equal(t, http.StatusCreated, <-first)
+	code, replayed, body := postKey(t, b.URL, "k-commit")
+	assert.Equal(t, http.StatusCreated, code)
+	assert.Equal(t, "true", replayed)
+	assert.Equal(t, `{"order":1}`, body)
+}

@@ -10,7 +10,9 @@
 // effect, with a window between the two.
 //
 // A claim is a row inserted, or taken over once its lease has run out, by
-// one INSERT ... ON CONFLICT DO UPDATE ... WHERE, atomic across replicas;
+// one INSERT ... ON CONFLICT DO UPDATE ... WHERE, atomic across replicas,
+// after a read of the live record that waits for no lock (so a repeat
+// during a commit gets 409 at once);
 // renewing, completing and releasing act only on the row that still holds
 // the claim's token (the fencing token). Time is the database's (now()),
 // so replicas' clocks do not matter. Expired rows stay until
@@ -70,23 +72,12 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 		return nil, err
 	}
 	for range 3 { // a row may expire between the statements
-		// A new key: one statement, which does not wait for a row's lock.
-		var claimed bool
-		err := s.db.QueryRowContext(ctx, `INSERT INTO `+s.table+` (key, token, record, done, expires_at)
-			VALUES ($1, $2, $3, false, now() + $4 * interval '1 millisecond')
-			ON CONFLICT (key) DO NOTHING
-			RETURNING true`, key, claim.Token, data, ms(lease)).Scan(&claimed)
-		switch {
-		case err == nil:
-			return nil, nil
-		case !errors.Is(err, sql.ErrNoRows):
-			return nil, err
-		}
-		// The key exists: read it without a lock, so that a repeat during
-		// the commit of a transaction that completes it (CompleteTx) finds
-		// the claim at once (409), rather than wait for the commit.
+		// A live record first, read without a lock: a repeat during the
+		// commit of a transaction that completes it (CompleteTx) finds the
+		// claim at once (409), rather than wait for the row's lock, as an
+		// INSERT of the same key would.
 		var found []byte
-		err = s.db.QueryRowContext(ctx, `SELECT record FROM `+s.table+` WHERE key = $1 AND expires_at > now()`, key).Scan(&found)
+		err := s.db.QueryRowContext(ctx, `SELECT record FROM `+s.table+` WHERE key = $1 AND expires_at > now()`, key).Scan(&found)
 		if err == nil {
 			var rec idempotency.Record
 			if err := json.Unmarshal(found, &rec); err != nil {
@@ -97,10 +88,13 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 		if !errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}
-		// Expired (or gone): take it over, atomically.
-		err = s.db.QueryRowContext(ctx, `UPDATE `+s.table+` SET token = $2, record = $3, done = false,
-				expires_at = now() + $4 * interval '1 millisecond'
-			WHERE key = $1 AND expires_at <= now()
+		// None: a new key, or an expired one to take over, atomically.
+		var claimed bool
+		err = s.db.QueryRowContext(ctx, `INSERT INTO `+s.table+` (key, token, record, done, expires_at)
+			VALUES ($1, $2, $3, false, now() + $4 * interval '1 millisecond')
+			ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, record = EXCLUDED.record, done = false,
+				expires_at = EXCLUDED.expires_at
+			WHERE `+s.table+`.expires_at <= now()
 			RETURNING true`, key, claim.Token, data, ms(lease)).Scan(&claimed)
 		switch {
 		case err == nil:
@@ -108,6 +102,7 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 		case !errors.Is(err, sql.ErrNoRows):
 			return nil, err
 		}
+		// Claimed by another request between the two statements: read it.
 	}
 	return nil, errors.New("idempotencystore: key kept changing while claimed")
 }
