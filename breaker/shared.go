@@ -76,12 +76,23 @@ type Sync struct {
 	// current one.
 	GenerationUnknown bool
 	// Generation is the fleet's generation as this replica last saw it,
-	// and State its state then. The counts and probe outcomes above were
-	// made under Generation: a store whose generation is another drops
-	// them. A store that lost its state (restarted empty) takes them back
-	// from a replica that saw the fleet not closed.
+	// and State its state as this replica goes by it: closed once the
+	// store has not confirmed an open or half-open state for longer than
+	// the staleness bound (see [Breaker.FleetState]). The counts and probe
+	// outcomes above were made under Generation: a store whose generation
+	// is another drops them. A store that lost its state (restarted empty)
+	// takes the state back from a replica that says it is not closed, as
+	// opened OpenedFor ago, under a generation never used before.
 	Generation uint64
 	State      resilience.State
+	// OpenedFor is how long this replica has known the fleet not closed
+	// in Generation (at least OpenTimeout if it saw it half-open): a store
+	// restarted empty restores the state as opened that long ago.
+	OpenedFor time.Duration
+	// Replica identifies this replica: a store keeps at most one probe
+	// grant per replica, and gives it back to a flush that asks again (its
+	// answer to the flush that granted it was lost).
+	Replica string
 	// WantProbe asks for a probe, if the fleet is half-open: a call of this
 	// replica is waiting to probe.
 	WantProbe bool
@@ -93,6 +104,12 @@ type Sync struct {
 	// ProbeRunning says a probe this replica was granted still runs: its
 	// grant is kept.
 	ProbeRunning bool
+	// ProbeHeld says this replica holds a grant it has not used yet: the
+	// store keeps it until it expires, three flush intervals after it was
+	// granted (the replica drops it a flush interval after it asked). A
+	// replica that neither holds nor runs nor wants a probe gives its
+	// grant up.
+	ProbeHeld bool
 	// Policy is the fleet breaker's configuration.
 	Policy FleetPolicy
 }
@@ -106,9 +123,11 @@ type FleetPolicy struct {
 	Buckets          int
 	OpenTimeout      time.Duration
 	HalfOpenRequests uint32
-	// ProbeTimeout is how long a probe's grant lasts before another
-	// replica may have it, unless the replica running the probe says it
-	// still runs: the larger of OpenTimeout and three flush intervals.
+	// ProbeTimeout is how long a running probe's grant lasts before
+	// another replica may have it, unless the replica running the probe
+	// says again that it still runs: the larger of OpenTimeout and three
+	// flush intervals. A grant not used expires after three flush
+	// intervals.
 	ProbeTimeout time.Duration
 	// FlushInterval is the replicas' ([FlushInterval]).
 	FlushInterval time.Duration
@@ -119,15 +138,19 @@ type Fleet struct {
 	State resilience.State
 	// Generation changes with each change of state.
 	Generation uint64
-	// ProbeGranted grants the replica one probe call.
+	// ProbeGranted says the replica holds a probe grant: one granted by
+	// this answer, or one granted before and still held (its answer may
+	// have been lost). A flush's answer without it takes back any permit
+	// the replica holds.
 	ProbeGranted bool
 }
 
 // ErrFleetUnconfirmed is the error of the
 // [resilience.EventSharedStateUnavailable] event of a shared breaker whose
 // store has not confirmed the fleet's open or half-open state for longer
-// than [OpenTimeout]: the replica decides alone (its own breaker, with
-// [FailureRate] applied locally) until the store answers again.
+// than the larger of [OpenTimeout] and two flush intervals: the replica
+// decides alone (its own breaker, with [FailureRate] applied locally)
+// until the store answers again.
 var ErrFleetUnconfirmed = errors.New("fleet state unconfirmed for longer than the open timeout: deciding locally")
 
 // Shared makes the replicas of a service share this breaker's failure
@@ -145,7 +168,8 @@ var ErrFleetUnconfirmed = errors.New("fleet state unconfirmed for longer than th
 // The shared state can only make a replica more careful for a bounded
 // time, never block it for ever: this replica's own breaker moves from
 // open to half-open on its own timer, and a fleet state that the store
-// has not confirmed for longer than [OpenTimeout] gives way to this
+// has not confirmed for longer than [OpenTimeout] (or two flush
+// intervals, if longer) gives way to this
 // replica's own decisions (an [resilience.EventSharedStateUnavailable]
 // with [ErrFleetUnconfirmed]) until the store answers again. While the
 // store fails or hangs, calls go on at full speed,
@@ -177,9 +201,26 @@ func FlushInterval(d time.Duration) Option {
 // fleet; it is replaced when the generation changes, so that counts of an
 // old generation are never sent under a new one.
 type tally struct {
-	gen                atomic.Uint64
-	unknown            atomic.Bool // made before the replica heard any generation
-	requests, failures atomic.Uint64
+	gen     atomic.Uint64
+	unknown atomic.Bool // made before the replica heard any generation
+	// counts holds requests (high 32 bits) and failures (low 32 bits):
+	// one atomic, so that a batch never has a failure without its
+	// request. The flusher drains it at every flush into the two below
+	// (its own), far before either half overflows.
+	counts             atomic.Uint64
+	requests, failures uint64 // drained, not yet in a batch; the flusher's
+}
+
+const (
+	oneRequest = 1 << 32
+	lowHalf    = 1<<32 - 1
+)
+
+// drain moves the counts of calls into the flusher's own.
+func (c *tally) drain() {
+	v := c.counts.Swap(0)
+	c.requests += v >> 32
+	c.failures += v & lowHalf
 }
 
 // fleet is the shared side of a Breaker.
@@ -192,10 +233,14 @@ type fleet struct {
 	counts   atomic.Pointer[tally]
 	state    atomic.Uint32 // the fleet's State, as last heard from the store
 	gen      atomic.Uint64
-	heard    atomic.Int64 // when the store last spoke, in ns since epoch
-	permits  atomic.Int64 // probes granted to this replica for gen, not yet run
-	running  atomic.Int64 // probes of this replica running
-	demand   atomic.Int64 // when a call last wanted to probe and had no permit, in ns since epoch
+	heard    atomic.Int64  // when the store last spoke, in ns since epoch
+	stale    time.Duration // how long an open or half-open state holds unconfirmed
+	since    atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
+	permits  atomic.Int64  // probes granted to this replica for gen, not yet run
+	granted  atomic.Int64  // when the permit was granted, in ns since epoch
+	used     atomic.Int64  // permits taken by calls, ever
+	running  atomic.Int64  // probes of this replica running
+	demand   atomic.Int64  // when a call last wanted to probe and had no permit, in ns since epoch
 	probeOK  atomic.Uint32
 	probeBad atomic.Uint32 // outcomes of probes for gen, not yet sent
 	down     atomic.Bool   // the last flush failed
@@ -209,6 +254,7 @@ type fleet struct {
 	seq     uint64
 	pending *Sync     // the batch not yet acknowledged
 	formed  time.Time // when pending was formed
+	sent    int64     // when the last flush was sent, in ns since epoch
 	lastErr error     // of the last flush
 
 	life     context.Context // every store call's; canceled when Close's time is up
@@ -233,6 +279,9 @@ func (b *Breaker) startFleet() {
 		store: c.shared,
 		every: c.flush,
 		epoch: time.Now(),
+		// A confirmed state is at most a flush interval old when it is
+		// confirmed again, unless the store fails: allow two.
+		stale: max(c.openTimeout, 2*c.flush),
 		policy: FleetPolicy{
 			Rate: c.rate, MinRequests: c.rateMin, Window: c.window, Buckets: c.buckets,
 			OpenTimeout: c.openTimeout, HalfOpenRequests: c.halfOpenRequests,
@@ -262,7 +311,7 @@ func (b *Breaker) startFleet() {
 // watch takes the changes of state the store sends as they happen.
 func (f *fleet) watch(ctx context.Context, w SharedWatcher) {
 	for ctx.Err() == nil {
-		_ = w.Watch(ctx, f.b.Name(), func(got Fleet) { f.apply(got, true, 0) }) // a failure shows in the flushes
+		_ = w.Watch(ctx, f.b.Name(), func(got Fleet) { f.apply(got, true, 0, 0) }) // a failure shows in the flushes
 		select {
 		case <-ctx.Done():
 		case <-time.After(f.every):
@@ -322,7 +371,8 @@ func (f *fleet) run() {
 // left returns how many outcomes wait for a batch.
 func (f *fleet) left() uint64 {
 	c := f.counts.Load()
-	return c.requests.Load() + c.failures.Load() + uint64(f.probeOK.Load()) + uint64(f.probeBad.Load())
+	c.drain()
+	return c.requests + c.failures + uint64(f.probeOK.Load()) + uint64(f.probeBad.Load())
 }
 
 // flush sends the batch of counts and takes the fleet's state: once per
@@ -335,9 +385,11 @@ func (f *fleet) flush() {
 	if f.pending != nil && (time.Since(f.formed) > f.policy.Window || (!f.pending.GenerationUnknown && f.pending.Generation != f.gen.Load())) {
 		f.pending = nil
 	}
+	c := f.counts.Load()
+	c.drain()
 	if f.pending == nil {
-		c := f.counts.Load()
-		s := &Sync{Generation: c.gen.Load(), GenerationUnknown: c.unknown.Load(), Requests: c.requests.Swap(0), Failures: c.failures.Swap(0)}
+		s := &Sync{Generation: c.gen.Load(), GenerationUnknown: c.unknown.Load(), Requests: c.requests, Failures: c.failures}
+		c.requests, c.failures = 0, 0
 		if s.Generation == f.gen.Load() {
 			s.ProbeSuccesses, s.ProbeFailures = f.probeOK.Swap(0), f.probeBad.Swap(0)
 		}
@@ -348,14 +400,33 @@ func (f *fleet) flush() {
 		f.pending, f.formed = s, time.Now()
 	}
 	s := *f.pending
-	s.State = resilience.State(f.state.Load())
+	now := int64(time.Since(f.epoch))
+	// A permit no call used within a flush interval is given up, so that
+	// an idle replica does not keep the fleet's probe from the others.
+	if f.permits.Load() > 0 && time.Duration(now-f.granted.Load()) > f.every {
+		f.permits.Store(0)
+	}
+	// What the store restores if it lost its state: only what this
+	// replica has confirmed recently (view), as opened when it knew.
+	s.State = f.view()
+	if s.State != resilience.StateClosed {
+		s.OpenedFor = time.Duration(now - f.since.Load())
+		if s.State == resilience.StateHalfOpen {
+			s.OpenedFor = max(s.OpenedFor, f.policy.OpenTimeout)
+		}
+	}
+	s.Replica = f.id
 	// Asked while open too, so that the flush that finds the fleet
 	// half-open grants the probe: only by a replica whose calls wanted one
 	// in the last two intervals (an idle replica asks for none).
 	own := resilience.State(f.b.state.Load())
-	s.WantProbe = s.State != resilience.StateClosed && f.permits.Load() <= 0 && own != resilience.StateOpen &&
-		time.Duration(int64(time.Since(f.epoch))-f.demand.Load()) < 2*f.every
+	s.WantProbe = resilience.State(f.state.Load()) != resilience.StateClosed && f.permits.Load() <= 0 && own != resilience.StateOpen &&
+		time.Duration(now-f.demand.Load()) < 2*f.every
 	s.OwnHalfOpen = own == resilience.StateHalfOpen
+	// In this order: a permit a call takes meanwhile shows as held or as
+	// running, and a grant in the answer is not taken for a new one.
+	used := f.used.Load()
+	s.ProbeHeld = f.permits.Load() > 0
 	s.ProbeRunning = f.running.Load() > 0
 	s.Policy = f.policy
 	f.mu.Lock()
@@ -370,6 +441,7 @@ func (f *fleet) flush() {
 		}
 	}
 	ctx, cancel := context.WithDeadline(f.life, deadline)
+	f.sent = int64(time.Since(f.epoch))
 	got, err := f.store.Sync(ctx, f.b.Name(), s)
 	cancel()
 	f.lastErr = err
@@ -383,13 +455,13 @@ func (f *fleet) flush() {
 	if f.down.Swap(false) {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}
-	f.apply(got, false, watched)
+	f.apply(got, false, watched, used)
 }
 
 // apply takes the store's answer: a flush's (watched: how many of the
-// watcher's answers had been applied when it was sent), or a change the
-// watcher heard.
-func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64) {
+// watcher's answers had been applied when it was sent, used: how many
+// permits calls had taken), or a change the watcher heard.
+func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.heard.Store(int64(time.Since(f.epoch)))
@@ -408,7 +480,9 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64) {
 		c.gen.Store(got.Generation)
 		c.unknown.Store(false)
 	}
-	if old := f.gen.Swap(got.Generation); old != got.Generation {
+	wasClosed := resilience.State(f.state.Load()) == resilience.StateClosed
+	old := f.gen.Swap(got.Generation)
+	if old != got.Generation {
 		// Counts, grants and probe outcomes of another generation are void.
 		if f.counts.Load().gen.Load() != got.Generation {
 			next := &tally{}
@@ -419,9 +493,23 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64) {
 		f.probeOK.Store(0)
 		f.probeBad.Store(0)
 	}
-	if got.ProbeGranted {
+	if got.State != resilience.StateClosed && (old != got.Generation || wasClosed) {
+		f.since.Store(int64(time.Since(f.epoch)))
+	}
+	switch {
+	case fromWatch:
+	case !got.ProbeGranted:
+		// The store holds no grant of this replica's (it expired, or was
+		// given up): nor does the replica.
+		f.permits.Store(0)
+	case f.permits.Load() <= 0 && f.running.Load() == 0 && f.used.Load() == used:
+		// A grant, new or given back: one permit, for a flush interval
+		// from when the flush was sent (before the store's grant expires).
+		// If a call took a permit since the flush was sent, the grant is
+		// the one it runs on.
 		f.demand.Store(math.MinInt64 / 2)
-		f.permits.Add(1)
+		f.granted.Store(f.sent)
+		f.permits.Store(1)
 	}
 	if from := resilience.State(f.state.Swap(uint32(got.State))); from != got.State {
 		f.b.fleetChanged(from, got.State)
@@ -430,14 +518,15 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64) {
 
 // view returns the fleet's state as this replica goes by it: as last heard
 // from the store, or closed if the store has not confirmed an open or
-// half-open state for longer than the open timeout (the replica decides
-// alone until the store answers again).
+// half-open state for longer than the open timeout, or two flush
+// intervals if longer (the replica decides alone until the store answers
+// again).
 func (f *fleet) view() resilience.State {
 	st := resilience.State(f.state.Load())
 	if st == resilience.StateClosed {
 		return st
 	}
-	if time.Duration(int64(time.Since(f.epoch))-f.heard.Load()) > f.policy.OpenTimeout {
+	if time.Duration(int64(time.Since(f.epoch))-f.heard.Load()) > f.stale {
 		if !f.alone.Swap(true) {
 			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: ErrFleetUnconfirmed})
 		}
@@ -469,12 +558,16 @@ func (f *fleet) admit() (probe bool, gen uint64, c *tally, err error) {
 		if f.b.ownOpen() {
 			return false, 0, nil, f.b.reject(f.b.errOpen)
 		}
+		// Running before the permit is taken, so that a flush that sees
+		// no permit held sees the probe running.
+		f.running.Add(1)
 		if f.permits.Add(-1) < 0 {
 			f.permits.Add(1)
+			f.running.Add(-1)
 			f.wantProbe() // asked for at the next flush
 			return false, 0, nil, f.b.reject(f.b.errBusy)
 		}
-		f.running.Add(1)
+		f.used.Add(1)
 		return true, gen, c, nil
 	}
 	return false, 0, c, nil
@@ -509,9 +602,10 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, outcome error) {
 		}
 		return
 	case errFailure:
-		c.failures.Add(1)
+		c.counts.Add(oneRequest + 1) // the request and its failure at once
+	default:
+		c.counts.Add(oneRequest)
 	}
-	c.requests.Add(1)
 	if probe && current {
 		if outcome == errFailure {
 			f.probeBad.Add(1)
@@ -556,7 +650,8 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 
 // FleetState returns the fleet breaker's state as this replica goes by it
 // (see [Shared]): as last heard from its store, or closed when the store
-// has not confirmed it for longer than [OpenTimeout]. It is closed for a
+// has not confirmed it for longer than [OpenTimeout], or two flush
+// intervals if that is longer. It is closed for a
 // breaker that is not shared. It takes no lock and does no I/O.
 func (b *Breaker) FleetState() resilience.State {
 	if b == nil || b.fleet == nil {

@@ -19,14 +19,17 @@ import (
 // memStore is a breaker.SharedStore in memory, a double of the Redis one
 // (redis/breakerstore) in the same model: counts fenced by generation and
 // applied once a batch, the failure rate over everything since the last
-// change of state, probes granted up to HalfOpenRequests a generation. The
-// test can make it fail or hang.
+// change of state, probe grants held one per replica, at most
+// HalfOpenRequests at once with the probes that succeeded, given back to
+// a replica that asks again, given up by one that neither holds, runs nor
+// wants a probe, expiring three flush intervals after the grant unless the
+// probe runs. The test can make it fail or hang.
 type memStore struct {
 	mu       sync.Mutex
 	gen      uint64
 	open     bool
 	opened   time.Time
-	granted  uint32
+	grants   map[string]time.Time // replica -> when its grant expires
 	oks      uint32
 	requests uint64
 	failures uint64
@@ -37,7 +40,9 @@ type memStore struct {
 	hang  atomic.Bool  // answer nothing until ctx is done
 }
 
-func newMemStore() *memStore { return &memStore{batches: map[string]bool{}} }
+func newMemStore() *memStore {
+	return &memStore{batches: map[string]bool{}, grants: map[string]time.Time{}}
+}
 
 var errStoreDown = errors.New("store down")
 
@@ -57,11 +62,14 @@ func (m *memStore) Sync(ctx context.Context, name string, s breaker.Sync) (break
 	change := func(open bool) {
 		m.gen++
 		m.open, m.opened = open, now
-		m.granted, m.oks, m.requests, m.failures = 0, 0, 0, 0
+		m.grants, m.oks, m.requests, m.failures = map[string]time.Time{}, 0, 0, 0
 	}
 	fresh := (s.Generation == m.gen || s.GenerationUnknown) && (s.Batch == "" || !m.batches[s.Batch])
 	if s.Batch != "" {
 		m.batches[s.Batch] = true
+	}
+	if fresh && s.ProbeSuccesses+s.ProbeFailures > 0 {
+		delete(m.grants, s.Replica)
 	}
 	if fresh && m.open && !now.Before(m.opened.Add(p.OpenTimeout)) {
 		if s.ProbeFailures > 0 {
@@ -82,10 +90,22 @@ func (m *memStore) Sync(ctx context.Context, name string, s breaker.Sync) (break
 		f.State = resilience.StateOpen
 		if !now.Before(m.opened.Add(p.OpenTimeout)) {
 			f.State = resilience.StateHalfOpen
-			if s.WantProbe && m.granted < p.HalfOpenRequests {
-				m.granted++
-				f.ProbeGranted = true
+			for r, until := range m.grants {
+				if !now.Before(until) {
+					delete(m.grants, r)
+				}
 			}
+			_, mine := m.grants[s.Replica]
+			current := s.Generation == m.gen
+			switch {
+			case mine && current && s.ProbeRunning:
+				m.grants[s.Replica] = now.Add(p.ProbeTimeout)
+			case mine && !(current && s.ProbeHeld) && !s.WantProbe:
+				delete(m.grants, s.Replica)
+			case !mine && s.WantProbe && uint32(len(m.grants))+m.oks < p.HalfOpenRequests:
+				m.grants[s.Replica] = now.Add(3 * p.FlushInterval)
+			}
+			_, f.ProbeGranted = m.grants[s.Replica]
 		}
 	}
 	return f, nil

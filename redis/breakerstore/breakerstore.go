@@ -8,16 +8,22 @@
 // expiring after the window), if they were made in the fleet's current
 // generation, records the outcome of its probes, decides from the window's
 // totals whether the fleet breaker opens (a key holding when it opened,
-// with its generation) or closes, grants probes (a counter per generation,
-// at most HalfOpenRequests, expiring after the probe's time unless the
-// replica running one says it still runs), and returns the state. A batch
+// with its generation) or closes, grants probes (a hash per generation of
+// the replicas holding one, at most HalfOpenRequests at once with the
+// probes that succeeded; a replica holds one at most, gets it back if it
+// asks again, gives it up when it neither holds nor runs nor wants one,
+// and a grant expires three flush intervals after it was granted unless its
+// replica says its probe runs), and returns the state. A batch
 // of counts is applied once, so that a replica that got no answer can send
 // it again. A change of state is published with the new state and
 // generation, so that the other replicas take it at once instead of at
 // their next flush (Watch), however slow their round trip. Time is the
 // server's, so the replicas' clocks do not matter. A server restarted
-// empty takes back the fleet's state from the first replica that saw it
-// open or half-open, as opened then; its counts start afresh. Read tells
+// empty takes back the fleet's state from the first replica that flushes:
+// open or half-open, as opened as long ago as that replica has known it,
+// if the replica's store confirmed it recently, closed otherwise, under a
+// generation never used before (the server's time in ms, or past the
+// replica's); its counts start afresh. Read tells
 // the fleet's state and totals, for dashboards and tests.
 //
 // A breaker's keys are hashed to one slot (its name in braces), so the
@@ -66,8 +72,9 @@ func New(c redis.UniversalClient, prefix string) *Store {
 // probe running (0/1), rate, min requests, window ms, buckets, open
 // timeout ms, half-open requests, probe timeout ms, the generation unknown
 // (0/1: counts made before the replica heard any), own breaker half-open
-// (0/1), flush interval ms. It returns {state,
-// generation, probe granted}.
+// (0/1), flush interval ms, the replica's id, a probe grant held unused
+// (0/1), how long the replica has known the fleet not closed (ms). It
+// returns {state, generation, probe granted (this replica holds one)}.
 var syncScript = redis.NewScript(`
 local k = KEYS[1]
 local batch = ARGV[1]
@@ -80,6 +87,7 @@ local window, buckets = tonumber(ARGV[12]), tonumber(ARGV[13])
 local opent, halfopen, probet = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
 local unknown = ARGV[17] == "1" -- the replica had heard no generation: its counts are the current one's
 local ownhalf, flushms = ARGV[18] == "1", tonumber(ARGV[19])
+local replica, held, openedfor = ARGV[20], ARGV[21] == "1", tonumber(ARGV[22])
 local keep = 86400000 -- an open fleet stays so until probes close it (a day at most, if nobody asks)
 
 local t = redis.call("TIME")
@@ -90,12 +98,15 @@ local gen = redis.call("GET", k .. ":gen")
 local opened = redis.call("GET", k .. ":open")
 
 -- Lost state (restarted empty): take back a replica's view of a fleet
--- that was not closed, as opened now.
+-- that was not closed (it sends closed if its store has not confirmed it
+-- recently), as opened as long ago as the replica has known it, under a
+-- generation never used before: a replica cut off before brings back
+-- counts of a generation that is not current.
 if not gen then
-	gen = pgen
+	gen = string.format("%d", math.max(now, tonumber(pgen) + 1))
 	redis.call("SET", k .. ":gen", gen)
 	if pstate ~= 0 then
-		opened = tostring(now)
+		opened = string.format("%d", now - math.max(openedfor, 0))
 		redis.call("SET", k .. ":open", opened, "PX", keep)
 	end
 end
@@ -110,7 +121,7 @@ end
 
 local function open()
 	opened = tostring(now)
-	gen = tostring(tonumber(gen) + 1)
+	gen = string.format("%d", tonumber(gen) + 1)
 	redis.call("SET", k .. ":open", opened, "PX", keep)
 	clear(gen, 2)
 end
@@ -120,6 +131,11 @@ end
 -- while the fleet opened and closed brings back counts of a state that is
 -- over.
 local fresh = (pgen == gen or unknown) and (batch == "" or redis.call("SET", k .. ":batch:" .. batch, 1, "NX", "PX", window + bucket))
+
+-- A replica that reports its probe's outcome no longer holds its grant.
+if fresh and (pok > 0 or pbad > 0) then
+	redis.call("HDEL", k .. ":grants:" .. gen, replica)
+end
 
 -- The outcomes of this replica's probes, if they are for this generation.
 if fresh and opened and now >= tonumber(opened) + opent then
@@ -131,7 +147,7 @@ if fresh and opened and now >= tonumber(opened) + opent then
 		if ok >= halfopen then
 			redis.call("DEL", k .. ":open")
 			opened = false
-			gen = tostring(tonumber(gen) + 1)
+			gen = string.format("%d", tonumber(gen) + 1)
 			clear(gen, 0)
 		end
 	end
@@ -166,11 +182,35 @@ if now < tonumber(opened) + opent then
 	end
 	return {2, tonumber(gen), 0}
 end
--- Half-open: grants of probes, at most halfopen a generation; they
--- expire after the probe's time unless their replicas say they still run.
-local probes = k .. ":probes:" .. gen
-if running and pgen == gen then
-	redis.call("PEXPIRE", probes, probet)
+-- Half-open: grants of probes, one per replica at most, replica -> when
+-- it expires; with the probes that succeeded, at most halfopen at once.
+-- A grant expires three flush intervals after it was granted unless its
+-- replica says its probe runs (then the probe's time, renewed at each
+-- flush), and is given up by a replica that neither holds it unused, nor
+-- runs a probe, nor wants one; a replica that asks again (the answer that
+-- granted it was lost) gets it back.
+local grants = k .. ":grants:" .. gen
+local all = redis.call("HGETALL", grants)
+local live, mine = 0, false
+for i = 1, #all, 2 do
+	if tonumber(all[i + 1]) <= now then
+		redis.call("HDEL", grants, all[i])
+	elseif all[i] == replica then
+		mine = true
+	else
+		live = live + 1
+	end
+end
+if pgen ~= gen then
+	running, held = false, false
+end
+if mine then
+	if running then
+		redis.call("HSET", grants, replica, string.format("%d", now + probet))
+	elseif not held and not want then
+		redis.call("HDEL", grants, replica)
+		mine = false
+	end
 end
 -- A replica whose own breaker is half-open may not reach the dependency:
 -- it probes only if no replica whose own breaker is closed wants to (asked
@@ -181,10 +221,14 @@ elseif want and redis.call("EXISTS", eager) == 1 then
 	want = false
 end
 local granted = 0
-if want then
-	local n = redis.call("INCR", probes)
-	if n == 1 then redis.call("PEXPIRE", probes, probet) end
-	if n <= halfopen then granted = 1 else redis.call("DECR", probes) end
+if mine then
+	granted = 1
+elseif want and live + tonumber(redis.call("GET", k .. ":ok:" .. gen) or "0") < halfopen then
+	redis.call("HSET", grants, replica, string.format("%d", now + 3 * flushms))
+	granted = 1
+end
+if granted == 1 then
+	redis.call("PEXPIRE", grants, probet + 3 * flushms)
 end
 return {1, tonumber(gen), granted}
 `)
@@ -207,7 +251,7 @@ func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker
 		flag(sy.WantProbe), flag(sy.ProbeRunning),
 		p.Rate, p.MinRequests, p.Window.Milliseconds(), p.Buckets, p.OpenTimeout.Milliseconds(),
 		p.HalfOpenRequests, p.ProbeTimeout.Milliseconds(), flag(sy.GenerationUnknown), flag(sy.OwnHalfOpen),
-		max(p.FlushInterval.Milliseconds(), 1)).Int64Slice()
+		max(p.FlushInterval.Milliseconds(), 1), sy.Replica, flag(sy.ProbeHeld), sy.OpenedFor.Milliseconds()).Int64Slice()
 	if err != nil {
 		s.reload(err)
 		return breaker.Fleet{}, err
