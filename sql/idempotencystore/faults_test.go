@@ -270,41 +270,7 @@ func TestCompleteTxIsBoundedByTheLease(t *testing.T) {
 	proceed := make(chan struct{})
 	const lease = 3 * time.Second
 	h := idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.Lease(lease), idempotency.WithListener(rec),
-		idempotency.WithLogger(slog.New(slog.DiscardHandler)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		claim := idempotency.FromContext(r.Context())
-		ctx, cancel := claim.WithLeaseDeadline(r.Context())
-		defer cancel()
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		defer tx.Rollback()
-		var id int
-		if err := tx.QueryRowContext(ctx, `INSERT INTO orders DEFAULT VALUES RETURNING id`).Scan(&id); err != nil {
-			claim.Abandon()
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		resp := []byte(fmt.Sprintf(`{"order":%d}`, id))
-		if err := store.CompleteTx(ctx, tx, claim, http.StatusCreated, nil, resp); err != nil {
-			claim.Abandon()
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		inTx <- struct{}{}
-		<-proceed
-		began := time.Now()
-		err = tx.Commit()
-		commitTook.Store(int64(time.Since(began)))
-		if err != nil {
-			claim.Abandon()
-			http.Error(w, "commit: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(resp)
-	}))
+		idempotency.WithLogger(slog.New(slog.DiscardHandler)))(orderHandler(db, store, inTx, proceed, &commitTook))
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 
@@ -421,26 +387,11 @@ func TestARepeatOnAnotherReplicaDuringTheCommitGets409(t *testing.T) {
 			failed.Add(1)
 		}
 	})
-	inTx, proceed := make(chan struct{}), make(chan struct{})
+	inTx, proceed := make(chan struct{}, 1), make(chan struct{})
+	var commitTook atomic.Int64
 	replica := func() http.Handler {
 		return idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.WithListener(rec),
-			idempotency.WithLogger(slog.New(slog.DiscardHandler)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			claim := idempotency.FromContext(r.Context())
-			ctx, cancel := claim.WithLeaseDeadline(r.Context())
-			defer cancel()
-			tx, err := db.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			defer tx.Rollback()
-			var id int
-			require.NoError(t, tx.QueryRowContext(ctx, `INSERT INTO orders DEFAULT VALUES RETURNING id`).Scan(&id))
-			resp := []byte(fmt.Sprintf(`{"order":%d}`, id))
-			require.NoError(t, store.CompleteTx(ctx, tx, claim, http.StatusCreated, nil, resp))
-			close(inTx)
-			<-proceed
-			require.NoError(t, tx.Commit())
-			w.WriteHeader(http.StatusCreated)
-			_, _ = w.Write(resp)
-		}))
+			idempotency.WithLogger(slog.New(slog.DiscardHandler)))(orderHandler(db, store, inTx, proceed, &commitTook))
 	}
 	a, b := httptest.NewServer(replica()), httptest.NewServer(replica())
 	t.Cleanup(a.Close)
@@ -466,4 +417,48 @@ func TestARepeatOnAnotherReplicaDuringTheCommitGets409(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, code)
 	assert.Equal(t, "true", replayed)
 	assert.Equal(t, `{"order":1}`, body)
+}
+
+// orderHandler is a handler that creates an order and completes its key in
+// the same transaction (CompleteTx), under the lease's deadline; it says
+// on inTx when the record is completed but not committed, and commits once
+// proceed is closed, recording on commitTook how long the commit took. A
+// failure before the commit abandons the key.
+func orderHandler(db *sql.DB, store *idempotencystore.Store, inTx chan<- struct{}, proceed <-chan struct{}, commitTook *atomic.Int64) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		claim := idempotency.FromContext(r.Context())
+		ctx, cancel := claim.WithLeaseDeadline(r.Context())
+		defer cancel()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer tx.Rollback()
+		var id int
+		if err := tx.QueryRowContext(ctx, `INSERT INTO orders DEFAULT VALUES RETURNING id`).Scan(&id); err != nil {
+			claim.Abandon()
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		resp := []byte(fmt.Sprintf(`{"order":%d}`, id))
+		if err := store.CompleteTx(ctx, tx, claim, http.StatusCreated, nil, resp); err != nil {
+			claim.Abandon()
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		inTx <- struct{}{}
+		<-proceed
+		began := time.Now()
+		err = tx.Commit()
+		commitTook.Store(int64(time.Since(began)))
+		if err != nil {
+			claim.Abandon()
+			http.Error(w, "commit: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(resp)
+
+	}
 }
