@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -64,7 +65,15 @@ func (e *attemptError) ResilienceClass() resilience.Class { return e.class }
 // DEADLINE_EXCEEDED, which says nothing of whose deadline it was), so that
 // err matches pipeline.ErrAttemptTimeout as over HTTP.
 func timedOut(ctx context.Context, err error) error {
-	if err != nil && context.Cause(ctx) == pipeline.ErrAttemptTimeout && status.Code(err) == codes.DeadlineExceeded {
+	if err == nil || status.Code(err) != codes.DeadlineExceeded {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 10*time.Millisecond {
+		// grpc-go's own timer may end the call a moment before the
+		// context's ends it: wait for the context, which is due.
+		<-ctx.Done()
+	}
+	if context.Cause(ctx) == pipeline.ErrAttemptTimeout {
 		return fmt.Errorf("%w: %w", pipeline.ErrAttemptTimeout, err)
 	}
 	return err
