@@ -2,7 +2,6 @@ package idempotencystore_test
 
 import (
 	"database/sql"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -246,43 +245,18 @@ func (r *failoverRig) failover(t *testing.T) time.Duration {
 // before it answers.
 func orderService(t *testing.T, db *sql.DB, runs *atomic.Int64, beforeCommit, afterCommit func()) *httptest.Server {
 	store := idempotencystore.New(db, "idem")
+	handler := orderHandler(db, store, orderSteps{
+		beforeCommit: beforeCommit,
+		committed: func(err error) {
+			if err == nil && afterCommit != nil {
+				afterCommit()
+			}
+		},
+	})
 	h := idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.Lease(3*time.Second),
 		idempotency.WithLogger(slog.New(slog.DiscardHandler)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
-		claim := idempotency.FromContext(r.Context())
-		ctx, cancel := claim.WithLeaseDeadline(r.Context())
-		defer cancel()
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		defer tx.Rollback()
-		var id int
-		if err := tx.QueryRowContext(ctx, `INSERT INTO orders DEFAULT VALUES RETURNING id`).Scan(&id); err != nil {
-			claim.Abandon()
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		resp := []byte(fmt.Sprintf(`{"order":%d}`, id))
-		if err := store.CompleteTx(ctx, tx, claim, http.StatusCreated, nil, resp); err != nil {
-			claim.Abandon()
-			http.Error(w, "complete: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if beforeCommit != nil {
-			beforeCommit()
-		}
-		if err := tx.Commit(); err != nil {
-			claim.Abandon()
-			http.Error(w, "commit: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if afterCommit != nil {
-			afterCommit()
-		}
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(resp)
+		handler(w, r)
 	}))
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

@@ -270,7 +270,7 @@ func TestCompleteTxIsBoundedByTheLease(t *testing.T) {
 	proceed := make(chan struct{})
 	const lease = 3 * time.Second
 	h := idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.Lease(lease), idempotency.WithListener(rec),
-		idempotency.WithLogger(slog.New(slog.DiscardHandler)))(orderHandler(db, store, inTx, proceed, &commitTook))
+		idempotency.WithLogger(slog.New(slog.DiscardHandler)))(orderHandler(db, store, waitToCommit(inTx, proceed, &commitTook)))
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 
@@ -328,36 +328,9 @@ func TestASlowHandlersTransactionKeepsItsLease(t *testing.T) {
 	_, err := db.ExecContext(t.Context(), `CREATE TABLE slow_orders (id serial PRIMARY KEY)`)
 	require.NoError(t, err)
 	h := idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.Lease(1500*time.Millisecond), idempotency.StoreTimeout(100*time.Millisecond),
-		idempotency.WithLogger(slog.New(slog.DiscardHandler)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		claim := idempotency.FromContext(r.Context())
-		ctx, cancel := claim.WithLeaseDeadline(r.Context())
-		defer cancel()
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		defer tx.Rollback()
-		var id int
-		if err := tx.QueryRowContext(ctx, `INSERT INTO slow_orders DEFAULT VALUES RETURNING id`).Scan(&id); err != nil {
-			claim.Abandon()
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		time.Sleep(2 * time.Second) // slow work, longer than the lease
-		resp := []byte(fmt.Sprintf(`{"order":%d}`, id))
-		if err := store.CompleteTx(ctx, tx, claim, http.StatusCreated, nil, resp); err != nil {
-			claim.Abandon()
-			http.Error(w, "complete: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		if err := tx.Commit(); err != nil {
-			claim.Abandon()
-			http.Error(w, "commit: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write(resp)
+		idempotency.WithLogger(slog.New(slog.DiscardHandler)))(orderHandler(db, store, orderSteps{
+		table: "slow_orders",
+		work:  func() { time.Sleep(2 * time.Second) }, // slow work, longer than the lease
 	}))
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -391,7 +364,7 @@ func TestARepeatOnAnotherReplicaDuringTheCommitGets409(t *testing.T) {
 	var commitTook atomic.Int64
 	replica := func() http.Handler {
 		return idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.WithListener(rec),
-			idempotency.WithLogger(slog.New(slog.DiscardHandler)))(orderHandler(db, store, inTx, proceed, &commitTook))
+			idempotency.WithLogger(slog.New(slog.DiscardHandler)))(orderHandler(db, store, waitToCommit(inTx, proceed, &commitTook)))
 	}
 	a, b := httptest.NewServer(replica()), httptest.NewServer(replica())
 	t.Cleanup(a.Close)
@@ -419,12 +392,30 @@ func TestARepeatOnAnotherReplicaDuringTheCommitGets409(t *testing.T) {
 	assert.Equal(t, `{"order":1}`, body)
 }
 
+// orderSteps are what an order handler does beside its own work, each
+// optional: work after the order's insert, before CompleteTx; beforeCommit
+// once the record is completed but not committed; committed with the
+// commit's error, before the handler answers.
+type orderSteps struct {
+	table        string // default "orders"
+	work         func()
+	beforeCommit func()
+	committed    func(error)
+}
+
 // orderHandler is a handler that creates an order and completes its key in
-// the same transaction (CompleteTx), under the lease's deadline; it says
-// on inTx when the record is completed but not committed, and commits once
-// proceed is closed, recording on commitTook how long the commit took. A
-// failure before the commit abandons the key.
-func orderHandler(db *sql.DB, store *idempotencystore.Store, inTx chan<- struct{}, proceed <-chan struct{}, commitTook *atomic.Int64) http.HandlerFunc {
+// the same transaction (CompleteTx), under the lease's deadline, with
+// steps between. A failure before the commit abandons the key.
+func orderHandler(db *sql.DB, store *idempotencystore.Store, steps orderSteps) http.HandlerFunc {
+	table := steps.table
+	if table == "" {
+		table = "orders"
+	}
+	call := func(fn func()) {
+		if fn != nil {
+			fn()
+		}
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		claim := idempotency.FromContext(r.Context())
 		ctx, cancel := claim.WithLeaseDeadline(r.Context())
@@ -436,22 +427,23 @@ func orderHandler(db *sql.DB, store *idempotencystore.Store, inTx chan<- struct{
 		}
 		defer tx.Rollback()
 		var id int
-		if err := tx.QueryRowContext(ctx, `INSERT INTO orders DEFAULT VALUES RETURNING id`).Scan(&id); err != nil {
+		if err := tx.QueryRowContext(ctx, `INSERT INTO `+table+` DEFAULT VALUES RETURNING id`).Scan(&id); err != nil {
 			claim.Abandon()
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		call(steps.work)
 		resp := []byte(fmt.Sprintf(`{"order":%d}`, id))
 		if err := store.CompleteTx(ctx, tx, claim, http.StatusCreated, nil, resp); err != nil {
 			claim.Abandon()
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, "complete: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		inTx <- struct{}{}
-		<-proceed
-		began := time.Now()
+		call(steps.beforeCommit)
 		err = tx.Commit()
-		commitTook.Store(int64(time.Since(began)))
+		if steps.committed != nil {
+			steps.committed(err)
+		}
 		if err != nil {
 			claim.Abandon()
 			http.Error(w, "commit: "+err.Error(), http.StatusServiceUnavailable)
@@ -459,6 +451,20 @@ func orderHandler(db *sql.DB, store *idempotencystore.Store, inTx chan<- struct{
 		}
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write(resp)
+	}
+}
 
+// waitToCommit returns the steps of a handler that says on inTx when its
+// record is completed but not committed, commits once proceed says so,
+// and records on commitTook how long the commit took.
+func waitToCommit(inTx chan<- struct{}, proceed <-chan struct{}, commitTook *atomic.Int64) orderSteps {
+	var began time.Time
+	return orderSteps{
+		beforeCommit: func() {
+			inTx <- struct{}{}
+			<-proceed
+			began = time.Now()
+		},
+		committed: func(error) { commitTook.Store(int64(time.Since(began))) },
 	}
 }
