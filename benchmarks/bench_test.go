@@ -11,6 +11,7 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	fscb "github.com/failsafe-go/failsafe-go/circuitbreaker"
 	fsretry "github.com/failsafe-go/failsafe-go/retrypolicy"
+	fstimeout "github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
@@ -62,6 +63,17 @@ var subjects = []subject{
 		name: "Gobreaker",
 		happy: func() func() error {
 			cb := gobreaker.NewCircuitBreaker[int](gobreaker.Settings{Name: "bench"})
+			return func() error { _, err := cb.Execute(ok); return err }
+		},
+	},
+	{
+		name:  "Clock",
+		happy: func() func() error { return func() error { clock = time.Now(); return nil } },
+	},
+	{
+		name: "GobreakerWindow",
+		happy: func() func() error {
+			cb := gobreaker.NewCircuitBreaker[int](windowed("bench"))
 			return func() error { _, err := cb.Execute(ok); return err }
 		},
 	},
@@ -121,6 +133,23 @@ var subjects = []subject{
 		},
 	},
 	{
+		name: "FailsafeRetryBreakerTimeout",
+		happy: func() func() error {
+			ex := failsafe.With[int](fsretry.NewBuilder[int]().WithMaxAttempts(3).Build(), fscb.NewWithDefaults[int](),
+				fstimeout.New[int](500*time.Millisecond))
+			return func() error { _, err := ex.Get(ok); return err }
+		},
+	},
+	{
+		name: "PipelineQuickStart",
+		happy: func() func() error {
+			p := quickStart(breaker.New("bench"))
+			ctx := context.Background()
+			op := func(context.Context) (int, error) { return ok() }
+			return func() error { _, err := pipeline.Do(ctx, p, op); return err }
+		},
+	},
+	{
 		name:  "PipelineQuota",
 		happy: pipelineHappy(),
 	},
@@ -132,6 +161,31 @@ var subjects = []subject{
 		name:  "PipelineQuotaListenerDurations",
 		happy: pipelineHappy(pipeline.WithListener(resilience.ListenerFunc(func(resilience.Event) {}))),
 	},
+}
+
+// clock keeps the Clock subject's reading.
+var clock time.Time
+
+// windowed is a gobreaker with the window of breaker.New's default: 60 s
+// in 6 buckets, five failures in a row, and outcomes it does not count.
+func windowed(name string) gobreaker.Settings {
+	return gobreaker.Settings{
+		Name: name, Interval: time.Minute, BucketPeriod: 10 * time.Second,
+		ReadyToTrip:  func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
+		IsSuccessful: func(err error) bool { return err == nil },
+		IsExcluded:   func(err error) bool { return err == errFail },
+	}
+}
+
+// quickStart is the README's quick start: a time budget, a breaker, three
+// attempts, an attempt timeout.
+func quickStart(b *breaker.Breaker) *pipeline.Pipeline {
+	return pipeline.New(
+		pipeline.WithTimeBudget(2*time.Second),
+		pipeline.WithBreaker(b),
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3))),
+		pipeline.WithAttemptTimeout(500*time.Millisecond),
+	)
 }
 
 // pipelineHappy is a Pipeline with breaker, retry and a retry quota, and
@@ -203,6 +257,47 @@ func BenchmarkFailing(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/retries, "ns/retry")
+		})
+	}
+}
+
+// BenchmarkRejected is a call that an open breaker rejects: gobreaker's
+// (the baseline), a pipeline's, and the quick start's, whose time budget
+// must cost nothing on a call it rejects.
+func BenchmarkRejected(b *testing.B) {
+	open := func() *breaker.Breaker {
+		br := breaker.New("bench", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Hour))
+		_ = br.Execute(context.Background(), func(context.Context) error { return errFail })
+		return br
+	}
+	ctx := context.Background()
+	op := func(context.Context) (int, error) { return ok() }
+	for _, s := range []struct {
+		name string
+		call func() error
+	}{
+		{"Gobreaker", func() func() error {
+			cb := gobreaker.NewCircuitBreaker[int](gobreaker.Settings{Name: "bench", Timeout: time.Hour,
+				ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 1 }})
+			_, _ = cb.Execute(fail)
+			return func() error { _, err := cb.Execute(ok); return err }
+		}()},
+		{"Pipeline", func() func() error {
+			p := pipeline.New(pipeline.WithBreaker(open()), pipeline.WithRetry(retrypolicy.New()))
+			return func() error { _, err := pipeline.Do(ctx, p, op); return err }
+		}()},
+		{"PipelineQuickStart", func() func() error {
+			p := quickStart(open())
+			return func() error { _, err := pipeline.Do(ctx, p, op); return err }
+		}()},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.call(); err == nil {
+					b.Fatal("not rejected")
+				}
+			}
 		})
 	}
 }

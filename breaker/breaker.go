@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -114,6 +115,14 @@ type Breaker struct {
 	errBusy  error
 	fleet    *fleet // nil unless the state is shared
 	wait     waiting
+	// SetMode's (force.go): nil in Normal, read on every call.
+	force        atomic.Pointer[forcing]
+	normal       atomic.Pointer[Forcing] // the last change back to Normal
+	forceMu      sync.Mutex
+	openedBefore atomic.Int64 // the wait queue's openedAt before ForcedOpen
+	forceSeen    uint64       // the fleet's ForceVersion last taken; the flusher's
+	resend       resend       // a fleet-wide mode the store did not take
+	history      history
 }
 
 // New returns a closed Breaker named name (the name appears in its errors
@@ -151,7 +160,11 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 		ReadyToTrip: func(n gobreaker.Counts) bool {
 			// A shared breaker applies the failure rate to its own calls
 			// only while it decides alone: the fleet's is the rule.
-			return cfg.readyToTrip(n, b.fleet == nil || b.fleet.local())
+			trip := cfg.readyToTrip(n, b.fleet == nil || b.fleet.local())
+			if trip {
+				b.history.trip = Counts(n) // for the reason, under gobreaker's lock
+			}
+			return trip
 		},
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			b.state.Store(uint32(fromGobreaker(to)))
@@ -171,7 +184,9 @@ func (b *Breaker) settings(name string) gobreaker.Settings {
 
 // changed reports a change of state of the breaker called name.
 func (b *Breaker) changed(name string, from, to resilience.State, fleet bool) {
+	b.record(from, to, fleet)
 	b.changedWaiting(to, fleet)
+	b.holdForced()
 	b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: name, From: from, To: to})
 }
 
@@ -192,9 +207,16 @@ func (b *Breaker) Name() string {
 // State returns the current state, moving from open to half-open if the
 // open timeout has passed. A shared breaker's is the fleet's when the
 // fleet's is not closed (see [Breaker.FleetState]), and its own otherwise.
+// A breaker forced open ([Breaker.SetMode]) is open, one forced closed is
+// closed; a disabled one's is the state it would be in.
 func (b *Breaker) State() resilience.State {
 	if b == nil || b.cb == nil {
 		return resilience.StateClosed
+	}
+	if f := b.force.Load(); f != nil {
+		if st, ok := f.state(b); ok {
+			return st
+		}
 	}
 	if b.fleet != nil {
 		if st := b.fleet.view(); st != resilience.StateClosed {
@@ -217,9 +239,17 @@ func (b *Breaker) Counts() Counts {
 // (a shared one: and the fleet's, when last synced), and otherwise an
 // error matching [ErrOpen]. It takes no lock, so a retry loop can ask it
 // before every retry and stop as soon as another call has opened the
-// breaker. Use [Breaker.State] for the exact state.
+// breaker. A breaker forced open returns its rejection ([ErrForcedOpen]),
+// one forced closed or disabled nil. Use [Breaker.State] for the exact
+// state.
 func (b *Breaker) Check() error {
-	if b == nil || (resilience.State(b.state.Load()) == resilience.StateClosed && (b.fleet == nil || b.fleet.view() == resilience.StateClosed)) {
+	if b == nil {
+		return nil
+	}
+	if f := b.force.Load(); f != nil {
+		return f.check()
+	}
+	if resilience.State(b.state.Load()) == resilience.StateClosed && (b.fleet == nil || b.fleet.view() == resilience.StateClosed) {
 		return nil
 	}
 	return b.errOpen
@@ -230,7 +260,9 @@ func (b *Breaker) Check() error {
 // [ErrTooManyRequests] without calling op. A ctx already done returns
 // ctx.Err() without taking a probe slot. op's error is returned as it is. If
 // op panics or calls [runtime.Goexit], the breaker counts a failure (so a
-// half-open probe always reports) and the panic or Goexit goes on.
+// half-open probe always reports) and the panic or Goexit goes on. A
+// forced mode ([Breaker.SetMode]) decides before the breaker does: forced
+// open rejects with an error matching [ErrForcedOpen] and [ErrOpen].
 func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -238,6 +270,14 @@ func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) erro
 	if b == nil || b.cb == nil {
 		return op(ctx)
 	}
+	if f := b.force.Load(); f != nil {
+		return b.executeForced(ctx, f, op)
+	}
+	return b.executeNormal(ctx, op)
+}
+
+// executeNormal is Execute in the Normal mode.
+func (b *Breaker) executeNormal(ctx context.Context, op func(ctx context.Context) error) error {
 	if b.fleet != nil {
 		return b.executeShared(ctx, op)
 	}

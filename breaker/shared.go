@@ -143,6 +143,10 @@ type Fleet struct {
 	// have been lost). A flush's answer without it takes back any permit
 	// the replica holds.
 	ProbeGranted bool
+	// ForceVersion changes with each mode set fleet-wide by a
+	// [SharedForcer]'s Force, 0 if none ever was: a replica that sees a
+	// new one reads the mode (SharedForcer.Forced) and takes it.
+	ForceVersion uint64
 }
 
 // ErrFleetUnconfirmed is the error of the
@@ -208,7 +212,8 @@ type tally struct {
 	// request. The flusher drains it at every flush into the two below
 	// (its own), far before either half overflows.
 	counts             atomic.Uint64
-	requests, failures uint64 // drained, not yet in a batch; the flusher's
+	requests, failures uint64    // drained, not yet in a batch; the flusher's
+	from               time.Time // the oldest of them made after this; the flusher's
 }
 
 const (
@@ -254,14 +259,14 @@ type fleet struct {
 	seq     uint64
 	pending *Sync     // the batch not yet acknowledged
 	formed  time.Time // when pending was formed
+	drained time.Time // when the last flush drained the counts
 	sent    int64     // when the last flush was sent, in ns since epoch
 	lastErr error     // of the last flush
 
 	life     context.Context // every store call's; canceled when Close's time is up
 	end      context.CancelFunc
-	bound    *time.Timer   // ends life at Close's bound
-	closeBy  atomic.Int64  // Close's bound, in ns since epoch; 0 before Close
-	kick     chan struct{} // a probe ended: report it now
+	bound    *time.Timer  // ends life at Close's bound
+	closeBy  atomic.Int64 // Close's bound, in ns since epoch; 0 before Close
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
@@ -289,7 +294,6 @@ func (b *Breaker) startFleet() {
 			ProbeTimeout:  max(c.openTimeout, 3*c.flush),
 			FlushInterval: c.flush,
 		},
-		kick: make(chan struct{}, 1),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 		id:   rand.Text(),
@@ -346,14 +350,37 @@ func (b *Breaker) Close() error {
 
 func (f *fleet) run() {
 	defer close(f.done)
-	t := time.NewTicker(f.every)
+	// One flush per interval, start to start, whatever happens: a probe's
+	// end waits for the next one. The fleet turns half-open OpenTimeout
+	// after this replica heard of its opening: a replica whose calls
+	// wanted to probe within two intervals of that moment (by the flush
+	// before it) postpones the flush due less than an interval before the
+	// moment to the moment itself (one gap under two intervals), so it is
+	// granted the probe at once, and never flushes sooner than an interval
+	// after the last.
+	t := time.NewTimer(f.every)
 	defer t.Stop()
+	var armed int64      // the opening halfAt is set for: since
+	var halfAt time.Time // when the fleet turns half-open; zero if none
 	for {
 		select {
 		case <-t.C:
+			if since := f.since.Load(); since != armed && resilience.State(f.state.Load()) == resilience.StateOpen {
+				armed = since
+				halfAt = f.epoch.Add(time.Duration(since) + f.policy.OpenTimeout)
+			}
+			now := time.Now()
+			if !halfAt.IsZero() && halfAt.After(now) && halfAt.Sub(now) < f.every &&
+				halfAt.Sub(f.epoch)-time.Duration(f.demand.Load()) < 2*f.every {
+				t.Reset(halfAt.Sub(now)) // postponed to the half-open moment
+				halfAt = time.Time{}
+				continue
+			}
+			if !halfAt.IsZero() && !halfAt.After(now) {
+				halfAt = time.Time{}
+			}
 			f.flush()
-		case <-f.kick: // at most HalfOpenRequests a generation, fleet-wide
-			f.flush()
+			t.Reset(max(f.every-time.Since(now), 0))
 		case <-f.stop:
 			// A last flush, and a few more while counts are left behind
 			// it, within Close's time.
@@ -382,11 +409,25 @@ func (f *fleet) left() uint64 {
 // window is dropped (its counts are outside it), and so is one of a
 // generation that the replica has heard is over (the store would drop it).
 func (f *fleet) flush() {
+	c := f.counts.Load()
+	if c.requests == 0 { // those drained now were made after the last drain
+		c.from = f.drained
+		if c.from.IsZero() {
+			c.from = f.epoch
+		}
+	}
+	c.drain()
+	f.drained = time.Now()
+	if c.requests > 0 && time.Since(c.from) > f.policy.Window {
+		// Gathered while flushes failed, for longer than the window: the
+		// oldest are outside it, and of a state the fleet may have left
+		// (a store restarted from an older snapshot may even hold their
+		// generation again). Dropped, not sent.
+		c.requests, c.failures = 0, 0
+	}
 	if f.pending != nil && (time.Since(f.formed) > f.policy.Window || (!f.pending.GenerationUnknown && f.pending.Generation != f.gen.Load())) {
 		f.pending = nil
 	}
-	c := f.counts.Load()
-	c.drain()
 	if f.pending == nil {
 		s := &Sync{Generation: c.gen.Load(), GenerationUnknown: c.unknown.Load(), Requests: c.requests, Failures: c.failures}
 		c.requests, c.failures = 0, 0
@@ -456,6 +497,8 @@ func (f *fleet) flush() {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}
 	f.apply(got, false, watched, used)
+	f.b.resendForcing()
+	f.b.takeForcing(got.ForceVersion)
 }
 
 // apply takes the store's answer: a flush's (watched: how many of the
@@ -554,20 +597,32 @@ func (f *fleet) admit() (probe bool, gen uint64, c *tally, err error) {
 		}
 		return false, 0, nil, f.b.reject(f.b.errOpen)
 	case resilience.StateHalfOpen:
-		gen = f.gen.Load()
 		if f.b.ownOpen() {
 			return false, 0, nil, f.b.reject(f.b.errOpen)
 		}
-		// Running before the permit is taken, so that a flush that sees
-		// no permit held sees the probe running.
-		f.running.Add(1)
-		if f.permits.Add(-1) < 0 {
-			f.permits.Add(1)
-			f.running.Add(-1)
+		if f.permits.Load() <= 0 {
 			f.wantProbe() // asked for at the next flush
 			return false, 0, nil, f.b.reject(f.b.errBusy)
 		}
+		// A permit, taken under apply's lock: the state and generation it
+		// was granted in are the ones the probe runs for (a newer opening
+		// heard meanwhile takes it back). Running before the permit is
+		// taken, so that a flush that sees no permit held sees the probe
+		// running.
+		f.mu.Lock()
+		gen = f.gen.Load()
+		f.running.Add(1)
+		if resilience.State(f.state.Load()) != resilience.StateHalfOpen || f.permits.Add(-1) < 0 {
+			if resilience.State(f.state.Load()) == resilience.StateHalfOpen {
+				f.permits.Add(1)
+			}
+			f.running.Add(-1)
+			f.mu.Unlock()
+			f.wantProbe()
+			return false, 0, nil, f.b.reject(f.b.errBusy)
+		}
 		f.used.Add(1)
+		f.mu.Unlock()
 		return true, gen, c, nil
 	}
 	return false, 0, c, nil
@@ -594,11 +649,14 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, outcome error) {
 	if probe {
 		f.running.Add(-1)
 	}
-	current := gen == f.gen.Load()
 	switch outcome {
 	case errIgnored:
-		if probe && current {
-			f.permits.Add(1) // not a verdict: let another call probe
+		if probe {
+			f.mu.Lock() // as below
+			if gen == f.gen.Load() {
+				f.permits.Add(1) // not a verdict: let another call probe
+			}
+			f.mu.Unlock()
 		}
 		return
 	case errFailure:
@@ -606,16 +664,19 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, outcome error) {
 	default:
 		c.counts.Add(oneRequest)
 	}
-	if probe && current {
-		if outcome == errFailure {
-			f.probeBad.Add(1)
-		} else {
-			f.probeOK.Add(1)
+	if probe {
+		// Under apply's lock: a probe's outcome counts for the generation
+		// it ran in, never for the next one. Reported at the next flush
+		// (one flush per interval, whatever happens).
+		f.mu.Lock()
+		if gen == f.gen.Load() {
+			if outcome == errFailure {
+				f.probeBad.Add(1)
+			} else {
+				f.probeOK.Add(1)
+			}
 		}
-		select { // report it now, not at the next tick
-		case f.kick <- struct{}{}:
-		default:
-		}
+		f.mu.Unlock()
 	}
 }
 
@@ -635,9 +696,11 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 			f.record(probe, gen, c, outcome)
 		case probe:
 			f.running.Add(-1)
+			f.mu.Lock() // as in record
 			if gen == f.gen.Load() {
 				f.permits.Add(1) // this replica's breaker rejected it
 			}
+			f.mu.Unlock()
 		}
 	}()
 	return b.executeOn(b.cb, ctx, func(ctx context.Context) error {

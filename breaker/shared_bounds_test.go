@@ -115,7 +115,10 @@ func (c *batchCheck) Sync(ctx context.Context, name string, s breaker.Sync) (bre
 	if s.Batch != "" {
 		c.batches.Add(1)
 	}
-	return c.memStore.Sync(ctx, name, s)
+	// Without ctx's deadline: a flush interval of 1 ms gives each flush
+	// 1 ms, which a loaded machine misses now and then, and this test is
+	// about what the batches hold, not about deadlines.
+	return c.memStore.Sync(context.WithoutCancel(ctx), name, s)
 }
 
 // TestSharedBatchNeverHasMoreFailuresThanRequests: calls failing from many
@@ -141,8 +144,8 @@ func TestSharedBatchNeverHasMoreFailuresThanRequests(t *testing.T) {
 	require.NoError(t, b.Close())
 	t.Logf("%d calls, %d batches", calls.Load(), store.batches.Load())
 	assert.Zero(t, store.bad.Load(), "batches with more failures than requests")
-	store.mu.Lock()
-	defer store.mu.Unlock()
-	assert.EqualValues(t, calls.Load(), store.requests)
-	assert.EqualValues(t, calls.Load(), store.failures)
+	fleet, err := b.Fleet(context.Background())
+	require.NoError(t, err)
+	assert.EqualValues(t, calls.Load(), fleet.Requests)
+	assert.EqualValues(t, calls.Load(), fleet.Failures)
 }

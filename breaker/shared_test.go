@@ -16,110 +16,6 @@ import (
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
-// memStore is a breaker.SharedStore in memory, a double of the Redis one
-// (redis/breakerstore) in the same model: counts fenced by generation and
-// applied once a batch, the failure rate over everything since the last
-// change of state, probe grants held one per replica, at most
-// HalfOpenRequests at once with the probes that succeeded, given back to
-// a replica that asks again, given up by one that neither holds, runs nor
-// wants a probe, expiring three flush intervals after the grant unless the
-// probe runs. The test can make it fail or hang.
-type memStore struct {
-	mu       sync.Mutex
-	gen      uint64
-	open     bool
-	opened   time.Time
-	grants   map[string]time.Time // replica -> when its grant expires
-	oks      uint32
-	requests uint64
-	failures uint64
-	batches  map[string]bool
-
-	syncs atomic.Int64 // Sync calls, answered or not
-	fail  atomic.Bool  // answer an error
-	hang  atomic.Bool  // answer nothing until ctx is done
-}
-
-func newMemStore() *memStore {
-	return &memStore{batches: map[string]bool{}, grants: map[string]time.Time{}}
-}
-
-var errStoreDown = errors.New("store down")
-
-func (m *memStore) Sync(ctx context.Context, name string, s breaker.Sync) (breaker.Fleet, error) {
-	m.syncs.Add(1)
-	if m.hang.Load() {
-		<-ctx.Done()
-		return breaker.Fleet{}, ctx.Err()
-	}
-	if m.fail.Load() {
-		return breaker.Fleet{}, errStoreDown
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := s.Policy
-	now := time.Now()
-	change := func(open bool) {
-		m.gen++
-		m.open, m.opened = open, now
-		m.grants, m.oks, m.requests, m.failures = map[string]time.Time{}, 0, 0, 0
-	}
-	fresh := (s.Generation == m.gen || s.GenerationUnknown) && (s.Batch == "" || !m.batches[s.Batch])
-	if s.Batch != "" {
-		m.batches[s.Batch] = true
-	}
-	if fresh && s.ProbeSuccesses+s.ProbeFailures > 0 {
-		delete(m.grants, s.Replica)
-	}
-	if fresh && m.open && !now.Before(m.opened.Add(p.OpenTimeout)) {
-		if s.ProbeFailures > 0 {
-			change(true)
-		} else if m.oks += s.ProbeSuccesses; m.oks >= p.HalfOpenRequests {
-			change(false)
-		}
-	}
-	if fresh && !m.open {
-		m.requests += s.Requests
-		m.failures += s.Failures
-		if m.requests >= uint64(p.MinRequests) && float64(m.failures) >= p.Rate*float64(m.requests) {
-			change(true)
-		}
-	}
-	f := breaker.Fleet{State: resilience.StateClosed, Generation: m.gen}
-	if m.open {
-		f.State = resilience.StateOpen
-		if !now.Before(m.opened.Add(p.OpenTimeout)) {
-			f.State = resilience.StateHalfOpen
-			for r, until := range m.grants {
-				if !now.Before(until) {
-					delete(m.grants, r)
-				}
-			}
-			_, mine := m.grants[s.Replica]
-			current := s.Generation == m.gen
-			switch {
-			case mine && current && s.ProbeRunning:
-				m.grants[s.Replica] = now.Add(p.ProbeTimeout)
-			case mine && !(current && s.ProbeHeld) && !s.WantProbe:
-				delete(m.grants, s.Replica)
-			case !mine && s.WantProbe && uint32(len(m.grants))+m.oks < p.HalfOpenRequests:
-				m.grants[s.Replica] = now.Add(3 * p.FlushInterval)
-			}
-			_, f.ProbeGranted = m.grants[s.Replica]
-		}
-	}
-	return f, nil
-}
-
-func (m *memStore) state() (resilience.State, uint64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.open {
-		return resilience.StateClosed, m.gen
-	}
-	return resilience.StateOpen, m.gen
-}
-
 const (
 	sharedFlush = 100 * time.Millisecond
 	sharedOpen  = time.Second
@@ -169,7 +65,7 @@ func TestSharedRecoversWithDefaultOptions(t *testing.T) {
 		dep.down.Store(true)
 		start := time.Now()
 		drive(bs, dep, func() bool { return time.Since(start) > 3*time.Second })
-		st, _ := store.state()
+		st, _ := store.state("shared")
 		require.Equal(t, resilience.StateOpen, st, "the outage opened the fleet")
 
 		dep.down.Store(false)
@@ -183,12 +79,12 @@ func TestSharedRecoversWithDefaultOptions(t *testing.T) {
 			wg.Go(func() {
 				for time.Since(healthy) < sharedOpen+5*sharedFlush {
 					_ = b.Execute(context.Background(), func(ctx context.Context) error {
-						if st, _ := store.state(); st != resilience.StateClosed {
+						if st, _ := store.state("shared"); st != resilience.StateClosed {
 							probes.Add(1)
 						}
 						return probing.call(ctx)
 					})
-					if st, _ := store.state(); st == resilience.StateClosed {
+					if st, _ := store.state("shared"); st == resilience.StateClosed {
 						closedAt.CompareAndSwap(0, int64(time.Since(healthy)))
 					}
 					time.Sleep(time.Millisecond)

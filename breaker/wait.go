@@ -12,10 +12,11 @@ import (
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
-// waiting is the queue of calls in [Breaker.Wait]. They go in the order
-// they came: [HalfOpenRequests] of them when the breaker turns half-open,
-// to be its probes, one when a probe slot comes free with no change of
-// state, and all when it closes.
+// waiting is the queue of calls in [Breaker.Wait]. They go
+// [HalfOpenRequests] of them when the breaker turns half-open, to be its
+// probes, one when a probe slot comes free with no change of state (those
+// with the most time left first), and all, in the order they came, when
+// it closes.
 type waiting struct {
 	n        atomic.Int32 // waiters queued; read without the lock on every call
 	openedAt atomic.Int64 // unix nanoseconds of the last change to Open
@@ -79,7 +80,8 @@ func (b *Breaker) probeIgnored() {
 	}
 }
 
-// release lets the n oldest waiters go.
+// release lets n waiters go: all in the order they came, or fewer, the
+// probes, by probeLocked.
 func (w *waiting) release(n int) {
 	if n <= 0 || w.n.Load() == 0 {
 		return
@@ -90,16 +92,36 @@ func (w *waiting) release(n int) {
 }
 
 func (w *waiting) releaseLocked(n int) {
+	all := n >= w.queue.Len()
 	for ; n > 0; n-- {
 		e := w.queue.Front()
 		if e == nil {
 			return
 		}
 		wt := e.Value.(*waiter)
+		if !all {
+			wt = w.probeLocked()
+		}
 		w.removeLocked(wt)
 		close(wt.ch)
 	}
 	w.released = time.Now()
+}
+
+// probeLocked returns the waiter to let go as a probe when not all go:
+// the one whose deadline comes last (one without a deadline first), the
+// oldest of those alike. The oldest waiter may have too little time left
+// to get the probe an answer; a probe it ran out of time in would teach
+// nothing, and the next would go to a waiter with as little left.
+func (w *waiting) probeLocked() *waiter {
+	var best *waiter
+	for e := w.queue.Front(); e != nil; e = e.Next() {
+		wt := e.Value.(*waiter)
+		if best == nil || !best.deadline.IsZero() && (wt.deadline.IsZero() || wt.deadline.After(best.deadline)) {
+			best = wt
+		}
+	}
+	return best
 }
 
 func (w *waiting) removeLocked(wt *waiter) {
@@ -228,21 +250,30 @@ func (b *Breaker) NextProbe() time.Time {
 // and returns nil. It never lets anything through b itself: the caller
 // tries again with [Breaker.Execute], and waits again if rejected again.
 //
-// Waiting calls go in the order they came: [HalfOpenRequests] of them
-// when b turns half-open, to be its probes, and all when a probe closes it
-// (at once). A call rejected by a breaker that has closed since does not
+// Waiting calls go [HalfOpenRequests] of them when b turns half-open, to
+// be its probes, those with the most time left (their deadline latest, or
+// none) first, and all, in the order they came, when a probe closes it (at
+// once). A call rejected by a breaker that has closed since does not
 // wait. To pace a backlog of waiting calls, pipeline.WaitWhenOpen puts
-// their attempts, and every other attempt while they last, through a
-// concurrency limit.
+// their attempts through a concurrency limit.
 //
 // Wait returns rejection at once if ctx's deadline comes before b could
 // let a probe through, and when ctx is done first, or when b opens again
 // and its next probe is after ctx's deadline. For a shared breaker whose
-// fleet is open it looks again every FlushInterval. It is safe for
+// fleet is open it looks again every FlushInterval.
+//
+// A breaker forced open ([Breaker.SetMode]) is not waited for: Wait
+// returns its error ([ErrForcedOpen]) at once, and forcing a breaker open
+// lets the calls waiting go, to be rejected at once by it (and not wait
+// again). One forced closed or disabled rejects nothing: Wait returns nil
+// at once, and forcing either lets the waiting calls go. It is safe for
 // concurrent use.
 func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 	if b == nil || b.cb == nil {
 		return nil
+	}
+	if forced, err := b.waitForced(); forced {
+		return err
 	}
 	switch b.State() {
 	case resilience.StateClosed:
@@ -260,7 +291,13 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 			return rejection // no probe within the budget
 		}
 	}
+	if ctx.Err() != nil {
+		return rejection // done already: it takes no freed probe slot with it
+	}
 	wt := b.enqueue(ctx)
+	if forced, err := b.waitForced(); forced && b.wait.leave(wt) {
+		return err // forced before the waiter was queued
+	}
 	if b.State() == resilience.StateClosed && b.wait.leave(wt) {
 		return nil // it closed before the waiter was queued
 	}

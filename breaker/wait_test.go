@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -103,26 +104,75 @@ func TestReopenDropsHopelessWaiters(t *testing.T) {
 	})
 }
 
-// TestCanceledWaiterPassesItsTurn: a waiter that gives up leaves the
-// queue, so the probe slot goes to the next one, not to nobody.
+// TestCanceledWaiterPassesItsTurn: a waiter whose context ends as the
+// breaker lets it go, too late to leave the queue, does not take the
+// probe slot with it: it passes its turn to the next waiter, which probes
+// at once, not a FlushInterval later. Both ways the two can meet are
+// made here, each in the one goroutine that also releases the waiter: on
+// one P that goroutine goes on until it blocks, and the waiter runs after
+// it (on more, another P may run the waiter in between, and it would take
+// the probe, or leave the queue in time).
 func TestCanceledWaiterPassesItsTurn(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
-		require.Error(t, b.Execute(t.Context(), func(context.Context) error { return errDown }))
-		ctx, cancel := context.WithCancel(t.Context())
-		time.AfterFunc(500*time.Millisecond, cancel)
-		done := make(chan error)
-		go func() { done <- waitAndRun(ctx, b, func(context.Context) error { return nil }) }()
-		time.Sleep(time.Millisecond)
-		var ran time.Duration
-		start := time.Now()
-		go func() {
-			done <- waitAndRun(t.Context(), b, func(context.Context) error { ran = time.Since(start); return nil })
-		}()
-		require.ErrorIs(t, <-done, breaker.ErrOpen, "the first gives up at 500 ms")
-		require.NoError(t, <-done)
-		assert.InDelta(t, 999*time.Millisecond, ran, float64(time.Microsecond), "the second is the probe at 1 s")
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	// The first waiter's context is canceled by a listener of the change
+	// to half-open, just after the change released the waiter: woken by
+	// its release, it finds its context done.
+	t.Run("released, then its context ends", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second),
+				breaker.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+					if e.Kind == resilience.EventStateChange && e.To == resilience.StateHalfOpen {
+						cancel()
+					}
+				})))
+			require.Error(t, b.Execute(t.Context(), func(context.Context) error { return errDown }))
+			first, second, ran := twoWaiters(ctx, b)
+			require.ErrorIs(t, <-first, breaker.ErrOpen, "the first gives up at 1 s, as it is released")
+			require.NoError(t, <-second)
+			assert.Equal(t, time.Second+time.Nanosecond, ran(), "the second is the probe at 1 s")
+		})
 	})
+	// The first waiter's context is canceled, then the test, in the same
+	// goroutine, moves the breaker to half-open, which releases it: woken
+	// by its context, it finds it was released. The waiters queued while
+	// half-open (FlushInterval an hour), and the probe failed: nothing but
+	// the test moves the breaker to half-open again.
+	t.Run("its context ends, then it is released", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.FlushInterval(time.Hour))
+			require.Error(t, b.Execute(t.Context(), func(context.Context) error { return errDown }))
+			time.Sleep(time.Second + time.Nanosecond)
+			probe := make(chan struct{})
+			go func() { _ = b.Execute(t.Context(), func(context.Context) error { <-probe; return errDown }) }()
+			synctest.Wait()
+			first, second, ran := twoWaiters(ctx, b)
+			close(probe) // it fails: open again, for 1 s from now
+			time.Sleep(time.Second + time.Nanosecond)
+			cancel()
+			require.Equal(t, resilience.StateHalfOpen, b.State())
+			require.ErrorIs(t, <-first, breaker.ErrTooManyRequests, "the first gives up as it is released")
+			require.NoError(t, <-second)
+			assert.Equal(t, time.Second+time.Millisecond+time.Nanosecond, ran(), "the second is the probe at once")
+		})
+	})
+}
+
+// twoWaiters runs two calls through b that wait whenever b rejects them,
+// the first with ctx, the second 1 ms later; ran reports when the second
+// ran, since b was made (the calls start then).
+func twoWaiters(ctx context.Context, b *breaker.Breaker) (first, second <-chan error, ran func() time.Duration) {
+	start := time.Now()
+	one, two := make(chan error, 1), make(chan error, 1)
+	var at atomic.Int64
+	go func() { one <- waitAndRun(ctx, b, func(context.Context) error { return nil }) }()
+	time.Sleep(time.Millisecond)
+	go func() {
+		two <- waitAndRun(context.Background(), b, func(context.Context) error { at.Store(int64(time.Since(start))); return nil })
+	}()
+	synctest.Wait()
+	return one, two, func() time.Duration { return time.Duration(at.Load()) }
 }
 
 // TestWaitUnderChurn: many callers wait on a flapping dependency, some

@@ -63,3 +63,39 @@ func BenchmarkHTTP(b *testing.B) {
 		})
 	}
 }
+
+// noNetwork answers every request at once with an empty 200, so that a
+// benchmark over it measures what the client adds, not the network.
+type noNetwork struct{}
+
+func (noNetwork) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+}
+
+// BenchmarkTransportOverhead gets a 200 from a base that answers without
+// a network: PlainClient (the baseline) calls the base through an
+// http.Client, Transport through a Transport with a breaker and a retry:
+//
+//	cd benchmarks && go run ./ratios -pkg ../httpclient -bench TransportOverhead -baseline PlainClient -cpu 1
+func BenchmarkTransportOverhead(b *testing.B) {
+	p := pipeline.New(pipeline.WithBreaker(breaker.New("bench")), pipeline.WithRetry(retrypolicy.New()))
+	for _, s := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"PlainClient", noNetwork{}},
+		{"Transport", httpclient.NewTransport(httpclient.Base(noNetwork{}), httpclient.WithPipeline(p))},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			hc := &http.Client{Transport: s.rt}
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := hc.Get("http://dep.test/orders")
+				if err != nil {
+					b.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+}

@@ -465,12 +465,12 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 		if last != nil { // a hedge's failure, while its twin succeeded
 			last.Body.Close()
 		}
-		resp.Body = newReleaseBody(resp.Body, release, nil)
+		resp.Body = a.releaseBody(resp.Body, release, nil)
 		return resp, nil
 	}
 	if se := (*StatusError)(nil); errors.As(err, &se) && se.response == last && req.Context().Err() == nil {
 		resp = se.response // the last answer, handed back as it came
-		resp.Body = newReleaseBody(resp.Body, release, err)
+		resp.Body = a.releaseBody(resp.Body, release, err)
 		return resp, err
 	}
 	if last != nil {
@@ -532,6 +532,8 @@ type attempt struct {
 	n    int            // attempts made
 	last *http.Response // the last failed answer, body not yet closed
 	done bool           // the request has returned: answers that come late are closed
+
+	body releaseBody // the body of the answer returned
 }
 
 // finish marks the request as returned and takes the last failed answer.
@@ -598,7 +600,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if prev != nil {
 		drain(ctx, prev.Body)
 	}
-	r := a.req.Clone(ctx) // headers to set: the caller's are not changed
+	r := a.request(ctx)
 	if a.key != "" {
 		r.Header.Set(idempotencykey.Header, a.key)
 	}
@@ -634,6 +636,22 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	a.last = resp // unread: handed back as it came if no attempt follows
 	return nil, err
+}
+
+// request returns the caller's request for one attempt, with ctx and a
+// header of its own to set the attempt's headers in: the caller's request
+// is not changed. The rest is shared, as nothing an attempt does changes
+// it; the header's values are shared too, each capped at its length so
+// that a header added to one attempt's request is not written into
+// another's.
+func (a *attempt) request(ctx context.Context) *http.Request {
+	r := a.req.WithContext(ctx)
+	h := make(http.Header, len(a.req.Header)+3)
+	for k, v := range a.req.Header {
+		h[k] = v[:len(v):len(v)]
+	}
+	r.Header = h
+	return r
 }
 
 // drain reads what is left of the body of an answer that is being retried,
@@ -764,10 +782,15 @@ func (c *config) statusError(req *http.Request, resp *http.Response) error {
 		}
 	case class == resilience.ClassPermanent && resp.StatusCode == http.StatusConflict && req.Header.Get(idempotencykey.Header) != "":
 		// The key's first request still runs (package idempotency says
-		// so with a Retry-After): its answer comes after it.
+		// so with a Retry-After): its answer comes after it. A hedge's
+		// 409 is its own twin's doing, Retry-After or not: never the
+		// answer that ends the call.
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 			se.class = resilience.ClassTransient
 			return resilience.RetryAfter(se, d)
+		}
+		if pipeline.IsHedge(req.Context()) {
+			se.class = resilience.ClassTransient
 		}
 	case class == resilience.ClassSuccess:
 		se.class = resilience.ClassPermanent // failed by the Client (outside 2xx), not by the Transport
@@ -796,10 +819,12 @@ type releaseRWBody struct {
 	io.Writer
 }
 
-// newReleaseBody wraps body to release when closed, keeping its Write if
-// it has one.
-func newReleaseBody(body io.ReadCloser, release func(), err error) io.ReadCloser {
-	rb := &releaseBody{ReadCloser: body, release: release, err: err}
+// releaseBody wraps body, the body of the answer returned, to release
+// when closed, keeping its Write if it has one; the wrapper is a's own, so
+// that it costs no allocation of its own.
+func (a *attempt) releaseBody(body io.ReadCloser, release func(), err error) io.ReadCloser {
+	a.body = releaseBody{ReadCloser: body, release: release, err: err}
+	rb := &a.body
 	if w, ok := body.(io.Writer); ok {
 		return releaseRWBody{rb, w}
 	}

@@ -362,6 +362,18 @@ func TestParseRetryAfter(t *testing.T) {
 		{"1.5", 0, false},
 		{"9999999999", 0, false},
 		{"soon", 0, false},
+		// Every digit, 9 included, up to nine of them; ten are refused,
+		// whatever their value.
+		{"9", 9 * time.Second, true},
+		{"90", 90 * time.Second, true},
+		{"099", 99 * time.Second, true},
+		{"999999999", 999999999 * time.Second, true},
+		{"000000009", 9 * time.Second, true},
+		{"0000000009", 0, false},
+		{"1000000000", 0, false},
+		{"9s", 0, false},
+		{":9", 0, false},
+		{"/9", 0, false},
 	}
 	for _, tt := range tests {
 		got, ok := httpclient.ParseRetryAfter(tt.in, now)

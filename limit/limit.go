@@ -212,11 +212,33 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 
 	select {
 	case <-w.ready:
-		return Ticket(w.round + 1), nil
+		if ctx.Err() == nil {
+			return Ticket(w.round + 1), nil
+		}
+		// Granted as ctx ended (select picks either when both are
+		// ready): the slot goes to the next waiter, not to an attempt
+		// whose caller is gone.
 	case <-ctx.Done():
 	}
 	l.leave(w)
 	return 0, ErrLimited
+}
+
+// Enter takes a slot for an attempt at once, past the limit if it is
+// reached, and without a turn in the queue: for an attempt that must not
+// wait or be refused, but whose load the Limiter should count (its slot
+// delays the attempts that wait) and whose outcome it should learn from.
+// The attempt must call [Limiter.Release] with the Ticket once it ends. A
+// nil *Limiter returns the zero Ticket.
+func (l *Limiter) Enter() Ticket {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	l.inFlight++
+	tk := Ticket(l.round + 1)
+	l.mu.Unlock()
+	return tk
 }
 
 // leave takes w, whose context ended, out of the queue; a slot granted to

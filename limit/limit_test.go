@@ -289,3 +289,65 @@ func TestNilLimiterCountsNothing(t *testing.T) {
 	assert.Zero(t, l.Waiting())
 	assert.Zero(t, l.InFlight())
 }
+
+// TestEnterTakesASlotPastTheLimit: Enter never waits or refuses, but its
+// slot counts: the attempts that wait go only once it is given back, and
+// its outcome moves an adaptive limit.
+func TestEnterTakesASlotPastTheLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limit.NewAIMD(limit.Initial(2), limit.Max(2), limit.MaxWaiting(10))
+		a, b := acquire(t, l), acquire(t, l)
+		c := l.Enter()
+		require.NotZero(t, c)
+		assert.Equal(t, 3, l.InFlight(), "past the limit of 2")
+
+		got := make(chan limit.Ticket)
+		go func() {
+			tk, err := l.Acquire(t.Context())
+			assert.NoError(t, err)
+			got <- tk
+		}()
+		synctest.Wait()
+		assert.Equal(t, 1, l.Waiting())
+		l.Release(a, nil)
+		synctest.Wait()
+		assert.Equal(t, 1, l.Waiting(), "two of the limit of 2 still in flight: the waiter waits")
+		l.Release(c, errOverloaded)
+		assert.Equal(t, 1, l.Limit(), "the entered attempt's failure is learned: 2 * 0.9")
+		tk := <-got // one in flight of 1.8
+		l.Release(b, nil)
+		l.Release(tk, nil)
+		assert.Zero(t, l.InFlight())
+		assert.Zero(t, (*limit.Limiter)(nil).Enter(), "a nil Limiter holds nothing")
+	})
+}
+
+// TestSlotGrantedAsTheWaitEndsGoesOn: a waiter whose context ends as its
+// slot is granted (both at once: the select may take either) does not
+// keep the slot: it goes to the next waiter, and nothing is lost.
+func TestSlotGrantedAsTheWaitEndsGoesOn(t *testing.T) {
+	for range 20 { // either case of the select, each time
+		synctest.Test(t, func(t *testing.T) {
+			l := limit.NewFixed(1, limit.MaxWaiting(2))
+			held := acquire(t, l)
+			ctx, cancel := context.WithCancel(t.Context())
+			first := make(chan error, 1)
+			go func() { _, err := l.Acquire(ctx); first <- err }()
+			synctest.Wait()
+			second := make(chan limit.Ticket, 1)
+			go func() {
+				tk, err := l.Acquire(t.Context())
+				assert.NoError(t, err)
+				second <- tk
+			}()
+			synctest.Wait()
+			cancel()
+			l.Release(held, nil) // granted to the first waiter, whose context has ended
+			require.ErrorIs(t, <-first, limit.ErrLimited, "a caller gone gets no slot")
+			tk := <-second
+			assert.Equal(t, 1, l.InFlight(), "the slot went on to the second waiter")
+			l.Release(tk, nil)
+			assert.Zero(t, l.InFlight())
+		})
+	}
+}

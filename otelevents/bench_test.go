@@ -4,8 +4,10 @@ import (
 	"context"
 	"testing"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/otelevents"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
@@ -31,6 +33,35 @@ func BenchmarkTracer(b *testing.B) {
 				opts = append(opts, pipeline.WithTracer(bc.tracer))
 			}
 			p := pipeline.New(opts...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = pipeline.Do(ctx, p, op)
+			}
+		})
+	}
+}
+
+// BenchmarkListener is a successful call through a pipeline with a breaker
+// and a retry stage: without a listener (the baseline) and with the
+// metrics Listener, recording to an SDK meter provider:
+//
+//	cd benchmarks && go run ./ratios -pkg ../otelevents -bench Listener -baseline none -cpu 1
+func BenchmarkListener(b *testing.B) {
+	l, err := otelevents.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))
+	if err != nil {
+		b.Fatal(err)
+	}
+	op := func(context.Context) (int, error) { return 1, nil }
+	for _, bc := range []struct {
+		name string
+		opts []pipeline.Option
+	}{
+		{"none", nil},
+		{"metrics", []pipeline.Option{pipeline.WithListener(l)}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p := pipeline.New(append(bc.opts, pipeline.WithBreaker(breaker.New("stock")), pipeline.WithRetry(retrypolicy.New()))...)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

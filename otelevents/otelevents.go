@@ -20,6 +20,11 @@
 //   - resilience.breaker.state: a breaker's state: 0 closed, 1 half-open,
 //     2 open
 //
+// The five counts are asynchronous (observable) counters: the Listener
+// counts in atomic counters of its own, and a reader collects their
+// totals, so that an event costs one atomic addition; the duration is a
+// synchronous histogram, recorded as each call ends.
+//
 // # Traces
 //
 // [NewTracer] returns a [Tracer], which a pipeline's WithTracer installs.
@@ -87,6 +92,8 @@ package otelevents
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -94,11 +101,81 @@ import (
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
-// Listener records events as metrics. It is safe for concurrent use.
+// Listener records events as metrics. The counts are kept in counters of
+// its own, one atomic addition an event, and handed to OpenTelemetry as
+// asynchronous (observable) counters when a reader collects; a call's
+// duration is recorded on the histogram as it ends, with an attribute
+// set made once per dependency and outcome. Recording an event allocates
+// nothing. It is safe for concurrent use.
 type Listener struct {
-	calls, attempts, retries, giveups, rejections metric.Int64Counter
+	calls, attempts, retries, giveups, rejections metric.Int64ObservableCounter
 	duration                                      metric.Float64Histogram
 	state                                         metric.Int64Gauge
+
+	mu   sync.Mutex                      // adds a dependency
+	deps atomic.Pointer[map[string]*dep] // by name; copied on write
+}
+
+// classes is the number of resilience.Class values.
+const classes = int(resilience.ClassRejected) + 1
+
+// giveupKinds are the events that resilience.giveups counts, by "reason".
+var giveupKinds = [...]resilience.EventKind{resilience.EventRetriesExhausted, resilience.EventQuotaExhausted,
+	resilience.EventTimeBudgetExceeded, resilience.EventNotRetried}
+
+// dep is one dependency's counts, and the attribute sets of its data
+// points.
+type dep struct {
+	calls, attempts [classes]atomic.Int64
+	giveups         [len(giveupKinds)]atomic.Int64
+	retries         atomic.Int64
+	rejections      atomic.Int64
+
+	set      metric.MeasurementOption
+	outcome  [classes]metric.MeasurementOption
+	duration [classes][]metric.RecordOption
+	reason   [len(giveupKinds)]metric.MeasurementOption
+	state    []metric.RecordOption
+}
+
+func newDep(name string) *dep {
+	a := attribute.String("dependency", name)
+	d := &dep{set: metric.WithAttributeSet(attribute.NewSet(a))}
+	d.state = []metric.RecordOption{d.set}
+	for c := range classes {
+		d.outcome[c] = metric.WithAttributeSet(attribute.NewSet(a, attribute.String("outcome", resilience.Class(c).String())))
+		d.duration[c] = []metric.RecordOption{d.outcome[c]}
+	}
+	for i, k := range giveupKinds {
+		d.reason[i] = metric.WithAttributeSet(attribute.NewSet(a, attribute.String("reason", k.String())))
+	}
+	return d
+}
+
+// of returns the dependency called name.
+func (l *Listener) of(name string) *dep {
+	if m := l.deps.Load(); m != nil {
+		if d, ok := (*m)[name]; ok {
+			return d
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := map[string]*dep{}
+	if m := l.deps.Load(); m != nil {
+		if d, ok := (*m)[name]; ok {
+			return d
+		}
+		old = *m
+	}
+	next := make(map[string]*dep, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	d := newDep(name)
+	next[name] = d
+	l.deps.Store(&next)
+	return d
 }
 
 // New returns a Listener whose instruments come from mp's meter
@@ -107,8 +184,8 @@ func New(mp metric.MeterProvider) (*Listener, error) {
 	m := mp.Meter(scope)
 	var l Listener
 	var err error
-	counter := func(name, desc string) metric.Int64Counter {
-		c, e := m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit("{call}"))
+	counter := func(name, desc string) metric.Int64ObservableCounter {
+		c, e := m.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit("{call}"))
 		if err == nil {
 			err = e
 		}
@@ -122,6 +199,9 @@ func New(mp metric.MeterProvider) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err = m.RegisterCallback(l.observe, l.calls, l.attempts, l.retries, l.giveups, l.rejections); err != nil {
+		return nil, err
+	}
 	if l.duration, err = m.Float64Histogram("resilience.call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of finished pipeline calls.")); err != nil {
 		return nil, err
@@ -131,6 +211,32 @@ func New(mp metric.MeterProvider) (*Listener, error) {
 		return nil, err
 	}
 	return &l, nil
+}
+
+// observe hands the counts to a reader: each data point that has counted
+// something, as a synchronous counter would have made it.
+func (l *Listener) observe(_ context.Context, o metric.Observer) error {
+	m := l.deps.Load()
+	if m == nil {
+		return nil
+	}
+	put := func(c metric.Int64ObservableCounter, n *atomic.Int64, set metric.MeasurementOption) {
+		if v := n.Load(); v > 0 {
+			o.ObserveInt64(c, v, set)
+		}
+	}
+	for _, d := range *m {
+		for c := range classes {
+			put(l.calls, &d.calls[c], d.outcome[c])
+			put(l.attempts, &d.attempts[c], d.outcome[c])
+		}
+		for i := range giveupKinds {
+			put(l.giveups, &d.giveups[i], d.reason[i])
+		}
+		put(l.retries, &d.retries, d.set)
+		put(l.rejections, &d.rejections, d.set)
+	}
+	return nil
 }
 
 // stateValue is a state's value on the resilience.breaker.state gauge.
@@ -145,27 +251,53 @@ func stateValue(s resilience.State) int64 {
 	}
 }
 
+// Wants reports whether the Listener records events of kind k: calls,
+// attempts, retries, give-ups, rejections and state changes; a pipeline
+// builds no other event for it.
+func (l *Listener) Wants(k resilience.EventKind) bool {
+	switch k {
+	case resilience.EventCallDone, resilience.EventAttempt, resilience.EventRetry, resilience.EventRejected,
+		resilience.EventStateChange, resilience.EventRetriesExhausted, resilience.EventQuotaExhausted,
+		resilience.EventTimeBudgetExceeded, resilience.EventNotRetried:
+		return true
+	}
+	return false
+}
+
 // OnEvent records e.
 func (l *Listener) OnEvent(e resilience.Event) {
-	ctx := context.Background()
-	dep := attribute.String("dependency", e.Name)
-	outcome := func() metric.MeasurementOption {
-		return metric.WithAttributes(dep, attribute.String("outcome", resilience.Classify(e.Err).String()))
+	if !l.Wants(e.Kind) {
+		return
 	}
+	d := l.of(e.Name)
 	switch e.Kind {
 	case resilience.EventCallDone:
-		o := outcome()
-		l.calls.Add(ctx, 1, o)
-		l.duration.Record(ctx, e.Duration.Seconds(), o)
+		c := classOf(e.Err)
+		d.calls[c].Add(1)
+		l.duration.Record(context.Background(), e.Duration.Seconds(), d.duration[c]...)
 	case resilience.EventAttempt:
-		l.attempts.Add(ctx, 1, outcome())
+		d.attempts[classOf(e.Err)].Add(1)
 	case resilience.EventRetry:
-		l.retries.Add(ctx, 1, metric.WithAttributes(dep))
-	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted, resilience.EventTimeBudgetExceeded, resilience.EventNotRetried:
-		l.giveups.Add(ctx, 1, metric.WithAttributes(dep, attribute.String("reason", e.Kind.String())))
+		d.retries.Add(1)
 	case resilience.EventRejected:
-		l.rejections.Add(ctx, 1, metric.WithAttributes(dep))
+		d.rejections.Add(1)
 	case resilience.EventStateChange:
-		l.state.Record(ctx, stateValue(e.To), metric.WithAttributes(dep))
+		l.state.Record(context.Background(), stateValue(e.To), d.state...)
+	default:
+		for i, k := range giveupKinds {
+			if k == e.Kind {
+				d.giveups[i].Add(1)
+			}
+		}
 	}
+}
+
+// classOf is err's class, one that resilience does not name (an error's
+// own ResilienceClass past ClassRejected) counted as transient, as
+// Classify counts an error without a class.
+func classOf(err error) resilience.Class {
+	if c := resilience.Classify(err); int(c) < classes {
+		return c
+	}
+	return resilience.ClassTransient
 }

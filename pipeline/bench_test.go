@@ -2,6 +2,8 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -118,3 +120,33 @@ type wantsNothing struct{}
 
 func (wantsNothing) OnEvent(resilience.Event)        {}
 func (wantsNothing) Wants(resilience.EventKind) bool { return false }
+
+// BenchmarkFailedCall is a call whose only attempt fails, through a bare
+// gobreaker (the baseline, counting no failure toward opening) and
+// through a pipeline of a breaker and a retry policy of one attempt:
+//
+//	cd benchmarks && go run ./ratios -pkg ../pipeline -bench FailedCall -baseline Gobreaker -cpu 1
+func BenchmarkFailedCall(b *testing.B) {
+	errDown := errors.New("down")
+	b.Run("Gobreaker", func(b *testing.B) {
+		cb := gobreaker.NewCircuitBreaker[int](gobreaker.Settings{Name: "bench", ReadyToTrip: func(gobreaker.Counts) bool { return false }})
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := cb.Execute(func() (int, error) { return 0, errDown }); err == nil {
+				b.Fatal("no error")
+			}
+		}
+	})
+	b.Run("Pipeline", func(b *testing.B) {
+		p := pipeline.New(pipeline.WithBreaker(breaker.New("bench", breaker.ConsecutiveFailures(0), breaker.FailureRate(1, math.MaxUint32))),
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1))))
+		ctx := context.Background()
+		op := func(context.Context) (int, error) { return 0, errDown }
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := pipeline.Do(ctx, p, op); err == nil {
+				b.Fatal("no error")
+			}
+		}
+	})
+}

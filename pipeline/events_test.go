@@ -316,3 +316,69 @@ func TestPanickingListenerSilencesNoOtherListener(t *testing.T) {
 	_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
 	assert.Equal(t, []string{"dep attempt 1 ok=true", "dep call_done ok=true"}, withoutDurations(rec.take()))
 }
+
+// panickyFilter is a listener whose Wants panics for the kinds in bad.
+type panickyFilter struct {
+	bad   resilience.EventKind
+	heard *[]resilience.EventKind
+}
+
+func (f panickyFilter) Wants(k resilience.EventKind) bool {
+	if k == f.bad {
+		panic("Wants bug")
+	}
+	return true
+}
+
+func (f panickyFilter) OnEvent(e resilience.Event) { *f.heard = append(*f.heard, e.Kind) }
+
+// TestPanickingWantsCountsAsNo: a listener whose Wants panics for a kind
+// does not hear that kind, hears the others, and the panic is logged;
+// the call and the other listeners are as if it had not.
+func TestPanickingWantsCountsAsNo(t *testing.T) {
+	var logged bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	var heard []resilience.EventKind
+	rec := &recorder{}
+	p := pipeline.New(pipeline.WithName("dep"), pipeline.WithListener(panickyFilter{bad: resilience.EventAttempt, heard: &heard}),
+		pipeline.WithListener(rec))
+	got, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
+	require.NoError(t, err)
+	assert.Equal(t, 1, got)
+	assert.Equal(t, []resilience.EventKind{resilience.EventCallDone}, heard)
+	assert.Equal(t, []string{"dep attempt 1 ok=true", "dep call_done ok=true"}, withoutDurations(rec.take()))
+	assert.Contains(t, logged.String(), "listener's Wants panicked")
+}
+
+// TestSingleAttemptReportsWhatWasNotRetried: a call made with one attempt
+// that fails in a way a retry might fix is reported as not retried, if the
+// pipeline retries; a success, an answer not to retry, or a pipeline
+// without a retry stage, are not.
+func TestSingleAttemptReportsWhatWasNotRetried(t *testing.T) {
+	tests := []struct {
+		name  string
+		retry bool
+		err   error
+		want  []string
+	}{
+		{"transient, retrying pipeline", true, errDown, []string{"dep attempt 1 ok=false", "dep not_retried"}},
+		{"unrepeatable, retrying pipeline", true, resilience.Unrepeatable(errDown), []string{"dep attempt 1 ok=false", "dep not_retried"}},
+		{"permanent", true, resilience.Permanent(errDown), []string{"dep attempt 1 ok=false"}},
+		{"success", true, nil, []string{"dep attempt 1 ok=true"}},
+		{"no retry stage", false, errDown, []string{"dep attempt 1 ok=false"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &recorder{}
+			opts := []pipeline.Option{pipeline.WithName("dep"), pipeline.WithListener(rec)}
+			if tt.retry {
+				opts = append(opts, pipeline.WithRetry(retrypolicy.New()))
+			}
+			_, _ = pipeline.Do(t.Context(), pipeline.New(opts...), func(context.Context) (int, error) { return 1, tt.err }, pipeline.SingleAttempt())
+			got := withoutDurations(rec.take())
+			require.NotEmpty(t, got)
+			assert.Equal(t, tt.want, got[:len(got)-1], "then call_done")
+		})
+	}
+}

@@ -28,9 +28,9 @@ type gate interface {
 	refusal() resilience.EventKind
 }
 
-// maxGates is the most gates a pipeline has: an attempt keeps their
-// tickets in an array of this size, on its stack.
-const maxGates = 4
+// maxGates is the most gates a pipeline has, one of each kind: an attempt
+// keeps their tickets in an array of this size, on its stack.
+const maxGates = 3
 
 // tickets are an attempt's tickets, one a gate, in the order of the gates.
 type tickets [maxGates]uint64
@@ -38,17 +38,20 @@ type tickets [maxGates]uint64
 // buildGates returns the gates that c configures, in stage order.
 func (c *config) buildGates() []gate {
 	var gs []gate
+	if c.waitOpen && c.breaker != nil {
+		// First: an attempt of the backlog queues here before it takes a
+		// throttle's count or a slot of the limit, which it would hold
+		// unsent. Halving once a round trip, as TCP does, sheds a backlog
+		// that overshoots a dependency coming back within a few round
+		// trips.
+		c.pacer = &pacer{limit: limit.NewAIMD(limit.MaxWaiting(math.MaxInt), limit.Backoff(0.5))}
+		gs = append(gs, c.pacer)
+	}
 	if c.throttle != nil {
 		gs = append(gs, throttleGate{c.throttle})
 	}
 	if c.limit != nil {
 		gs = append(gs, limitGate{c.limit})
-	}
-	if c.waitOpen && c.breaker != nil {
-		// Halving once a round trip, as TCP does, sheds a backlog that
-		// overshoots a dependency coming back within a few round trips.
-		c.pacer = &pacer{limit: limit.NewAIMD(limit.MaxWaiting(math.MaxInt), limit.Backoff(0.5))}
-		gs = append(gs, c.pacer)
 	}
 	if len(gs) > maxGates {
 		panic("pipeline: more gates than maxGates")
@@ -103,18 +106,24 @@ func (g limitGate) release(tk uint64, outcome error) { g.l.Release(limit.Ticket(
 func (limitGate) refusal() resilience.EventKind      { return resilience.EventLimited }
 
 // pacer paces the backlog of calls that waited for the breaker
-// (WaitWhenOpen): while any call that waited is not over, every attempt
-// goes through an adaptive limit of the pipeline's own, so that the
-// backlog, and what comes with it, goes no faster than the dependency
-// answers. With nothing waiting, it admits at once and holds nothing.
+// (WaitWhenOpen): their attempts go through an adaptive limit of the
+// pipeline's own, queued, so that the backlog goes no faster than the
+// dependency answers. Other attempts never wait for it: while a call that
+// waited is not over, each takes a slot at once, past the limit if need
+// be, so that the backlog is paced by the whole load on the dependency and
+// the limit learns from every answer; with nothing waiting, it admits at
+// once and holds nothing.
 type pacer struct {
 	limit   *limit.Limiter
 	backlog atomic.Int64 // calls that waited, not yet over
 }
 
 func (p *pacer) acquire(ctx context.Context, waited bool) (uint64, error) {
-	if !waited && p.backlog.Load() == 0 {
-		return 0, nil
+	if !waited {
+		if p.backlog.Load() == 0 {
+			return 0, nil
+		}
+		return uint64(p.limit.Enter()), nil
 	}
 	tk, err := p.limit.Acquire(ctx)
 	return uint64(tk), err

@@ -38,6 +38,7 @@ type config struct {
 	tracer         resilience.Tracer
 	gates          []gate // what admits each attempt, in order; built by New
 	pacer          *pacer // WaitWhenOpen's gate, also in gates
+	attemptFollows bool   // nothing waits between the budget and the first attempt; set by New
 }
 
 // WithBreaker guards calls with b, shared by every pipeline calling the
@@ -124,9 +125,16 @@ func WithLimit(l *limit.Limiter) Option {
 // own (hedge.MaxShare, 10% of the calls by default), apart from the retry
 // quota, which they do not draw on, so that hedging cannot starve
 // retries; none is sent once the breaker has opened or an attempt failed
-// with an error that is not retried. A hedged
-// group of attempts counts as one attempt of the retry stage; each is
-// reported as [resilience.EventHedged]. Default none; nil means none.
+// with an error that is not retried. A hedged group of attempts counts as
+// one attempt of the retry stage; each hedge is reported as
+// [resilience.EventHedged]. Default none; nil means none.
+//
+// The first attempt runs on the caller's goroutine, and a call whose first
+// attempt answers in time costs a timer, no goroutine; each hedge runs on
+// a goroutine of its own. A hedge that succeeds cancels the first
+// attempt, whose operation must then return for the call to return the
+// hedge's answer: an operation that ignores its context's cancellation
+// holds it. A hedge's failure does not cut the first attempt short.
 func WithHedging(h *hedge.Policy) Option {
 	return optionFunc(func(c *config) { c.hedge = h })
 }
@@ -135,7 +143,8 @@ func WithHedging(h *hedge.Policy) Option {
 // its probes out) wait for it instead of failing at once: until the probe
 // that closes it succeeds (it is woken at once) or, with no probe out yet,
 // until the call may be the probe itself. It sends nothing meanwhile.
-// Waiting calls go on in the order they came.
+// Waiting calls go on in the order they came; the probes of a half-open
+// breaker are those with the most time left.
 //
 // It waits only within the time budget: a call whose deadline comes
 // before the breaker's next probe fails at once, and one whose deadline
@@ -144,13 +153,16 @@ func WithHedging(h *hedge.Policy) Option {
 // [resilience.EventWaitOpen].
 //
 // The backlog of calls that waited must not reach a dependency that has
-// just come back all at once. So while any call that waited is not over,
-// the attempts of every call go through an adaptive concurrency limit of
-// the pipeline's own (limit.NewAIMD, attempts beyond it queued within
-// their budget), which paces the backlog to what the dependency answers,
-// doubling each round trip while it keeps up. With nothing waiting, the
-// limit is not used: a healthy pipeline is neither capped nor slowed by
-// it. Default off: a rejected call fails at once.
+// just come back all at once. So the attempts of the calls that waited go
+// through an adaptive concurrency limit of the pipeline's own
+// (limit.NewAIMD, attempts beyond it queued within their budget), which
+// paces the backlog to what the dependency answers, doubling each round
+// trip while it keeps up. Calls that never waited are never queued there:
+// while a call that waited is not over, their attempts count in that
+// limit (past it if need be), so the backlog yields to them; with nothing
+// waiting, the limit is not used at all. An attempt admitted once the
+// breaker has opened again, as it waited for its turn, is not sent: its
+// call waits again. Default off: a rejected call fails at once.
 func WaitWhenOpen() Option {
 	return optionFunc(func(c *config) { c.waitOpen = true })
 }

@@ -177,3 +177,25 @@ func TestWaitWhenOpenWaitsForTheBreaker(t *testing.T) {
 		assert.LessOrEqual(t, time.Since(start), time.Second+time.Millisecond)
 	})
 }
+
+// TestDurationOptionsAtTheirBounds: 0 means none and is accepted; a
+// negative duration panics, naming the option.
+func TestDurationOptionsAtTheirBounds(t *testing.T) {
+	for name, opt := range map[string]func(time.Duration) pipeline.Option{
+		"WithTimeBudget":     pipeline.WithTimeBudget,
+		"WithAttemptTimeout": pipeline.WithAttemptTimeout,
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.NotPanics(t, func() {
+				p := pipeline.New(opt(0))
+				_, err := pipeline.Do(t.Context(), p, func(ctx context.Context) (int, error) {
+					_, capped := ctx.Deadline()
+					assert.False(t, capped, "0: no cap")
+					return 1, nil
+				})
+				require.NoError(t, err)
+			})
+			assert.PanicsWithValue(t, "pipeline: "+name+"(-1ns): d must be 0 (none) or more", func() { opt(-1) })
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -650,4 +651,255 @@ func TestWaitWhenOpenRecoveryCost(t *testing.T) {
 	assert.LessOrEqual(t, plain, 200*time.Millisecond)
 	assert.Positive(t, waiting, "the backlog is served")
 	assert.LessOrEqual(t, waiting, time.Second, "in slow start, not for ever")
+}
+
+// TestWaitWhenOpenNeverSendsWhileOpen: callers wait through an outage with
+// two open spells, their backlog queued in WaitWhenOpen's pacer as the
+// breaker opens again; an attempt that gets its slot once the breaker has
+// reopened is not sent, and waits again. "While open" is after the
+// opening, in virtual time: an attempt admitted at the very instant an
+// earlier one's failure opens the breaker was sent before it opened.
+func TestWaitWhenOpenNeverSendsWhileOpen(t *testing.T) {
+	for run := range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			var openedAt atomic.Int64 // virtual ns since start, of the last opening
+			start := time.Now()
+			b := breaker.New("dep", breaker.ConsecutiveFailures(3), breaker.OpenTimeout(150*time.Millisecond),
+				breaker.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+					if e.Kind == resilience.EventStateChange && e.To == resilience.StateOpen {
+						openedAt.Store(int64(time.Since(start)))
+					}
+				})))
+			p := pipeline.New(pipeline.WithTimeBudget(3*time.Second), pipeline.WithBreaker(b), pipeline.WaitWhenOpen(),
+				pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(2))))
+			down := func(el time.Duration) bool { // two spells: 200-600 ms and 900-1300 ms
+				return el >= 200*time.Millisecond && el < 600*time.Millisecond || el >= 900*time.Millisecond && el < 1300*time.Millisecond
+			}
+			var sent, whileOpen, ok atomic.Int64
+			op := func(ctx context.Context) (int, error) {
+				sent.Add(1)
+				el := time.Since(start)
+				if b.State() == resilience.StateOpen && int64(el) > openedAt.Load() {
+					whileOpen.Add(1)
+				}
+				time.Sleep(20*time.Millisecond + rand.N(10*time.Millisecond))
+				if down(time.Since(start)) {
+					return 0, errOverloaded
+				}
+				return 1, nil
+			}
+			var wg sync.WaitGroup
+			for i := range 1000 {
+				wg.Go(func() {
+					time.Sleep(time.Duration(i) * 1500 * time.Microsecond) // 0 to 1.5 s
+					if _, err := pipeline.Do(t.Context(), p, op); err == nil {
+						ok.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			assert.Zero(t, whileOpen.Load(), "run %d: of %d attempts sent, none while open", run, sent.Load())
+			assert.Greater(t, ok.Load(), int64(800), "run %d: the waiters are served once it is back", run)
+		})
+	}
+}
+
+// TestWaitWhenOpenDoesNotQueueCallsThatNeverWaited: while a call that
+// waited for the breaker is still out, calls that never waited keep their
+// concurrency: 3000 healthy 100 ms calls at once take 100 ms, not a turn
+// each behind the pacer.
+func TestWaitWhenOpenDoesNotQueueCallsThatNeverWaited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond))
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WaitWhenOpen())
+		_, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, errOverloaded })
+		require.ErrorIs(t, err, errOverloaded) // opens the breaker
+		var n atomic.Int64
+		probeThenSlow := func(ctx context.Context) (int, error) {
+			if n.Add(1) > 1 {
+				time.Sleep(time.Second)
+			}
+			return 1, nil
+		}
+		waited := make(chan error, 2)
+		for range 2 { // both wait; one probes at 100 ms, the other is then out until 1.1 s
+			go func() { _, err := pipeline.Do(t.Context(), p, probeThenSlow); waited <- err }()
+		}
+		time.Sleep(200 * time.Millisecond)
+		require.Equal(t, resilience.StateClosed, b.State(), "the probe closed it")
+
+		var inFlight, peak atomic.Int64
+		healthy := func(ctx context.Context) (int, error) {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(100 * time.Millisecond)
+			return 1, nil
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 3000 {
+			wg.Go(func() {
+				_, err := pipeline.Do(t.Context(), p, healthy)
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, 100*time.Millisecond, time.Since(start), "no queue behind the call that waited")
+		assert.EqualValues(t, 3000, peak.Load())
+		require.NoError(t, <-waited)
+		require.NoError(t, <-waited)
+	})
+}
+
+// TestHedgingStartsNothingUntilAHedgeIsDue: a hedged call whose first
+// attempt answers before the hedging delay runs on the caller's goroutine
+// alone: no goroutine is started for it.
+func TestHedgingStartsNothingUntilAHedgeIsDue(t *testing.T) {
+	p := pipeline.New(pipeline.WithBreaker(breaker.New("dep")), pipeline.WithRetry(retrypolicy.New()),
+		pipeline.WithHedging(hedge.New(hedge.Delay(time.Hour))))
+	caller := goroutineID()
+	var attempt string
+	var others []string
+	_, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) {
+		attempt = goroutineID()
+		buf := make([]byte, 1<<20)
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "resiliencekit/pipeline.") && !strings.HasPrefix(g, attempt) {
+				others = append(others, g)
+			}
+		}
+		return 1, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, caller, attempt, "the attempt runs on the caller's goroutine")
+	assert.Empty(t, others, "and no goroutine of the pipeline's runs beside it")
+	allocs := testing.AllocsPerRun(1000, func() {
+		_, _ = pipeline.Do(context.Background(), p, func(context.Context) (int, error) { return 1, nil })
+	})
+	assert.LessOrEqual(t, allocs, 4.0, "the race, its timer, and the call's attempt numbering")
+}
+
+// TestLateHedgeLeavesTheWinnersContextAlone: the first attempt of a
+// streamed call wins; a hedge that answers after it, successfully, does
+// not cancel the context the winner's result still reads from.
+func TestLateHedgeLeavesTheWinnersContextAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		op := func(ctx context.Context) (context.Context, error) {
+			if n.Add(1) == 1 {
+				time.Sleep(15 * time.Millisecond) // wins at 15 ms
+				return ctx, nil
+			}
+			time.Sleep(10 * time.Millisecond) // the hedge, sent at 10 ms, answers at 20 ms
+			return ctx, nil
+		}
+		p := pipeline.New(pipeline.WithHedging(hedge.New(hedge.Delay(10 * time.Millisecond))))
+		got, release, err := pipeline.DoStream(t.Context(), p, op)
+		require.NoError(t, err)
+		time.Sleep(20 * time.Millisecond)
+		synctest.Wait()
+		assert.EqualValues(t, 2, n.Load(), "the hedge was sent and answered")
+		assert.NoError(t, got.Err(), "the winner's context lives until release")
+		release()
+		assert.ErrorIs(t, got.Err(), context.Canceled)
+	})
+}
+
+// TestHedgeWinningFirstIsTakenAsTheFirstAttemptReturns: a hedge that wins
+// while the first attempt still runs cancels it; the call returns the
+// hedge's answer as soon as the first attempt honours that.
+func TestHedgeWinningFirstIsTakenAsTheFirstAttemptReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		op := func(ctx context.Context) (int, error) {
+			i := int(n.Add(1))
+			if i == 1 {
+				<-ctx.Done()
+				return 0, ctx.Err()
+			}
+			time.Sleep(5 * time.Millisecond)
+			return i, nil
+		}
+		var mu sync.Mutex
+		var events []resilience.EventKind
+		p := pipeline.New(pipeline.WithRetry(retrypolicy.New()), pipeline.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, e.Kind)
+		})), pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond))))
+		start := time.Now()
+		got, err := pipeline.Do(t.Context(), p, op)
+		require.NoError(t, err)
+		assert.Equal(t, 2, got)
+		assert.Equal(t, 15*time.Millisecond, time.Since(start))
+		assert.NotContains(t, events, resilience.EventRetry, "the canceled first attempt is a loser, not a failure to retry")
+	})
+}
+
+// goroutineID returns the first line of the calling goroutine's stack,
+// "goroutine N [running]:", which names it.
+func goroutineID() string {
+	buf := make([]byte, 64)
+	line, _, _ := strings.Cut(string(buf[:runtime.Stack(buf, false)]), " [")
+	return line
+}
+
+// TestRefusedHedgeLeavesTheAnswer: a hedge refused on our side (the
+// concurrency limit is full with its twin) is no answer: the first
+// attempt's failure is, and is retried.
+func TestRefusedHedgeLeavesTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		op := func(ctx context.Context) (int, error) {
+			if n.Add(1) == 1 {
+				time.Sleep(15 * time.Millisecond)
+				return 0, errOverloaded
+			}
+			return 1, nil
+		}
+		p := pipeline.New(pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Millisecond))),
+			pipeline.WithLimit(limit.NewFixed(1)), pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond))))
+		got, err := pipeline.Do(t.Context(), p, op)
+		require.NoError(t, err, "the first attempt's failure was retried")
+		assert.Equal(t, 1, got)
+		assert.EqualValues(t, 2, n.Load(), "the hedge was refused, the retry sent")
+	})
+}
+
+// TestProbeOutOfTimeAfterAWaitIsNotHeldAgainstTheDependency: a call that
+// waited for the breaker and is made its probe with too little of its
+// budget left to get an answer fails for want of time, not because of the
+// dependency: the breaker does not reopen on it, and the next waiter
+// probes at once.
+func TestProbeOutOfTimeAfterAWaitIsNotHeldAgainstTheDependency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond))
+		_, _ = pipeline.Do(t.Context(), pipeline.New(pipeline.WithBreaker(b)), func(context.Context) (int, error) { return 0, errOverloaded })
+		short := pipeline.New(pipeline.WithBreaker(b), pipeline.WithTimeBudget(150*time.Millisecond), pipeline.WaitWhenOpen())
+		long := pipeline.New(pipeline.WithBreaker(b), pipeline.WithTimeBudget(time.Second), pipeline.WaitWhenOpen())
+		start := time.Now()
+		shortErr := make(chan error, 1)
+		go func() { // the only waiter at 100 ms: the probe, with 50 ms left, for a 60 ms answer
+			_, err := pipeline.Do(t.Context(), short, func(ctx context.Context) (int, error) {
+				select {
+				case <-time.After(60 * time.Millisecond):
+					return 1, nil
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+			})
+			shortErr <- err
+		}()
+		time.Sleep(120 * time.Millisecond) // waits for the probe out
+		_, err := pipeline.Do(t.Context(), long, func(context.Context) (int, error) {
+			time.Sleep(10 * time.Millisecond)
+			return 1, nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, 160*time.Millisecond, time.Since(start), "the next waiter probed as the first ran out of time, at 150 ms")
+		assert.Equal(t, resilience.StateClosed, b.State())
+		require.ErrorIs(t, <-shortErr, context.DeadlineExceeded, "the probe out of time says so")
+	})
 }

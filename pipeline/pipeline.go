@@ -92,6 +92,9 @@ func New(opts ...Option) *Pipeline {
 		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
 	}
 	cfg.gates = cfg.buildGates()
+	// The throttle refuses at once; a limit's queue or WaitWhenOpen may
+	// hold a call between its budget and its first attempt.
+	cfg.attemptFollows = cfg.limit == nil && !cfg.waitOpen
 	p := &Pipeline{cfg: cfg, opts: opts}
 	if cfg.breaker != nil {
 		p.cfg.rejected = safe.New(cfg.name, cfg.breaker.Unheard(cfg.listener))
@@ -222,6 +225,7 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 // keeps nothing: its owner cancels its contexts when it returns.
 type keeper struct {
 	budget, attempt context.CancelFunc
+	own             *lazyCtx // ended with the others: a hedging race's first attempt's
 	once            sync.Once
 }
 
@@ -233,6 +237,9 @@ func (k *keeper) release() {
 			if c != nil {
 				c()
 			}
+		}
+		if k.own != nil {
+			k.own.end()
 		}
 	})
 }

@@ -2,29 +2,54 @@ package pipeline
 
 import (
 	"context"
+	"log/slog"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
-// race is one attempt of the retry stage with hedges: after the hedging
-// delay without an answer, another attempt is sent, up to the policy's
-// limit; the first success wins and the others are canceled. Every
-// attempt runs on a goroutine of its own, with its own keeper, so that the
-// winner's contexts outlive the losers'. A race is used by one goroutine,
-// the call's; its attempts report on results.
+// race is one attempt of the retry stage with hedges. The first attempt
+// runs on the caller's goroutine; if it has not answered the hedging delay
+// after it was sent, a timer sends a hedge, on a goroutine of its own, and
+// another each delay after, up to the policy's limit. The first success
+// (or answer not to retry) wins and the others are canceled. Until a hedge
+// is sent, a race makes no goroutine and no channel, only its timer.
+//
+// A hedge that wins while the first attempt runs cancels it, and the
+// caller returns the winner's answer once the first attempt has returned:
+// an operation that ignores its context's cancellation holds the answer
+// until it does.
 type race[T any] struct {
-	c       call[T] // a copy: each attempt runs a copy of it with its own keeper
-	extra   int     // most hedges
-	results chan outcome[T]
-	keepers []*keeper
-	first   chan struct{} // closed as the first attempt is sent
-	running int           // attempts not yet reported
-	sent    int           // attempts sent, hedges included
-	last    outcome[T]    // the answer to return if no attempt wins
-	have    bool          // last is set
+	c        call[T] // a copy: each attempt runs a copy of it with its own keeper
+	ctx      context.Context
+	delay    time.Duration
+	extra    int // most hedges
+	first    keeper
+	firstCtx lazyCtx
+	phase    atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
+
+	mu      sync.Mutex // between the caller and the timer, which sends the hedges
+	timer   *time.Timer
+	results chan outcome[T] // made with the first hedge
+	keepers []*keeper       // the hedges'
+	sent    int             // attempts sent, hedges included
+	running int             // hedges sent whose outcome is not yet taken
+	over    bool            // no more hedges
+
+	last outcome[T] // the answer to return if no attempt wins; the caller's
+	have bool       // last is set
 }
+
+// The phases of a race's first attempt: it runs, it has returned, or a
+// hedge won while it ran and canceled it.
+const (
+	firstRunning int32 = iota
+	firstReturned
+	firstCut
+)
 
 // outcome is how one attempt of a race ended.
 type outcome[T any] struct {
@@ -35,54 +60,131 @@ type outcome[T any] struct {
 	goexit   bool // the attempt called runtime.Goexit
 }
 
-func newRace[T any](c *call[T]) *race[T] {
+func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[T] {
 	extra := c.p.cfg.hedge.Extra()
 	c.p.cfg.hedge.Called()
-	return &race[T]{c: *c, extra: extra, results: make(chan outcome[T], extra+1), first: make(chan struct{})}
+	r := &race[T]{c: *c, ctx: ctx, delay: delay, extra: extra}
+	c.spare, c.now = nil, time.Time{} // the race's first attempt's, not a later race's
+	return r
 }
 
-// run runs the race, hedging after delay, and returns the winner's answer,
-// or the last failure's (the one with the longest retry-after hint).
-func (r *race[T]) run(ctx context.Context, delay time.Duration) (T, error) {
-	r.launch(ctx, false)
+// run runs the race and returns the winner's answer, or the last
+// failure's (the one with the longest retry-after hint).
+func (r *race[T]) run() (T, error) {
+	o := r.runFirst()
+	r.mu.Lock()
+	hedged := r.running > 0
+	if !hedged {
+		r.stop()
+	}
+	r.mu.Unlock()
+	if !hedged {
+		r.keep(o)
+		return o.res, o.err
+	}
+	return r.finish(o)
+}
+
+// runFirst runs the first attempt on the caller's goroutine. If it panics
+// or calls runtime.Goexit, the hedges out are canceled first.
+func (r *race[T]) runFirst() (o outcome[T]) {
+	r.firstCtx = lazyCtx{Context: r.ctx}
+	r.first.own = &r.firstCtx
+	a := r.c
+	a.k = &r.first
+	r.c.spare, r.c.now = nil, time.Time{} // the first attempt's, not the hedges'
+	returned := false
+	defer func() {
+		if !returned {
+			r.abandon(nil)
+			r.first.release()
+		}
+	}()
+	o.res, o.err = a.attempt(&r.firstCtx, false, r)
+	o.keep = &r.first
+	returned = true
+	r.phase.CompareAndSwap(firstRunning, firstReturned)
+	return o
+}
+
+// arm starts the hedging delay, as the first attempt is sent: not from a
+// wait for a slot of the concurrency limit.
+func (r *race[T]) arm() {
+	r.mu.Lock()
 	r.sent = 1
-	// The delay runs from when the first attempt is sent, not from a wait
-	// for a slot of the concurrency limit.
-	timer := time.NewTimer(delay)
-	timer.Stop()
-	defer timer.Stop()
-	started := r.first
-	for r.running > 0 {
-		select {
-		case <-started:
-			started = nil
-			timer.Reset(delay)
-		case o := <-r.results:
-			r.running--
-			if r.settle(o) {
-				return r.last.res, r.last.err
-			}
-		case <-timer.C:
-			if r.hedge(ctx, delay) && r.sent <= r.extra {
-				timer.Reset(delay)
-			}
+	r.timer = time.AfterFunc(r.delay, r.fire)
+	r.mu.Unlock()
+}
+
+// stopHedges sends no more hedges, and reports whether any is still out.
+func (r *race[T]) stopHedges() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stop()
+	return r.running > 0
+}
+
+// stop sends no more hedges; r.mu is held.
+func (r *race[T]) stop() {
+	r.over = true
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+}
+
+// finish takes the first attempt's outcome and then the hedges', until one
+// wins or none is left.
+func (r *race[T]) finish(first outcome[T]) (T, error) {
+	if r.phase.Load() == firstCut {
+		r.dispose(first) // canceled by a hedge that won: a loser
+	} else if r.settle(first) {
+		return r.last.res, r.last.err
+	}
+	for {
+		r.mu.Lock()
+		if r.running == 0 {
+			r.stop()
+			r.mu.Unlock()
+			break
+		}
+		r.running--
+		results := r.results
+		r.mu.Unlock()
+		if r.settle(<-results) {
+			return r.last.res, r.last.err
 		}
 	}
 	r.keep(r.last)
 	return r.last.res, r.last.err
 }
 
-// launch starts an attempt on a goroutine of its own.
-func (r *race[T]) launch(ctx context.Context, hedge bool) {
-	var sent func()
-	if !hedge {
-		sent = func() { close(r.first) }
+// fire sends a hedge, on the timer's goroutine, unless the race has sent
+// all it may, is over, the call is over, the breaker has opened or the
+// hedging policy's budget is spent; and sets the timer for the next.
+func (r *race[T]) fire() {
+	c := &r.c
+	r.mu.Lock()
+	if r.over || r.phase.Load() == firstCut || r.sent > r.extra || r.ctx.Err() != nil || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
+		r.mu.Unlock()
+		return
+	}
+	r.launch()
+	r.sent++
+	n := r.sent
+	if n <= r.extra {
+		r.timer.Reset(r.delay)
+	}
+	r.mu.Unlock()
+	c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: n, Delay: r.delay})
+}
+
+// launch starts a hedge on a goroutine of its own; r.mu is held.
+func (r *race[T]) launch() {
+	if r.results == nil {
+		r.results = make(chan outcome[T], r.extra)
 	}
 	hk := new(keeper)
-	if hedge {
-		ctx = context.WithValue(ctx, hedgeKey{}, true)
-	}
-	actx, cancel := context.WithCancel(ctx)
+	actx, cancel := context.WithCancel(context.WithValue(r.ctx, hedgeKey{}, true))
 	hk.budget = cancel
 	r.keepers = append(r.keepers, hk)
 	a := r.c
@@ -98,25 +200,18 @@ func (r *race[T]) launch(ctx context.Context, hedge bool) {
 					o.goexit = true
 				}
 			}
+			// Only a success (or a panic) cuts the first attempt short: a
+			// hedge's failure, even one not to retry, such as a 409 for an
+			// idempotency key whose first request still runs, may be that
+			// very attempt's doing, and the first may yet succeed.
+			if (o.err == nil || o.panicked != nil || o.goexit) && r.phase.CompareAndSwap(firstRunning, firstCut) {
+				r.firstCtx.end() // the caller takes this answer once the first attempt returns
+			}
 			results <- o
 		}()
-		o.res, o.err = a.attempt(actx, hedge, sent)
+		o.res, o.err = a.attempt(actx, true, nil)
 		returned = true
 	}()
-}
-
-// hedge sends a hedge, unless the race has sent all it may, the call is
-// over, the breaker has opened or the hedging policy's budget is spent;
-// it reports whether it did.
-func (r *race[T]) hedge(ctx context.Context, delay time.Duration) bool {
-	c := &r.c
-	if r.sent > r.extra || ctx.Err() != nil || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
-		return false
-	}
-	r.launch(ctx, true)
-	r.sent++
-	c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: r.sent, Delay: delay})
-	return true
 }
 
 // settle takes the outcome of an attempt, and reports whether it ends the
@@ -131,10 +226,9 @@ func (r *race[T]) settle(o outcome[T]) bool {
 		}
 		panic(o.panicked)
 	}
-	if resilience.Classify(o.err) == resilience.ClassRejected && r.running > 0 {
+	if resilience.Classify(o.err) == resilience.ClassRejected && (r.stopHedges() || r.have) {
 		// Refused on our side (throttle, limit): no more hedges, but the
-		// attempts out may still answer.
-		r.sent = r.extra + 1
+		// attempts out may still answer, and one that did is the answer.
 		r.dispose(o)
 		return false
 	}
@@ -156,8 +250,13 @@ func (r *race[T]) settle(o outcome[T]) bool {
 }
 
 // dispose gives the result of an attempt that is not returned to the
-// call's Discard function, if any, and cancels its contexts.
+// call's Discard function, if any, and cancels its contexts. A loser that
+// panicked or called runtime.Goexit after the call was decided has no
+// caller left to go on in: it is logged.
 func (r *race[T]) dispose(o outcome[T]) {
+	if o.panicked != nil || o.goexit {
+		slog.Error("resiliencekit: a hedged attempt panicked or called runtime.Goexit after its call was decided", "panic", o.panicked)
+	}
 	if fn, ok := r.c.opts.discard.(func(T)); ok && o.panicked == nil && !o.goexit {
 		fn(o.res)
 	}
@@ -179,22 +278,28 @@ func (r *race[T]) keep(o outcome[T]) {
 	}
 }
 
-// abandon cancels the attempts still running, all but the winner's, and
-// disposes of their results as they come, on a goroutine of its own.
+// abandon sends no more hedges, cancels those still running, all but the
+// winner's, and disposes of their results as they come, on a goroutine of
+// its own.
 func (r *race[T]) abandon(winner *keeper) {
-	if r.running == 0 {
+	r.mu.Lock()
+	r.stop()
+	n, results, keepers := r.running, r.results, r.keepers
+	r.running = 0
+	r.mu.Unlock()
+	if n == 0 {
 		return
 	}
-	for _, hk := range r.keepers {
+	for _, hk := range keepers {
 		if hk != winner {
 			hk.budget() // cancels the attempt's context
 		}
 	}
-	go func(n int) {
+	go func() {
 		for range n {
-			r.dispose(<-r.results)
+			r.dispose(<-results)
 		}
-	}(r.running)
+	}()
 }
 
 type hedgeKey struct{}

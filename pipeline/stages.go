@@ -19,8 +19,9 @@ import (
 //	breaker  breaker (WithBreaker), and waiting for it (WaitWhenOpen)
 //	retry    retry (WithRetry): runs hedge once per attempt
 //	hedge    hedging (WithHedging): a race of twins, each an attempt
-//	attempt  the gates, in order: throttle (WithThrottle), concurrency limit
-//	         (WithLimit), the pacer of WaitWhenOpen; then the attempt's span
+//	attempt  the gates, in order: the pacer of WaitWhenOpen, throttle
+//	         (WithThrottle), concurrency limit (WithLimit); then the
+//	         attempt's span
 //	timeout  attempt timeout (WithAttemptTimeout), then the operation
 //
 // A new stage around the call is a method between two of these, calling
@@ -35,6 +36,12 @@ type call[T any] struct {
 	s     *state           // for hedging and the tracer; nil without them
 	b     *breaker.Breaker // checked between attempts; nil without one
 	probe bool             // admitted by a breaker not closed: one attempt, not hedged
+
+	// The budget leaves these to the first attempt's timeout, which
+	// follows it at once: the clock reading the budget was set from, and
+	// the attempt's context, allocated with the budget's.
+	now   time.Time
+	spare *lazyCtx
 }
 
 // run reports the call to the tracer, if any, and times it for the
@@ -82,9 +89,10 @@ func (c *call[T]) timed(ctx context.Context) (T, error) {
 // no timer, and the budget, which a rejection takes nothing of, is the same.
 func (c *call[T]) budget(ctx context.Context) (T, error) {
 	if c.p.cfg.budget > 0 && !c.budgetBehindBreaker() {
-		var done context.CancelFunc
-		ctx, done = c.withBudget(ctx)
-		defer done()
+		var end *lazyCtx
+		if ctx, end = c.withBudget(ctx); end != nil {
+			defer end.end()
+		}
 	}
 	return c.breaker(ctx)
 }
@@ -96,23 +104,33 @@ func (c *call[T]) budgetBehindBreaker() bool {
 	return c.p.cfg.breaker != nil && !c.p.cfg.waitOpen
 }
 
-// withBudget returns ctx capped at the time budget, and what ends that
-// cap. A caller's deadline that comes first already caps the call: it is
-// left as it is, at no cost. A streamed call's cap is the keeper's to end.
-func (c *call[T]) withBudget(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := c.p.cfg.budget
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
-		return ctx, nop
+// withBudget returns ctx capped at the time budget, and the cap for the
+// call to end, if it is the call's to end. A caller's deadline that comes
+// first already caps the call: it is left as it is, at no cost. A
+// streamed call's cap is the keeper's to end.
+func (c *call[T]) withBudget(ctx context.Context) (context.Context, *lazyCtx) {
+	cfg := &c.p.cfg
+	now := time.Now()
+	if dl, ok := ctx.Deadline(); ok && dl.Sub(now) <= cfg.budget {
+		return ctx, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, d)
+	var bc *lazyCtx
+	if cfg.attemptTimeout > 0 {
+		pair := new([2]lazyCtx)
+		bc, c.spare = &pair[0], &pair[1]
+		if cfg.attemptFollows {
+			c.now = now
+		}
+	} else {
+		bc = new(lazyCtx)
+	}
+	bc.Context, bc.deadline = ctx, now.Add(cfg.budget) // into zeroed memory: no copy of the rest
 	if c.k != nil {
-		c.k.budget = cancel
-		return ctx, nop
+		c.k.budget = bc.end
+		return bc, nil
 	}
-	return ctx, cancel
+	return bc, bc
 }
-
-func nop() {}
 
 // breaker runs the rest of the call if the breaker admits it; with
 // WaitWhenOpen, a call it rejects waits for it.
@@ -137,15 +155,13 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 	ran := false
 	err = b.Execute(ctx, func(ctx context.Context) error {
 		ran = true
-		if c.p.cfg.budget > 0 && c.budgetBehindBreaker() {
-			var done context.CancelFunc
-			ctx, done = c.withBudget(ctx)
-			defer done()
-		}
 		var err error
-		res, err = c.retry(ctx)
+		res, err = c.inside(ctx)
 		return err
 	})
+	if w, ok := err.(*waitedOut); ok {
+		err = w.err
+	}
 	switch {
 	case err == nil:
 	case !ran:
@@ -158,6 +174,34 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 	}
 	return res, rejected, err
 }
+
+// inside runs the rest of the call once the breaker admitted it. A probe
+// by a call that waited for the breaker, which the call's own deadline
+// ended, is no evidence against the dependency: the call spent its time
+// waiting, and the breaker does not count it (it lets the next waiter
+// probe).
+func (c *call[T]) inside(ctx context.Context) (res T, err error) {
+	if c.p.cfg.budget > 0 && c.budgetBehindBreaker() {
+		var end *lazyCtx
+		if ctx, end = c.withBudget(ctx); end != nil {
+			defer end.end()
+		}
+	}
+	res, err = c.retry(ctx)
+	if err != nil && c.probe && c.opts.waited && errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, ErrAttemptTimeout) {
+		err = &waitedOut{err}
+	}
+	return res, err
+}
+
+// waitedOut is the error of a probe that a call which waited for the
+// breaker ran out of time in: of class [resilience.ClassRejected] for the
+// breaker, and its cause for the caller.
+type waitedOut struct{ err error }
+
+func (w *waitedOut) Error() string                   { return w.err.Error() }
+func (w *waitedOut) Unwrap() error                   { return w.err }
+func (*waitedOut) ResilienceClass() resilience.Class { return resilience.ClassRejected }
 
 // waitOpen waits, within the budget, for the breaker that rejected a call
 // with err, and tries the call again; its attempts are paced.
@@ -198,15 +242,27 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 }
 
 // direct reports whether an attempt is the operation alone: no stage
-// inside the retry stage is set, neither a gate nor hedging, the tracer
-// (which need c.s) or the attempt timeout.
+// inside the retry stage does anything for it: no gate (noGate), neither
+// hedging nor the tracer (which need c.s), nor the attempt timeout.
 func (c *call[T]) direct() bool {
-	return c.s == nil && len(c.p.cfg.gates) == 0 && c.p.cfg.attemptTimeout <= 0
+	return c.s == nil && c.p.cfg.attemptTimeout <= 0 && c.noGate()
+}
+
+// noGate reports whether no gate admits the call's attempts: there is
+// none, or only WaitWhenOpen's pacer while it paces nothing (no call
+// waits, and this one did not), in which case a call that comes then
+// stays out of it to the end.
+func (c *call[T]) noGate() bool {
+	cfg := &c.p.cfg
+	return len(cfg.gates) == 0 || len(cfg.gates) == 1 && cfg.pacer != nil && !c.opts.waited && cfg.pacer.backlog.Load() == 0
 }
 
 // once runs the only attempt of a call that is not retried, and reports
 // it as the retry stage would.
 func (c *call[T]) once(ctx context.Context) (res T, err error) {
+	if ctx.Err() != nil { // out of time or canceled before anything was sent, as the retry stage checks
+		return res, c.p.outOfTime(ctx, 0, nil)
+	}
 	if c.direct() {
 		res, err = c.op(ctx)
 	} else {
@@ -227,34 +283,60 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 func (c *call[T]) hedge(ctx context.Context) (T, error) {
 	if h := c.p.cfg.hedge; h != nil && !c.probe && !c.opts.single && !c.opts.sequential {
 		if d, ok := h.After(); ok {
-			return newRace(c).run(ctx, d)
+			return newRace(c, ctx, d).run()
 		}
 	}
 	return c.attempt(ctx, false, nil)
 }
 
-// attempt sends one attempt if the gates admit it; sent, if not nil, is
-// called once they have, as it is sent. The gates learn how it ended.
-func (c *call[T]) attempt(ctx context.Context, hedge bool, sent func()) (res T, err error) {
-	gates := c.p.cfg.gates
-	if len(gates) == 0 && c.s == nil {
+// attempt sends one attempt if the gates admit it; r, if not nil, is the
+// race whose first attempt it is, armed once the gates have admitted it,
+// as it is sent. The gates learn how it ended.
+func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, err error) {
+	if c.s == nil && c.noGate() {
 		return c.timeout(ctx)
 	}
+	gates := c.p.cfg.gates
 	info := c.s.start(hedge)
 	held, refusal, err := acquire(ctx, gates, c.opts.waited)
+	if err == nil {
+		if err = c.reopened(); err != nil {
+			release(gates, held, context.Canceled) // not sent
+			refusal = resilience.EventRejected
+		}
+	}
 	if err != nil {
 		c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: info.Number, Err: err})
 		return res, err
 	}
-	if sent != nil {
-		sent()
+	if r != nil {
+		r.arm()
 	}
-	return c.sent(ctx, info, held)
+	return c.sent(ctx, info, held, r)
+}
+
+// reopened asks the breaker again once the gates have admitted an
+// attempt, which may have waited for a slot meanwhile: if it has opened
+// since it admitted the call (or, for a probe, opened again), the attempt
+// is not sent, and fails with its rejection, of class
+// [resilience.ClassRejected]: not retried, not counted, and, with
+// WaitWhenOpen, waited out again.
+func (c *call[T]) reopened() error {
+	if c.b == nil {
+		return nil
+	}
+	if c.probe && c.b.State() != resilience.StateOpen {
+		return nil
+	}
+	if err := c.b.Check(); err != nil {
+		return resilience.Rejected(err)
+	}
+	return nil
 }
 
 // sent runs an admitted attempt, with its span if the call is traced, and
 // gives its outcome to the gates, the tracer and the hedging policy.
-func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held tickets) (res T, err error) {
+func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held tickets, r *race[T]) (res T, err error) {
 	var end func(error)
 	if c.s != nil && c.s.trace != nil {
 		ctx, end = c.s.trace.StartAttempt(ctx, info)
@@ -274,6 +356,11 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	}()
 	res, err = c.timeout(ctx)
 	returned = true
+	if r != nil {
+		// Returned: from now on a hedge that ends cannot cut this attempt,
+		// whatever the gates and the tracer take to hear of it.
+		r.phase.CompareAndSwap(firstRunning, firstReturned)
+	}
 	if !start.IsZero() {
 		// Every attempt's latency, a loser's too: cut short by the
 		// winner, it is a lower bound, and without it the slow tail
@@ -302,12 +389,12 @@ func (c *call[T]) timeout(ctx context.Context) (T, error) {
 	if d <= 0 {
 		return c.op(ctx)
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, d, ErrAttemptTimeout)
+	lc := c.attemptCtx(ctx, d)
 	if c.k == nil {
-		defer cancel()
+		defer lc.end()
 	} else {
 		prev := c.k.attempt
-		c.k.attempt = cancel
+		c.k.attempt = lc.end
 		if prev != nil {
 			// The attempt before this one is over once this one has ended:
 			// until then op may still read what it left, such as an error
@@ -315,11 +402,27 @@ func (c *call[T]) timeout(ctx context.Context) (T, error) {
 			defer prev()
 		}
 	}
+	ctx = lc
 	res, err := c.op(ctx)
 	if err != nil {
 		err = timedOut(ctx, d, err)
 	}
 	return res, err
+}
+
+// attemptCtx returns ctx capped at the attempt timeout d: the context and
+// clock reading the budget left to the first attempt, or its own.
+func (c *call[T]) attemptCtx(ctx context.Context, d time.Duration) *lazyCtx {
+	lc, now := c.spare, c.now
+	c.spare, c.now = nil, time.Time{}
+	if lc == nil {
+		lc = new(lazyCtx)
+	}
+	if now.IsZero() {
+		now = time.Now()
+	}
+	lc.Context, lc.deadline, lc.cause = ctx, now.Add(d), ErrAttemptTimeout // zeroed memory, as above
+	return lc
 }
 
 // timedOut names the attempt timeout in err if it is what ended the
@@ -329,19 +432,19 @@ func timedOut(ctx context.Context, d time.Duration, err error) error {
 	if context.Cause(ctx) != ErrAttemptTimeout || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrAttemptTimeout) {
 		return err
 	}
-	return &attemptTimeoutError{d: d, err: err}
+	return &attemptTimeoutError{d: d, errs: [2]error{ErrAttemptTimeout, err}}
 }
 
 // attemptTimeoutError is an attempt cut short by the attempt timeout. It
 // matches ErrAttemptTimeout and whatever the operation returned
 // ([context.DeadlineExceeded]).
 type attemptTimeoutError struct {
-	d   time.Duration
-	err error
+	d    time.Duration
+	errs [2]error // ErrAttemptTimeout, then what the operation returned
 }
 
 func (e *attemptTimeoutError) Error() string {
-	return "attempt timeout (" + e.d.String() + ") exceeded: " + e.err.Error()
+	return "attempt timeout (" + e.d.String() + ") exceeded: " + e.errs[1].Error()
 }
 
-func (e *attemptTimeoutError) Unwrap() []error { return []error{ErrAttemptTimeout, e.err} }
+func (e *attemptTimeoutError) Unwrap() []error { return e.errs[:] } // no allocation per unwrap

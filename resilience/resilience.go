@@ -108,13 +108,25 @@ func Classify(err error) Class {
 	if err == nil {
 		return ClassSuccess
 	}
-	if c, ok := find[classer](err); ok {
-		return c.ResilienceClass()
+	if c, ok := ClassOf(err); ok {
+		return c
 	}
 	if errors.Is(err, context.Canceled) {
 		return ClassCanceled
 	}
 	return ClassTransient
+}
+
+// ClassOf returns the class that err, or the first error in its chain
+// with one, was given: by [Permanent], [Terminal] or [Rejected], or by a
+// method ResilienceClass() Class of its own; ok is false if none was, where
+// [Classify] falls back to [ClassCanceled] or [ClassTransient]. It
+// allocates nothing.
+func ClassOf(err error) (c Class, ok bool) {
+	if cl, ok := find[classer](err); ok {
+		return cl.ResilienceClass(), true
+	}
+	return 0, false
 }
 
 // find returns the first error in err's tree that is a T, depth first as

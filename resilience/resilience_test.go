@@ -113,3 +113,30 @@ func TestUnrepeatable(t *testing.T) {
 	assert.False(t, resilience.IsUnrepeatable(resilience.Terminal(errors.New("500"))))
 	assert.Nil(t, resilience.Unrepeatable(nil))
 }
+
+// TestClassOf: the class an error was given, if any, without allocating;
+// none for the ones Classify falls back on.
+func TestClassOf(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want resilience.Class
+		ok   bool
+	}{
+		{"nil", nil, 0, false},
+		{"plain", errBase, 0, false},
+		{"canceled", context.Canceled, 0, false},
+		{"rejected", resilience.Rejected(errBase), resilience.ClassRejected, true},
+		{"wrapped terminal", fmt.Errorf("x: %w", resilience.Terminal(errBase)), resilience.ClassTerminal, true},
+		{"in a join", errors.Join(errBase, resilience.Permanent(errBase)), resilience.ClassPermanent, true},
+		{"self-classed", selfClassed{}, resilience.ClassPermanent, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, ok := resilience.ClassOf(tt.err)
+			assert.Equal(t, tt.want, c)
+			assert.Equal(t, tt.ok, ok)
+			assert.Zero(t, testing.AllocsPerRun(10, func() { _, _ = resilience.ClassOf(tt.err) }))
+		})
+	}
+}

@@ -102,9 +102,14 @@ func (e *Error) Unwrap() []error {
 // breaker's), so that a loop stopped by a guard carries the same class as a
 // call the guard rejected up front; otherwise the class of the last error.
 func (e *Error) ResilienceClass() resilience.Class {
-	var own interface{ ResilienceClass() resilience.Class }
-	if errors.Is(e.Reason, context.Canceled) || errors.As(e.Reason, &own) || e.Last == nil {
+	if e.Last == nil && e.Attempts == 0 && errors.Is(e.Reason, context.DeadlineExceeded) {
+		return resilience.ClassRejected // out of time before anything was sent: not the dependency's doing
+	}
+	if errors.Is(e.Reason, context.Canceled) || e.Last == nil {
 		return resilience.Classify(e.Reason)
+	}
+	if c, ok := resilience.ClassOf(e.Reason); ok {
+		return c
 	}
 	return resilience.Classify(e.Last)
 }

@@ -68,12 +68,26 @@ const hedgeSuffix = "; hedge"
 
 // String returns the header value, "n/max", or "n/max; hedge".
 func (a Attempt) String() string {
+	if !a.Hedge && a.N >= 1 && a.N <= a.Max && a.Max < len(common) {
+		return common[a.Max][a.N]
+	}
 	s := strconv.Itoa(a.N) + "/" + strconv.Itoa(a.Max)
 	if a.Hedge {
 		s += hedgeSuffix
 	}
 	return s
 }
+
+// common holds the values of the attempts of most calls, "n/max" for
+// 1 <= n <= max <= 9, made once: [common][max][n].
+var common = func() (c [10][10]string) {
+	for m := 1; m < len(c); m++ {
+		for n := 1; n <= m; n++ {
+			c[m][n] = strconv.Itoa(n) + "/" + strconv.Itoa(m)
+		}
+	}
+	return c
+}()
 
 // ParseAttempt reads an [AttemptHeader] value: "n/max", both in ASCII
 // digits, with 1 <= n, and n <= max unless max is 0, followed by "; hedge"

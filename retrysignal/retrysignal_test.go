@@ -11,12 +11,17 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 	"github.com/resiliencekit/resiliencekit/retrysignal"
 )
+
+// TestMain checks that no test leaves a goroutine behind: some serve
+// over a real connection.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParseAttempt(t *testing.T) {
 	tests := []struct {

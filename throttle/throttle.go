@@ -10,8 +10,13 @@
 //
 //	max(0, (requests - K*accepts) / (requests + 1))
 //
-// So while the dependency accepts at least one attempt in K nothing is
-// refused; when it accepts fewer, the throttle sends it only about K times
+// An attempt counts as a request as it is sent, so that the throttle sees
+// the load as it goes out, not an attempt's duration later; the attempts
+// still out count among the accepts at the rate the dependency has been
+// accepting the answered ones (all of them while none has answered), so
+// that a burst to a healthy dependency is not taken for refusals, while
+// attempts piling up at one that has been failing are. So while the
+// dependency accepts at least one attempt in K nothing is refused; when it accepts fewer, the throttle sends it only about K times
 // what it has been accepting, and the rest fail at once with [ErrThrottled]
 // at no cost to the dependency. Refused attempts count as requests, so
 // the throttle lets more through as soon as accepts come back. K is 2 by
@@ -29,6 +34,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/internal/window"
@@ -49,6 +55,7 @@ type Throttle struct {
 	k                float64
 	clock            *window.Clock
 	requests, accept window.Ring
+	out              atomic.Int64 // admitted, not yet Done
 }
 
 // New returns a Throttle with K 2 over a window of 10 s, changed by opts.
@@ -116,6 +123,7 @@ func (t *Throttle) Admit() (Ticket, error) {
 		t.requests.Add(t.clock.Epoch()) // the clock was just read
 		return 0, ErrThrottled
 	}
+	t.out.Add(1)
 	return Ticket(t.clock.Tick(&t.requests)) + 1, nil
 }
 
@@ -129,6 +137,7 @@ func (t *Throttle) Done(tk Ticket, err error) {
 	if t == nil || tk == 0 {
 		return
 	}
+	t.out.Add(-1)
 	c := resilience.Classify(err)
 	switch {
 	case c == resilience.ClassCanceled || c == resilience.ClassRejected:
@@ -142,7 +151,8 @@ func (t *Throttle) Done(tk Ticket, err error) {
 
 // RejectProbability returns the probability that the throttle refuses an
 // attempt now: max(0, (requests - K*accepts) / (requests + 1)) over its
-// window. It is 0 for a nil *Throttle.
+// window, the attempts still out counted among the accepts at the rate of
+// the answered ones. It is 0 for a nil *Throttle.
 func (t *Throttle) RejectProbability() float64 {
 	if t == nil {
 		return 0
@@ -155,6 +165,11 @@ func (t *Throttle) RejectProbability() float64 {
 }
 
 func (t *Throttle) probability(e int64) float64 {
-	req := float64(t.requests.Sum(e))
-	return max(0, (req-t.k*float64(t.accept.Sum(e)))/(req+1))
+	req, acc := float64(t.requests.Sum(e)), float64(t.accept.Sum(e))
+	out := min(max(0, float64(t.out.Load())), req)
+	rate := 1.0 // the rate the dependency accepts at, of the answered attempts
+	if answered := req - out; answered > 0 {
+		rate = min(1, acc/answered)
+	}
+	return max(0, (req-t.k*(acc+out*rate))/(req+1))
 }

@@ -111,19 +111,40 @@ func TestCanceledAndRejectedAttemptsAreNotCounted(t *testing.T) {
 // TestRequestsCountAsTheyAreSent: attempts still in flight count, so that
 // the throttle sees a burst as it goes out, not an attempt's duration
 // later.
+// TestRequestsCountAsTheyAreSent: attempts out count at once, as
+// accepted at the rate the answered ones were: a burst to a dependency
+// that has been failing is throttled as it goes out, a burst to a healthy
+// one (or to one not heard from yet) is not.
 func TestRequestsCountAsTheyAreSent(t *testing.T) {
-	th := throttle.New()
-	var tickets []throttle.Ticket
-	for range 100 {
-		tk, err := th.Admit()
-		if err == nil {
-			tickets = append(tickets, tk)
+	burst := func(th *throttle.Throttle) (p float64) {
+		var tickets []throttle.Ticket
+		for range 100 {
+			if tk, err := th.Admit(); err == nil {
+				tickets = append(tickets, tk)
+			}
+		}
+		p = th.RejectProbability()
+		for _, tk := range tickets {
+			th.Done(tk, nil)
+		}
+		return p
+	}
+	assert.Zero(t, burst(throttle.New()), "nothing answered yet: a burst is no sign of refusals")
+
+	healthy := throttle.New()
+	for range 20 {
+		tk, _ := healthy.Admit()
+		healthy.Done(tk, nil)
+	}
+	assert.Zero(t, burst(healthy), "20 accepted of 20: the burst out is as good as accepted")
+
+	failing := throttle.New()
+	for range 20 {
+		if tk, err := failing.Admit(); err == nil {
+			failing.Done(tk, errOverloaded)
 		}
 	}
-	assert.Greater(t, th.RejectProbability(), 0.9, "100 requests out, none accepted yet")
-	for _, tk := range tickets {
-		th.Done(tk, nil)
-	}
+	assert.Greater(t, burst(failing), 0.9, "none accepted of those answered: the burst out counts against it as it goes")
 }
 
 func TestThrottleUnderManyGoroutines(t *testing.T) {

@@ -83,24 +83,19 @@ func (c chart) write(path string) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-// outageChart is the chart of the requests each strategy's backend
-// received per bucket, against the calls offered per bucket.
-func outageChart(results []outcome, clients int) chart {
-	c := chart{
-		title:     fmt.Sprintf("Backend requests per 100 ms, %d clients, outage %v to %v", clients, outageStart, outageEnd),
-		shadeFrom: outageStart, shadeTo: outageEnd, shadeLabel: "outage",
-		ref: float64(clients) * float64(bucket) / float64(time.Second), refLabel: "offered",
+// goodputChart is the chart of the goodput per bucket of each strategy
+// in one scenario, in percent, with its fault shaded.
+func goodputChart(sc *scenario, results []result) chart {
+	c := chart{title: fmt.Sprintf("%s: calls that succeeded per 100 ms (%% of those started)", sc.name), ref: 100, refLabel: "all calls"}
+	if sc.recovered > 0 {
+		c.shadeFrom, c.shadeTo, c.shadeLabel = sc.healthy[0].to, sc.recovered, "fault"
 	}
-	for _, o := range results {
-		c.lines = append(c.lines, line{o.name, floats(o.sent())})
+	for _, r := range results {
+		g := r.goodput()
+		for i := range g {
+			g[i] *= 100
+		}
+		c.lines = append(c.lines, line{r.strategy, g})
 	}
 	return c
-}
-
-func floats(s []int) []float64 {
-	f := make([]float64, len(s))
-	for i, v := range s {
-		f[i] = float64(v)
-	}
-	return f
 }

@@ -41,7 +41,7 @@ func layer(pkg string) (int, bool) {
 	case pkg == "pipeline":
 		return 3, true
 	case top == "httpclient", top == "idempotency", top == "deadline", top == "chaos", top == "slogevents", top == "retrysignal",
-		top == "redis", top == "sql", top == "otelevents", top == "grpc":
+		top == "redis", top == "sql", top == "otelevents", top == "grpc", top == "registry", top == "dashboard":
 		return 4, true
 	case top == "examples", top == "integration", top == "benchmarks", top == "internal":
 		return 5, true

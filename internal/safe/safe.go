@@ -59,14 +59,24 @@ func (s *Listener) OnEvent(e resilience.Event) {
 		e.Name = s.name
 	}
 	for _, l := range s.ls {
-		if !s.filtered || wants(l, e.Kind) {
-			deliver(l, e)
-		}
+		deliver(l, e, s.filtered)
 	}
 }
 
-func deliver(l resilience.Listener, e resilience.Event) {
-	defer recoverEvent("listener", e.Kind)
+// deliver passes e to l if l wants it (asked only if filtered); a panic in
+// l's Wants counts as no, and one in its OnEvent is logged: neither goes
+// further.
+func deliver(l resilience.Listener, e resilience.Event, filtered bool) {
+	what := "listener's Wants"
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic(what, e.Kind, r)
+		}
+	}()
+	if filtered && !resilience.Wants(l, e.Kind) {
+		return
+	}
+	what = "listener"
 	l.OnEvent(e)
 }
 
@@ -88,25 +98,28 @@ func (s *Listener) Wants(k resilience.EventKind) bool {
 }
 
 func wants(l resilience.Listener, k resilience.EventKind) (yes bool) {
-	defer recoverEvent("listener's Wants", k)
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic("listener's Wants", k, r)
+		}
+	}()
 	return resilience.Wants(l, k)
 }
 
-// Emit passes e on if s wants it; a nil s does nothing.
+// Emit passes e to the listeners that want it; a nil s does nothing. Each
+// is asked once: an event already built needs no check before.
 func (s *Listener) Emit(e resilience.Event) {
-	if s.Wants(e.Kind) {
+	if s != nil {
 		s.OnEvent(e)
 	}
 }
 
-// recoverEvent logs a recovered panic with slog's default logger: the one
+// logPanic logs a recovered panic with slog's default logger: the one
 // place such a panic can go without changing the call it happened in. It
 // takes the kind, not its name, so that a call without a panic pays for no
 // string.
-func recoverEvent(what string, k resilience.EventKind) {
-	if r := recover(); r != nil {
-		slog.Error("resiliencekit: a "+what+" panicked; the call goes on as if it had not", "event", k.String(), "panic", r)
-	}
+func logPanic(what string, k resilience.EventKind, r any) {
+	slog.Error("resiliencekit: a "+what+" panicked; the call goes on as if it had not", "event", k.String(), "panic", r)
 }
 
 // Without returns s less the listeners that o passes events to, or nil if
@@ -186,9 +199,7 @@ func Fan(e resilience.Event, ls ...resilience.Listener) {
 				continue
 			}
 			seen = append(seen, m)
-			if wants(m, e.Kind) {
-				deliver(m, e)
-			}
+			deliver(m, e, true)
 		}
 	}
 }

@@ -23,7 +23,11 @@
 // open or half-open, as opened as long ago as that replica has known it,
 // if the replica's store confirmed it recently, closed otherwise, under a
 // generation never used before (the server's time in ms, or past the
-// replica's); its counts start afresh. Read tells
+// replica's); its counts start afresh. A server that went back in time
+// (restarted from an older snapshot) is told so by a replica that reports
+// a newer generation than the one it holds, and starts a new generation
+// likewise; every new generation is at least the server's time in ms, so
+// none is used twice. Read tells
 // the fleet's state and totals, for dashboards and tests.
 //
 // A breaker's keys are hashed to one slot (its name in braces), so the
@@ -37,9 +41,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,13 +64,35 @@ type Store struct {
 // New returns a Store keeping its keys in c under prefix ("breaker:" if
 // empty). c must have ContextTimeoutEnabled, so that a flush's time bound
 // holds against a frozen server; New panics otherwise.
+//
+// A *redis.ClusterClient learns the slot map again after a failover by
+// asking the nodes with no deadline but its ReadTimeout (3 s by default),
+// a frozen master (SIGSTOP, a stalled VM) among them: sharing comes back
+// up to that long after the failover instead of within a flush or two
+// (4-5.6 s measured with the default, 0.04-0.26 s with 300 ms). Give a
+// cluster client a ReadTimeout of at most [ClusterReadTimeout]; New logs
+// a warning (slog) for one with more.
 func New(c redis.UniversalClient, prefix string) *Store {
 	timeouts.Check("breakerstore.New", c)
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		if rt := cc.Options().ReadTimeout; rt <= 0 || rt > ClusterReadTimeout { // -1: none
+			if rt == 0 {
+				rt = 3 * time.Second // go-redis's default
+			}
+			slog.Warn("breakerstore: a cluster client's ReadTimeout is longer than breakerstore.ClusterReadTimeout: after a failover of a frozen master, the breakers share again only that long after",
+				"read_timeout", rt.String(), "advised", ClusterReadTimeout.String())
+		}
+	}
 	if prefix == "" {
 		prefix = "breaker:"
 	}
 	return &Store{c: c, prefix: prefix}
 }
+
+// ClusterReadTimeout is the longest ReadTimeout of a cluster client with
+// which the replicas share again within a second of a failover, the
+// failed master frozen rather than gone (see [New]).
+const ClusterReadTimeout = 500 * time.Millisecond
 
 // syncScript: KEYS[1] is the breaker's key prefix. ARGV: batch, requests,
 // failures, probe successes, probe failures, the generation and state the
@@ -74,7 +102,8 @@ func New(c redis.UniversalClient, prefix string) *Store {
 // (0/1: counts made before the replica heard any), own breaker half-open
 // (0/1), flush interval ms, the replica's id, a probe grant held unused
 // (0/1), how long the replica has known the fleet not closed (ms). It
-// returns {state, generation, probe granted (this replica holds one)}.
+// returns {state, generation, probe granted (this replica holds one), the
+// version of the mode set fleet-wide (Force)}.
 var syncScript = redis.NewScript(`
 local k = KEYS[1]
 local batch = ARGV[1]
@@ -89,6 +118,7 @@ local unknown = ARGV[17] == "1" -- the replica had heard no generation: its coun
 local ownhalf, flushms = ARGV[18] == "1", tonumber(ARGV[19])
 local replica, held, openedfor = ARGV[20], ARGV[21] == "1", tonumber(ARGV[22])
 local keep = 86400000 -- an open fleet stays so until probes close it (a day at most, if nobody asks)
+local forcev = tonumber(redis.call("GET", k .. ":forcev") or "0") -- the version of a mode set fleet-wide (Force)
 
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -102,7 +132,16 @@ local opened = redis.call("GET", k .. ":open")
 -- recently), as opened as long ago as the replica has known it, under a
 -- generation never used before: a replica cut off before brings back
 -- counts of a generation that is not current.
-if not gen then
+-- A store that went back in time (restarted from an older snapshot, or a
+-- failover that lost the last writes) holds a generation older than a
+-- replica's: lost state too, so that counts of the generation it went back
+-- to, from replicas cut off since, are not taken as current.
+local rolledback = gen and not unknown and tonumber(pgen) > tonumber(gen)
+if rolledback then
+	redis.call("DEL", k .. ":open")
+	opened = false
+end
+if not gen or rolledback then
 	gen = string.format("%d", math.max(now, tonumber(pgen) + 1))
 	redis.call("SET", k .. ":gen", gen)
 	if pstate ~= 0 then
@@ -121,7 +160,7 @@ end
 
 local function open()
 	opened = tostring(now)
-	gen = string.format("%d", tonumber(gen) + 1)
+	gen = string.format("%d", math.max(tonumber(gen) + 1, now))
 	redis.call("SET", k .. ":open", opened, "PX", keep)
 	clear(gen, 2)
 end
@@ -147,7 +186,7 @@ if fresh and opened and now >= tonumber(opened) + opent then
 		if ok >= halfopen then
 			redis.call("DEL", k .. ":open")
 			opened = false
-			gen = string.format("%d", tonumber(gen) + 1)
+			gen = string.format("%d", math.max(tonumber(gen) + 1, now))
 			clear(gen, 0)
 		end
 	end
@@ -173,14 +212,14 @@ if not opened then
 end
 
 if not opened then
-	return {0, tonumber(gen), 0}
+	return {0, tonumber(gen), 0, forcev}
 end
 local eager = k .. ":eager:" .. gen
 if now < tonumber(opened) + opent then
 	if want and not ownhalf then
 		redis.call("SET", eager, 1, "PX", 2 * flushms)
 	end
-	return {2, tonumber(gen), 0}
+	return {2, tonumber(gen), 0, forcev}
 end
 -- Half-open: grants of probes, one per replica at most, replica -> when
 -- it expires; with the probes that succeeded, at most halfopen at once.
@@ -230,7 +269,7 @@ end
 if granted == 1 then
 	redis.call("PEXPIRE", grants, probet + 3 * flushms)
 end
-return {1, tonumber(gen), granted}
+return {1, tonumber(gen), granted, forcev}
 `)
 
 // states are the fleet's states by their number in the scripts.
@@ -256,10 +295,10 @@ func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker
 		s.reload(err)
 		return breaker.Fleet{}, err
 	}
-	if len(res) != 3 || res[0] < 0 || res[0] > 2 {
+	if len(res) != 4 || res[0] < 0 || res[0] > 2 {
 		return breaker.Fleet{}, fmt.Errorf("breakerstore: the script answered %v", res)
 	}
-	return breaker.Fleet{State: states[res[0]], Generation: uint64(res[1]), ProbeGranted: res[2] == 1}, nil
+	return breaker.Fleet{State: states[res[0]], Generation: uint64(res[1]), ProbeGranted: res[2] == 1, ForceVersion: uint64(res[3])}, nil
 }
 
 // Watch implements breaker.SharedWatcher: it calls changed with the new
@@ -268,11 +307,52 @@ func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker
 // The change travels as data: a replica whose round trip is too slow for
 // its flushes still learns it.
 func (s *Store) Watch(ctx context.Context, name string, changed func(breaker.Fleet)) error {
-	ps := s.c.Subscribe(ctx, s.key(name)+":changes")
-	defer ps.Close()
+	ps := s.c.Subscribe(ctx) // no channel yet: no connection
+	// go-redis heeds a context's deadline, not its cancellation: a new
+	// connection's handshake waits for a server that does not answer (a
+	// frozen node) as long as the client's read timeout. It is made apart,
+	// so that Watch, and the breaker's Close, end with ctx; a subscription
+	// made after that is closed at once.
+	made := make(chan error, 1)
+	go func() { made <- ps.Subscribe(ctx, s.key(name)+":changes") }()
+	select {
+	case <-ctx.Done():
+		go func() { <-made; _ = ps.Close() }()
+		return ctx.Err()
+	case err := <-made:
+		if err != nil {
+			_ = ps.Close()
+			s.reload(err)
+			return err
+		}
+	}
+	// The receiving runs apart too: go-redis reconnects inside
+	// ReceiveTimeout, under the PubSub's lock, after a broken connection,
+	// and heeds neither ctx's cancellation nor Close meanwhile: a dial
+	// bounded by the client's DialTimeout, then a handshake with a silent
+	// server bounded by its ReadTimeout. Watch returns with ctx; the
+	// receiver ends at most that long after (Close takes the lock once
+	// the reconnection is over, and the read on the new connection fails
+	// at once), and closes the subscription.
+	ended := make(chan error, 1)
+	go func() {
+		defer ps.Close()
+		ended <- s.receive(ctx, ps, changed)
+	}()
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() }) // a blocked read ends with ctx
 	defer stop()
-	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-ended:
+		return err
+	}
+}
+
+// receive takes the subscription's confirmation, then the changes, until
+// ctx is done or the subscription fails.
+func (s *Store) receive(ctx context.Context, ps *redis.PubSub, changed func(breaker.Fleet)) error {
+	if _, err := ps.ReceiveTimeout(ctx, 2*pingEvery()); err != nil { // the subscription's confirmation, on a link that answers
 		s.reload(err)
 		return err
 	}
@@ -280,23 +360,34 @@ func (s *Store) Watch(ctx context.Context, name string, changed func(breaker.Fle
 	// itself, to a node that a failover removed as often as not: a failure
 	// ends Watch, the breaker watches again, and a cluster client learns
 	// the slots again first.
+	// A silent link (a partition, a proxy that drops the traffic but keeps
+	// the connection, a frozen node) shows as a ping not answered within
+	// one more period: Watch ends, and the breaker subscribes again.
+	pinged := false // a ping not answered yet
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, watchPing)
+		msg, err := ps.ReceiveTimeout(ctx, pingEvery())
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
+			if pinged { // a link that went silent: no answer to the last ping
+				err := errors.New("breakerstore: no answer to a ping on the subscription")
+				s.reload(err)
+				return err
+			}
 			if err := ps.Ping(ctx); err != nil { // the link still there?
 				s.reload(err)
 				return err
 			}
+			pinged = true
 			continue
 		}
 		if err != nil {
 			s.reload(err)
 			return err
 		}
+		pinged = false
 		if m, ok := msg.(*redis.Message); ok {
 			if f, ok := parseChange(m.Payload); ok {
 				changed(f)
@@ -305,8 +396,18 @@ func (s *Store) Watch(ctx context.Context, name string, changed func(breaker.Fle
 	}
 }
 
-// watchPing is how long Watch waits for a message before it pings.
+// watchPing is how long Watch waits for a message before it pings, and
+// then for the answer; pingPeriod, if set, replaces it (tests).
 const watchPing = 5 * time.Second
+
+var pingPeriod atomic.Int64
+
+func pingEvery() time.Duration {
+	if d := pingPeriod.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return watchPing
+}
 
 // parseChange reads a published change: "generation state", the state 0
 // (closed) or 2 (open).
@@ -366,6 +467,47 @@ func (s *Store) Read(ctx context.Context, name string, p breaker.FleetPolicy) (b
 		return breaker.FleetStatus{}, fmt.Errorf("breakerstore: the script answered %v", res)
 	}
 	return breaker.FleetStatus{State: states[res[0]], Generation: uint64(res[1]), Requests: uint64(res[2]), Failures: uint64(res[3])}, nil
+}
+
+// forceScript: KEYS[1] is the breaker's key prefix, ARGV[1] the mode as
+// "mode at-ms by". It keeps the mode and moves its version on, which the
+// next answer to every replica's Sync carries.
+var forceScript = redis.NewScript(`
+redis.call("SET", KEYS[1] .. ":force", ARGV[1])
+return redis.call("INCR", KEYS[1] .. ":forcev")
+`)
+
+// Force implements breaker.SharedForcer: it keeps f as the fleet's mode of
+// the breaker called name (for ever: a forced mode lasts until someone
+// changes it), and every replica takes it at its next flush.
+func (s *Store) Force(ctx context.Context, name string, f breaker.Forcing) error {
+	v := strconv.Itoa(int(f.Mode)) + " " + strconv.FormatInt(f.At.UnixMilli(), 10) + " " + f.By
+	if err := forceScript.Run(ctx, s.c, []string{s.key(name)}, v).Err(); err != nil {
+		s.reload(err)
+		return err
+	}
+	return nil
+}
+
+// Forced implements breaker.SharedForcer: the fleet's mode of the breaker
+// called name, the zero Forcing if none was set.
+func (s *Store) Forced(ctx context.Context, name string) (breaker.Forcing, error) {
+	v, err := s.c.Get(ctx, s.key(name)+":force").Result()
+	if errors.Is(err, redis.Nil) {
+		return breaker.Forcing{}, nil
+	}
+	if err != nil {
+		s.reload(err)
+		return breaker.Forcing{}, err
+	}
+	m, rest, _ := strings.Cut(v, " ")
+	at, by, _ := strings.Cut(rest, " ")
+	mode, err1 := strconv.Atoi(m)
+	ms, err2 := strconv.ParseInt(at, 10, 64)
+	if err1 != nil || err2 != nil || mode < 0 || mode > int(breaker.Disabled) {
+		return breaker.Forcing{}, fmt.Errorf("breakerstore: a forced mode of %q", v)
+	}
+	return breaker.Forcing{Mode: breaker.Mode(mode), By: by, At: time.UnixMilli(ms)}, nil
 }
 
 // reload makes a cluster client learn the cluster's slots again after a

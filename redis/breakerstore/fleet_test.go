@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -40,7 +41,8 @@ const (
 
 // replicaConfig is one replica process's.
 type replicaConfig struct {
-	Addrs       []string // Redis: one server, or a cluster's nodes
+	Addrs       []string          // Redis: one server, or a cluster's nodes
+	Via         map[string]string // a server's address -> the proxy to dial instead (links)
 	Name        string
 	Dependency  string  // URL
 	Consecutive int     // ConsecutiveFailures; -1: the default
@@ -65,7 +67,8 @@ func (c replicaConfig) options(store breaker.SharedStore) []breaker.Option {
 // it as a replica process. It reads commands on stdin: "run" (call the
 // dependency in a loop), "stop" (end the loop; answers STOPPED), "calls N"
 // (N calls; answers DONE ok failed rejected), "quit" (Close, then print the
-// outcomes by time: B bin ok failed rejected; CLOSE ns error).
+// outcomes by time: B bin ok failed rejected; CLOSE ns lag error, lag
+// being how far the process fell behind its clock during Close).
 func TestFleetReplica(t *testing.T) {
 	js := os.Getenv(envFleetConfig)
 	if js == "" {
@@ -73,11 +76,23 @@ func TestFleetReplica(t *testing.T) {
 	}
 	var cfg replicaConfig
 	require.NoError(t, json.Unmarshal([]byte(js), &cfg))
+	// Every connection to a server with a proxy in cfg.Via goes through it:
+	// a cluster client dials the nodes it learns of by their addresses.
+	var dial func(ctx context.Context, network, addr string) (net.Conn, error) // go-redis's own if nil
+	if len(cfg.Via) > 0 {
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if p, ok := cfg.Via[addr]; ok {
+				addr = p
+			}
+			return (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 5 * time.Minute}).DialContext(ctx, network, addr)
+		}
+	}
 	var c redis.UniversalClient
 	if len(cfg.Addrs) == 1 {
-		c = redis.NewClient(&redis.Options{Addr: cfg.Addrs[0], ContextTimeoutEnabled: true, MaxRetries: -1})
+		c = redis.NewClient(&redis.Options{Addr: cfg.Addrs[0], ContextTimeoutEnabled: true, MaxRetries: -1, Dialer: dial})
 	} else {
-		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1})
+		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Addrs, ContextTimeoutEnabled: true, MaxRetries: -1, Dialer: dial,
+			ReadTimeout: breakerstore.ClusterReadTimeout}) // the slot map learned again soon after a failover
 	}
 	defer c.Close()
 	var outMu sync.Mutex // stdout's lines whole
@@ -177,18 +192,50 @@ func TestFleetReplica(t *testing.T) {
 		case "quit":
 			stop.Store(true)
 			running.Wait()
+			lag := lagMeter()
 			start := time.Now()
 			err := b.Close()
 			took := time.Since(start)
+			behind := lag()
 			mu.Lock()
 			for k, v := range bins {
 				say("B %d %d %d %d", k, v[0], v[1], v[2])
 			}
 			mu.Unlock()
 			say("MAX %d %d", slowest.Load(), slowestOwn.Load())
-			say("CLOSE %d %v", took.Nanoseconds(), err)
+			say("CLOSE %d %d %v", took.Nanoseconds(), behind.Nanoseconds(), err)
 			return
 		}
+	}
+}
+
+// lagMeter starts measuring how far this process falls behind its clock:
+// a goroutine sleeps 2 ms at a time and notes how much longer each sleep
+// took. The function it returns stops it and tells the most. A timing
+// measured while the process fell behind says nothing about the code.
+func lagMeter() func() time.Duration {
+	const step = 2 * time.Millisecond
+	stop, done := make(chan struct{}), make(chan struct{})
+	var most time.Duration
+	go func() {
+		defer close(done)
+		last := time.Now()
+		for {
+			select {
+			case <-stop:
+				most = max(most, time.Since(last)-step)
+				return
+			case <-time.After(step):
+			}
+			now := time.Now()
+			most = max(most, now.Sub(last)-step)
+			last = now
+		}
+	}()
+	return func() time.Duration {
+		close(stop)
+		<-done
+		return max(most, 0)
 	}
 }
 
@@ -200,6 +247,7 @@ type replica struct {
 	lines   chan string
 	bins    map[int64][3]int // after quit
 	close   time.Duration    // Close's, after quit
+	lag     time.Duration    // how far the process fell behind its clock during Close
 	slowest time.Duration    // the longest call, after quit
 	own     time.Duration    // the longest time a call spent in the breaker, after quit
 	events  []event          // of its shared state, after quit
@@ -285,8 +333,10 @@ func (r *replica) quit() {
 			continue
 		}
 		if rest, ok := strings.CutPrefix(l, "CLOSE "); ok {
-			ns, _ := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
-			r.close = time.Duration(ns)
+			f := strings.Fields(rest)
+			ns, _ := strconv.ParseInt(f[0], 10, 64)
+			lag, _ := strconv.ParseInt(f[1], 10, 64)
+			r.close, r.lag = time.Duration(ns), time.Duration(lag)
 			return
 		}
 	}
@@ -296,6 +346,24 @@ func (r *replica) quit() {
 type event struct {
 	at   time.Time
 	kind string
+}
+
+// sharing returns, from the replica's events at or after from, whether it
+// lost its store (EventSharedStateUnavailable) and when it first shared
+// again (EventSharedStateRestored; zero if never).
+func (r *replica) sharing(from time.Time) (lost bool, back time.Time) {
+	for _, e := range r.events {
+		if e.at.Before(from) {
+			continue
+		}
+		if e.kind == resilience.EventSharedStateUnavailable.String() {
+			lost = true
+		}
+		if e.kind == resilience.EventSharedStateRestored.String() && back.IsZero() {
+			back = e.at
+		}
+	}
+	return lost, back
 }
 
 // first returns when the replica first had an outcome of kind k (0 ok, 1
@@ -427,6 +495,18 @@ func (w *watcher) next(st resilience.State, from time.Time, d time.Duration) (ch
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// last returns the last change to st before before.
+func (w *watcher) last(st resilience.State, before time.Time) (change, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.changes) - 1; i >= 0; i-- {
+		if c := w.changes[i]; c.State == st && c.at.Before(before) {
+			return c, true
+		}
+	}
+	return change{}, false
 }
 
 // since returns the changes after from.

@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/resiliencekit/resiliencekit/redis/breakerstore"
-	"github.com/resiliencekit/resiliencekit/redis/redistest"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -22,7 +20,8 @@ import (
 const (
 	fleetOpen  = time.Second
 	fleetFlush = 100 * time.Millisecond
-	binSlack   = 2 * binWidth // a bin's width, each end
+	binSlack   = 2 * binWidth          // a bin's width, each end
+	closeSlack = 50 * time.Millisecond // a replica's scheduling, beyond Close's 2 flush intervals
 )
 
 // defaultReplica is a replica with the default options, and a failure
@@ -44,6 +43,26 @@ func rounds() int {
 	return 2
 }
 
+// startFleet sets up a fleet test on tp: a dependency, a breaker name of
+// the test's own, a watcher of the fleet's changes, and 3 replica
+// processes of defaultReplica (each changed by tune, if not nil, by its
+// index) calling the dependency in a loop.
+func startFleet(t *testing.T, tp *topology, tune func(i int, cfg *replicaConfig)) (*dependency, string, *watcher, []*replica) {
+	dep, name := newDependency(t), tp.name(t)
+	w := watchFleet(t, tp.store(), name)
+	var rs []*replica
+	for i := range 3 {
+		cfg := defaultReplica(tp.addrs, name, dep.srv.URL)
+		if tune != nil {
+			tune(i, &cfg)
+		}
+		r := startReplica(t, cfg)
+		r.send("run")
+		rs = append(rs, r)
+	}
+	return dep, name, w, rs
+}
+
 // TestFleetRecoversWithDefaultOptions: 3 replica processes with the
 // default options (ConsecutiveFailures(5) beside the failure rate), an
 // outage of 3 s that opens the fleet (and every replica's own breaker),
@@ -53,21 +72,16 @@ func rounds() int {
 // default; 10 for the figures of docs/shared-breaker.md).
 func TestFleetRecoversWithDefaultOptions(t *testing.T) {
 	skipUnlessProcesses(t)
-	srv := redistest.Start(t)
-	dep := newDependency(t)
-	name := fleetName(t)
-	store := breakerstore.New(srv.Client(), "fleet:")
-	w := watchFleet(t, store, name)
-	var rs []*replica
-	for range 3 {
-		r := startReplica(t, defaultReplica([]string{srv.Addr()}, name, dep.srv.URL))
-		r.send("run")
-		rs = append(rs, r)
-	}
+	fleetRecovers(t, serverTopology(t))
+}
+
+// fleetRecovers runs TestFleetRecoversWithDefaultOptions on tp.
+func fleetRecovers(t *testing.T, tp *topology) {
+	dep, _, w, rs := startFleet(t, tp, nil)
 	time.Sleep(300 * time.Millisecond)
 	type round struct {
-		healthy, closed time.Time
-		probes          int64
+		healthy, halfOpen, closed time.Time
+		probes                    int64
 	}
 	var done []round
 	for i := range rounds() {
@@ -81,8 +95,11 @@ func TestFleetRecoversWithDefaultOptions(t *testing.T) {
 		healthy := time.Now()
 		c, ok := w.next(resilience.StateClosed, healthy, 3*time.Second)
 		require.True(t, ok, "round %d: the fleet closed", i)
+		// The opening that the recovery closed: the fleet was half-open
+		// OpenTimeout after it (as heard, a one-way trip after the store).
+		o, _ := w.last(resilience.StateOpen, c.at)
 		time.Sleep(300 * time.Millisecond) // serving
-		done = append(done, round{healthy, c.at, dep.probes.Load()})
+		done = append(done, round{healthy, o.at.Add(fleetOpen), c.at, dep.probes.Load()})
 	}
 	for _, r := range rs {
 		r.quit()
@@ -94,8 +111,9 @@ func TestFleetRecoversWithDefaultOptions(t *testing.T) {
 			require.True(t, ok, "round %d: a replica never served", i)
 			serving = append(serving, d)
 		}
-		t.Logf("round %d: fleet closed %v after the dependency was healthy, replicas serving after %v, %d probes",
-			i, rd.closed.Sub(rd.healthy).Round(time.Millisecond), serving, rd.probes)
+		t.Logf("round %d: fleet closed %v after the dependency was healthy (half-open %v after it, closed %v after that), replicas serving after %v, %d probes",
+			i, rd.closed.Sub(rd.healthy).Round(time.Millisecond), rd.halfOpen.Sub(rd.healthy).Round(time.Millisecond),
+			rd.closed.Sub(rd.halfOpen).Round(time.Millisecond), serving, rd.probes)
 		assert.LessOrEqual(t, rd.closed.Sub(rd.healthy), fleetOpen+2*fleetFlush, "round %d: closed in time", i)
 		for _, d := range serving {
 			assert.LessOrEqual(t, d, fleetOpen+2*fleetFlush+binSlack, "round %d: serving in time", i)
@@ -110,42 +128,39 @@ func TestFleetRecoversWithDefaultOptions(t *testing.T) {
 // still down; and Close takes at most two flush intervals.
 func TestFleetRedisGoneWhileOpen(t *testing.T) {
 	skipUnlessProcesses(t)
-	for _, how := range []string{"killed", "frozen"} {
-		t.Run(how, func(t *testing.T) {
-			srv := redistest.Start(t)
-			dep := newDependency(t)
-			name := fleetName(t)
-			w := watchFleet(t, breakerstore.New(srv.Client(), "fleet:"), name)
-			var rs []*replica
-			for range 3 {
-				r := startReplica(t, defaultReplica([]string{srv.Addr()}, name, dep.srv.URL))
-				r.send("run")
-				rs = append(rs, r)
-			}
-			time.Sleep(200 * time.Millisecond)
-			dep.down.Store(true)
-			start := time.Now()
-			_, ok := w.next(resilience.StateOpen, start, 3*time.Second)
-			require.True(t, ok, "the fleet opened")
-			if how == "killed" {
-				srv.Kill()
-			} else {
-				srv.Freeze()
-				defer srv.Thaw()
-			}
-			dep.down.Store(false)
-			healthy := time.Now()
-			time.Sleep(fleetOpen + 5*fleetFlush)
-			for i, r := range rs {
-				r.quit()
-				d, ok := r.first(0, healthy)
-				require.True(t, ok, "replica %d never served", i)
-				t.Logf("replica %d: first success %v after Redis went and the dependency recovered; Close took %v", i, d, r.close)
-				assert.LessOrEqual(t, d, fleetOpen+2*fleetFlush+binSlack)
-				assert.LessOrEqual(t, r.close, 2*fleetFlush+50*time.Millisecond, "Close is bounded")
-			}
-		})
+	for _, how := range goneWays {
+		t.Run(how, func(t *testing.T) { fleetRedisGone(t, serverTopology(t), how) })
 	}
+}
+
+// fleetRedisGone runs TestFleetRedisGoneWhileOpen on tp, Redis gone how.
+func fleetRedisGone(t *testing.T, tp *topology, how string) {
+	dep, name, w, rs := startFleet(t, tp, nil)
+	time.Sleep(200 * time.Millisecond)
+	dep.down.Store(true)
+	start := time.Now()
+	_, ok := w.next(resilience.StateOpen, start, 3*time.Second)
+	require.True(t, ok, "the fleet opened")
+	went := time.Now()
+	back := tp.gone(t, name, how)
+	dep.down.Store(false)
+	healthy := time.Now()
+	time.Sleep(fleetOpen + 5*fleetFlush)
+	for i, r := range rs {
+		r.quit()
+		d, ok := r.first(0, healthy)
+		require.True(t, ok, "replica %d never served", i)
+		lost, restored := r.sharing(went)
+		t.Logf("replica %d: first success %v after Redis went and the dependency recovered; Close took %v", i, d, r.close)
+		assert.True(t, lost && restored.IsZero(), "replica %d: Redis was gone all along", i)
+		assert.LessOrEqual(t, d, fleetOpen+2*fleetFlush+binSlack)
+		if r.lag > closeSlack {
+			t.Logf("replica %d fell behind its clock by %v during Close: its time says nothing", i, r.lag)
+		} else {
+			assert.LessOrEqual(t, r.close, 2*fleetFlush+closeSlack, "Close is bounded")
+		}
+	}
+	back()
 }
 
 // TestFleetCutOffReplicaDoesNotReopen: a replica cut off from Redis
@@ -155,28 +170,28 @@ func TestFleetRedisGoneWhileOpen(t *testing.T) {
 // the calls made in its generation.
 func TestFleetCutOffReplicaDoesNotReopen(t *testing.T) {
 	skipUnlessProcesses(t)
-	srv := redistest.Start(t)
-	dep := newDependency(t)
-	name := fleetName(t)
-	store := breakerstore.New(srv.Client(), "fleet:")
-	w := watchFleet(t, store, name)
-	link := redistest.NewProxy(t, srv.Addr())
-	var rs []*replica
-	for i := range 3 {
-		addr := srv.Addr()
+	fleetCutOff(t, serverTopology(t))
+}
+
+// fleetCutOff runs TestFleetCutOffReplicaDoesNotReopen on tp.
+func fleetCutOff(t *testing.T, tp *topology) {
+	link := tp.links(t)
+	dep, name, w, rs := startFleet(t, tp, func(i int, cfg *replicaConfig) {
 		if i == 2 {
-			addr = link.Addr()
+			cfg.Via = link.via
 		}
-		cfg := defaultReplica([]string{addr}, name, dep.srv.URL)
 		cfg.Consecutive = 0 // the failure rate alone: the cut-off replica piles up failures
 		cfg.Min, cfg.WindowMS = 20, 10000
-		r := startReplica(t, cfg)
-		r.send("run")
-		rs = append(rs, r)
-	}
+	})
+	store := tp.store()
 	cut := rs[2]
+	// Every replica has reached the store, and heard the fleet's
+	// generation: the counts of one that never had are the current
+	// generation's, wherever it is when they arrive.
+	require.Eventually(t, func() bool { return tp.sharing(name) == 3 }, 10*time.Second, 10*time.Millisecond, "every replica shares")
 	time.Sleep(300 * time.Millisecond)
 	link.Cut()
+	cutAt := time.Now()
 	dep.down.Store(true)
 	outage := time.Now()
 	_, ok := w.next(resilience.StateOpen, outage, 3*time.Second)
@@ -219,6 +234,9 @@ func TestFleetCutOffReplicaDoesNotReopen(t *testing.T) {
 	}
 	t.Logf("fleet closed %v after the dependency was healthy; link healed %v after; changes of state since: %v; rejections by the healthy replicas since: %v; the cut-off replica's first success after the recovery: %v; totals %+v then %+v",
 		c.at.Sub(healthy).Round(time.Millisecond), healed.Sub(c.at).Round(time.Millisecond), reopened, rejected, firstOf(cut, healthy), before, after)
+	lost, back := cut.sharing(cutAt)
+	assert.True(t, lost, "the replica was cut off from Redis")
+	assert.True(t, back.After(healed), "the replica shared again once its link was back")
 	assert.Empty(t, reopened, "the fleet did not reopen")
 	assert.Equal(t, []int{0, 0}, rejected)
 	assert.Equal(t, resilience.StateClosed, after.State)
@@ -259,25 +277,13 @@ func scriptCalls(t *testing.T, c *redis.Client) int64 {
 // interval, plus 10%.
 func TestFleetFlushRateWhileHalfOpen(t *testing.T) {
 	skipUnlessProcesses(t)
-	srv := redistest.Start(t)
-	c := srv.Client()
-	flushRateWhileHalfOpen(t, []string{srv.Addr()}, breakerstore.New(c, "fleet:"), func() int64 { return scriptCalls(t, c) })
+	fleetFlushRate(t, serverTopology(t))
 }
 
-// flushRateWhileHalfOpen runs TestFleetFlushRateWhileHalfOpen on the
-// servers at addrs; scripts says how many scripts they have run.
-func flushRateWhileHalfOpen(t *testing.T, addrs []string, store *breakerstore.Store, scripts func() int64) {
-	dep := newDependency(t)
-	name := fleetName(t)
-	w := watchFleet(t, store, name)
-	var rs []*replica
-	for range 3 {
-		cfg := defaultReplica(addrs, name, dep.srv.URL)
-		cfg.PauseUS = 200 // busy
-		r := startReplica(t, cfg)
-		r.send("run")
-		rs = append(rs, r)
-	}
+// fleetFlushRate runs TestFleetFlushRateWhileHalfOpen on tp: the scripts
+// of all its live servers.
+func fleetFlushRate(t *testing.T, tp *topology) {
+	dep, _, w, rs := startFleet(t, tp, func(_ int, cfg *replicaConfig) { cfg.PauseUS = 200 }) // busy
 	time.Sleep(200 * time.Millisecond)
 	dep.down.Store(true)
 	start := time.Now()
@@ -286,9 +292,19 @@ func flushRateWhileHalfOpen(t *testing.T, addrs []string, store *breakerstore.St
 	dep.hung.Store(true) // the probe hangs
 	dep.down.Store(false)
 	time.Sleep(fleetOpen + 5*fleetFlush) // half-open, the probe running
-	before, from := scripts(), time.Now()
-	time.Sleep(time.Second)
-	calls, took := scripts()-before, time.Since(from)
+	// Each server's count over its own window: reading several nodes one
+	// after the other takes time on a loaded machine. Two seconds: in one,
+	// the ticks of 3 replicas alone make 30 to 33 flushes, by their phase.
+	before := tp.scripts(t)
+	time.Sleep(2 * time.Second)
+	after := tp.scripts(t)
+	var calls int
+	var perSecond float64
+	for i := range after {
+		calls += int(after[i].n - before[i].n)
+		perSecond += float64(after[i].n-before[i].n) / after[i].at.Sub(before[i].at).Seconds()
+	}
+	from, took := before[0].at, after[len(after)-1].at.Sub(before[0].at)
 	probes := dep.probes.Load()
 	dep.unhang()
 	for _, r := range rs {
@@ -298,11 +314,10 @@ func flushRateWhileHalfOpen(t *testing.T, addrs []string, store *breakerstore.St
 	for _, r := range rs {
 		rejected += r.count(2, from, from.Add(took))
 	}
-	perSecond := float64(calls) / took.Seconds()
 	t.Logf("half-open with its probe hung: %.1f script calls/s fleet-wide (nominal %.0f), %d calls rejected meanwhile, %d probe(s)",
 		perSecond, 3/fleetFlush.Seconds(), rejected, probes)
 	assert.LessOrEqual(t, perSecond, 1.1*3/fleetFlush.Seconds())
-	assert.Greater(t, rejected, 1000, "calls were rejected meanwhile")
+	assert.Greater(t, rejected, 10*calls, "calls were rejected meanwhile, far more than the flushes")
 	assert.EqualValues(t, 1, probes)
 }
 
@@ -313,31 +328,24 @@ func flushRateWhileHalfOpen(t *testing.T, addrs []string, store *breakerstore.St
 // its link's delay.
 func TestFleetSlowLinkLearnsTheOpening(t *testing.T) {
 	skipUnlessProcesses(t)
-	srv := redistest.Start(t)
-	dep := newDependency(t)
-	name := fleetName(t)
-	w := watchFleet(t, breakerstore.New(srv.Client(), "fleet:"), name)
+	fleetSlowLink(t, serverTopology(t))
+}
+
+// fleetSlowLink runs TestFleetSlowLinkLearnsTheOpening on tp.
+func fleetSlowLink(t *testing.T, tp *topology) {
 	const delay = 200 * time.Millisecond
-	link := redistest.NewProxy(t, srv.Addr())
+	link := tp.links(t)
 	link.Delay(delay)
-	var rs []*replica
-	for i := range 3 {
-		cfg := defaultReplica([]string{srv.Addr()}, name, dep.srv.URL)
+	dep, name, w, rs := startFleet(t, tp, func(i int, cfg *replicaConfig) {
 		cfg.OpenMS, cfg.Consecutive = 10000, 0
 		if i == 2 {
-			cfg.Addrs = []string{link.Addr()}
-			cfg.Dependency = dep.srv.URL + "/always" // its own calls succeed: only the fleet can stop them
+			cfg.Via = link.via
+			cfg.Dependency += "/always" // its own calls succeed: only the fleet can stop them
 		}
-		r := startReplica(t, cfg)
-		r.send("run")
-		rs = append(rs, r)
-	}
+	})
 	slow := rs[2]
 	// Every replica subscribed, the slow one through its link, and the test.
-	require.Eventually(t, func() bool {
-		n, err := srv.Client().PubSubNumSub(context.Background(), "fleet:{"+name+"}:changes").Result()
-		return err == nil && n["fleet:{"+name+"}:changes"] == 4
-	}, 10*time.Second, 10*time.Millisecond, "subscribed")
+	require.Eventually(t, func() bool { return tp.subscribers(name) == 4 }, 10*time.Second, 10*time.Millisecond, "subscribed")
 	dep.down.Store(true)
 	start := time.Now()
 	c, ok := w.next(resilience.StateOpen, start, 3*time.Second)
@@ -352,4 +360,6 @@ func TestFleetSlowLinkLearnsTheOpening(t *testing.T) {
 	t.Logf("the slow replica rejected %v after the fleet opened; calls it sent from then+400 ms to +1 s: %d", d, sent)
 	assert.LessOrEqual(t, d, 2*fleetFlush+delay+binSlack)
 	assert.Zero(t, sent)
+	lost, back := slow.sharing(time.Time{})
+	assert.True(t, lost && back.IsZero(), "the slow replica's flushes never got their answer in time")
 }

@@ -411,6 +411,24 @@ func TestCloseIsBoundedWithRedisFrozen(t *testing.T) {
 	assert.Error(t, err, "the last flush failed: its counts are lost, and Close says so")
 }
 
+// TestCloseIsBoundedWhileSubscribingToAFrozenRedis: a breaker made while
+// Redis is frozen (or whose subscription to the fleet's changes is set up
+// again while it is: a node of a cluster frozen) has its watcher waiting
+// for the answer to the new connection's handshake; Close still takes at
+// most two flush intervals, not the client's read timeout (3 s).
+func TestCloseIsBoundedWhileSubscribingToAFrozenRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Freeze()
+	defer srv.Thaw()
+	b := replicas(t, srv, 1, breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 100), breaker.Window(10*time.Second, 10))[0]
+	time.Sleep(flush / 2) // subscribing
+	start := time.Now()
+	_ = b.Close()
+	took := time.Since(start)
+	t.Logf("Close took %v, its watcher subscribing to a frozen Redis", took)
+	assert.LessOrEqual(t, took, 2*flush+50*time.Millisecond)
+}
+
 // TestRestartedEmptyWhileOpenStaysOpen: a server restarted empty takes
 // back the open state from the replicas.
 func TestRestartedEmptyWhileOpenStaysOpen(t *testing.T) {

@@ -31,7 +31,11 @@ func StartCluster(t testing.TB, masters, replicas int) *Cluster {
 	c := &Cluster{t: t}
 	for range masters * (1 + replicas) {
 		c.Nodes = append(c.Nodes, Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "500", "--appendonly", "no"))
+			"--cluster-node-timeout", "500", "--appendonly", "no",
+			// A replica syncs at once, not 5 s later, and is listed in
+			// CLUSTER SLOTS once its replication offset is not 0: the master
+			// moves it on with a ping every second, not every 10 s.
+			"--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"))
 	}
 	args := []string{"--cluster", "create"}
 	args = append(args, c.Addrs()...)
@@ -39,16 +43,24 @@ func StartCluster(t testing.TB, masters, replicas int) *Cluster {
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	c.WaitOK(t, 20*time.Second)
+	return c
+}
+
+// WaitOK waits up to d until every live node says the cluster is ok, every
+// live node in place (after a failover, or a node's freeze and thaw), and
+// fails t if it is not.
+func (c *Cluster) WaitOK(t testing.TB, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for _, n := range c.Nodes {
-		for !c.ok(n) {
+		for n.Live() && !c.ok(n) {
 			if time.Now().After(deadline) {
 				t.Fatalf("the cluster is not ok at %s", n.Addr())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	return c
 }
 
 // ok reports whether n says the cluster is ok, every node in place: a
@@ -66,11 +78,16 @@ func (c *Cluster) ok(n *Server) bool {
 	if err != nil {
 		return false
 	}
-	listed := 0
+	listed, live := 0, 0
 	for _, s := range slots {
 		listed += len(s.Nodes)
 	}
-	return listed == len(c.Nodes)
+	for _, n := range c.Nodes {
+		if n.Live() {
+			live++
+		}
+	}
+	return listed == live
 }
 
 // Addrs returns the nodes' host:port.
@@ -93,9 +110,19 @@ func (c *Cluster) Client() *redis.ClusterClient {
 // MasterOf returns the node serving key's slot as its master, as the
 // live nodes see it, or nil if none does.
 func (c *Cluster) MasterOf(key string) *Server {
+	if shard := c.ShardOf(key); len(shard) > 0 {
+		return shard[0]
+	}
+	return nil
+}
+
+// ShardOf returns the live nodes serving key's slot, its master first, then
+// its replicas, as the first live node that answers sees them; nil if
+// none does.
+func (c *Cluster) ShardOf(key string) []*Server {
 	for _, n := range c.Nodes {
-		if n.cmd == nil {
-			continue // killed
+		if !n.Live() {
+			continue
 		}
 		cl := redis.NewClient(&redis.Options{Addr: n.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -107,12 +134,19 @@ func (c *Cluster) MasterOf(key string) *Server {
 			continue
 		}
 		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
+			if int64(s.Start) > slot || slot > int64(s.End) || len(s.Nodes) == 0 {
+				continue
+			}
+			var shard []*Server
+			for _, sn := range s.Nodes {
 				for _, m := range c.Nodes {
-					if m.Addr() == s.Nodes[0].Addr && m.cmd != nil {
-						return m
+					if m.Addr() == sn.Addr && m.Live() {
+						shard = append(shard, m)
 					}
 				}
+			}
+			if len(shard) > 0 && shard[0].Addr() == s.Nodes[0].Addr {
+				return shard
 			}
 		}
 	}

@@ -112,6 +112,10 @@ func (s *Server) Client() *redis.Client {
 	return c
 }
 
+// Live reports whether the server runs (it has not been killed, or has
+// been restarted); a frozen server is live.
+func (s *Server) Live() bool { return s.cmd != nil }
+
 // Kill kills the server with SIGKILL, as a crash would.
 func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()

@@ -1,0 +1,390 @@
+package breaker
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// Mode is how a breaker decides: by itself ([Normal]), or as an operator
+// set it with [Breaker.SetMode]. The zero Mode is Normal.
+type Mode uint8
+
+// The modes of a breaker.
+const (
+	// Normal: the breaker decides by its thresholds (the default).
+	Normal Mode = iota
+	// ForcedOpen: every call is rejected at once with an error matching
+	// [ErrForcedOpen] and [ErrOpen], until the mode changes.
+	ForcedOpen
+	// ForcedClosed: every call goes through and the breaker's thresholds
+	// are not applied; its outcomes are counted for [Breaker.Snapshot]
+	// only. The state machine is left where it was, and goes on from there
+	// when the mode is Normal again.
+	ForcedClosed
+	// Disabled: the breaker counts and changes state as in Normal (metrics
+	// only) but rejects nothing: a call it would have rejected goes through
+	// uncounted. Its own listener ([WithListener]) still hears the
+	// rejections it would have made.
+	Disabled
+)
+
+// String returns "normal", "forced-open", "forced-closed" or "disabled".
+func (m Mode) String() string {
+	switch m {
+	case Normal:
+		return "normal"
+	case ForcedOpen:
+		return "forced-open"
+	case ForcedClosed:
+		return "forced-closed"
+	case Disabled:
+		return "disabled"
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseMode returns the Mode whose String is s.
+func ParseMode(s string) (Mode, error) {
+	for m := Normal; m <= Disabled; m++ {
+		if m.String() == s {
+			return m, nil
+		}
+	}
+	return Normal, fmt.Errorf("breaker: unknown mode %q", s)
+}
+
+// ErrForcedOpen is matched by the error of a call rejected by a breaker
+// forced open ([ForcedOpen]); it matches [ErrOpen] too, so code that
+// handles an open breaker handles a forced one alike. Its message says
+// "forced open".
+var ErrForcedOpen error = forcedOpen{}
+
+type forcedOpen struct{}
+
+func (forcedOpen) Error() string                     { return "circuit breaker is forced open" }
+func (forcedOpen) Is(target error) bool              { return target == ErrOpen }
+func (forcedOpen) ResilienceClass() resilience.Class { return resilience.ClassTerminal }
+
+// ModeChange is the Err of the [resilience.EventStateChange] event that a
+// [Breaker.SetMode] reports (From and To are the states a caller sees
+// before and after it, equal if the change left them alike): find it with
+// [errors.As]. It says who made the change.
+type ModeChange struct {
+	From, To Mode
+	// By is who made the change, as given to SetMode.
+	By string
+	// Fleet says the change came from the shared store: another replica
+	// set it fleet-wide.
+	Fleet bool
+}
+
+// Error says what changed and who changed it, such as "mode normal ->
+// forced-open by alice".
+func (c *ModeChange) Error() string {
+	s := "mode " + c.From.String() + " -> " + c.To.String()
+	if c.By != "" {
+		s += " by " + c.By
+	}
+	if c.Fleet {
+		s += " (fleet)"
+	}
+	return s
+}
+
+// Forcing is a mode an operator set ([Breaker.SetMode]): the mode, who set
+// it and when, as [Breaker.Mode] returns it and a [SharedForcer] keeps it
+// fleet-wide.
+type Forcing struct {
+	Mode Mode
+	By   string
+	At   time.Time
+}
+
+// SharedForcer is implemented by a [SharedStore] that can hold a forced
+// mode fleet-wide: [Breaker.SetMode] on one replica writes it there
+// (Force), and every replica, seeing a new [Fleet.ForceVersion] in the
+// answer to its next flush, reads it (Forced) and takes it. A replica that
+// cannot reach the store keeps the mode it has. Implementations are safe
+// for concurrent use and honour ctx's deadline.
+type SharedForcer interface {
+	// Force keeps f as the fleet's mode of the breaker called name, and
+	// changes the ForceVersion of the next answers to Sync.
+	Force(ctx context.Context, name string, f Forcing) error
+	// Forced returns the fleet's mode of the breaker called name: the
+	// zero Forcing if none was ever set.
+	Forced(ctx context.Context, name string) (Forcing, error)
+}
+
+// forcing is a breaker's forced mode; a nil *forcing is Normal.
+type forcing struct {
+	Forcing
+	fleet  bool
+	reject error // for ForcedOpen: the breaker's error
+	// Counted under ForcedClosed, for Snapshot.
+	requests, failures atomic.Uint64
+}
+
+// farFuture is what the wait queue takes for the opening time of a
+// breaker forced open: no probe is coming. A call does not wait for one
+// (pipeline.WaitWhenOpen): [Breaker.Wait] fails fast with the forced-open
+// error, and forcing open lets the calls already waiting go, to be
+// rejected with it.
+const farFuture = math.MaxInt64 / 2
+
+// forceTimeout bounds SetMode's write of a mode to a [SharedForcer]: one
+// that fails is sent again by the flusher (resendForcing).
+const forceTimeout = 2 * time.Second
+
+// SetMode forces the breaker into mode m ([ForcedOpen], [ForcedClosed],
+// [Disabled]) or gives it back its own decisions ([Normal]), reporting the
+// change to its listeners as a [resilience.EventStateChange] whose Err is a
+// [*ModeChange] naming by. For a shared breaker whose store is a
+// [SharedForcer], the mode is set fleet-wide: the store's write is bounded
+// by ctx and by 2 s, and SetMode returns its error; this replica takes the
+// mode anyway, and its flusher writes it again after the next flush that
+// reaches the store, unless the store holds a mode set later (by
+// [Forcing.At]) by another replica. Default Normal. It is safe for
+// concurrent use; on a nil or zero Breaker it does nothing.
+func (b *Breaker) SetMode(ctx context.Context, m Mode, by string) error {
+	if b == nil || b.cb == nil {
+		return nil
+	}
+	if m > Disabled {
+		return fmt.Errorf("breaker: SetMode(%v): no such mode", m)
+	}
+	// At in whole milliseconds, as a store keeps it.
+	f := Forcing{Mode: m, By: by, At: time.UnixMilli(time.Now().UnixMilli())}
+	b.setForcing(f, false)
+	if b.fleet != nil {
+		if sf, ok := b.fleet.store.(SharedForcer); ok {
+			return b.resend.force(ctx, sf, b.Name(), f)
+		}
+	}
+	return nil
+}
+
+// resend is a shared breaker's mode that SetMode could not write to the
+// store, for the flusher to write again: so that a store fault does not
+// leave the other replicas in the mode set before (forced open, say,
+// while the dependency is healthy).
+type resend struct {
+	mu      sync.Mutex // held around each write: a resend never overwrites a later SetMode's
+	pending *Forcing
+}
+
+// force writes f to the store, within forceTimeout, and keeps it to write
+// again if that fails.
+func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forcing) error {
+	ctx, cancel := context.WithTimeout(ctx, forceTimeout)
+	defer cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := sf.Force(ctx, name, f)
+	r.pending = nil
+	if err != nil {
+		r.pending = &f
+	}
+	return err
+}
+
+// resendForcing writes again the mode SetMode could not write, on the
+// flusher's goroutine after a flush that reached the store, unless the
+// store holds one set since (another replica's: it is taken as usual).
+func (b *Breaker) resendForcing() {
+	r := &b.resend
+	if !r.mu.TryLock() {
+		return // a SetMode is writing: its mode is the one to keep
+	}
+	defer r.mu.Unlock()
+	sf, ok := b.fleet.store.(SharedForcer)
+	if r.pending == nil || !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.fleet.life, b.fleet.every)
+	defer cancel()
+	cur, err := sf.Forced(ctx, b.Name())
+	if err != nil {
+		return // at a later flush
+	}
+	if !cur.At.Before(r.pending.At) || sf.Force(ctx, b.Name(), *r.pending) == nil {
+		r.pending = nil
+	}
+}
+
+// waitForced is [Breaker.Wait]'s answer for a breaker in a forced mode
+// (forced true): forced open fails fast with its error; forced closed and
+// disabled reject nothing, so nothing need wait (err nil).
+func (b *Breaker) waitForced() (forced bool, err error) {
+	if f := b.force.Load(); f != nil {
+		return true, f.reject
+	}
+	return false, nil
+}
+
+// Mode returns the breaker's mode, who set it and when (the zero Forcing
+// for one that was never set). It takes no lock and is safe for
+// concurrent use.
+func (b *Breaker) Mode() Forcing {
+	if b == nil {
+		return Forcing{}
+	}
+	if f := b.force.Load(); f != nil {
+		return f.Forcing
+	}
+	return b.normal.Load().orZero()
+}
+
+// setForcing applies f, from this replica (fleet false) or the store.
+func (b *Breaker) setForcing(f Forcing, fleet bool) {
+	b.forceMu.Lock()
+	defer b.forceMu.Unlock()
+	old := b.force.Load()
+	from, before := Normal, b.State()
+	if old != nil {
+		from = old.Mode
+	}
+	if fleet && old == nil && f.Mode == Normal {
+		return // the fleet's Normal, which this replica is in already
+	}
+	if fleet && old != nil && old.Mode == f.Mode && old.By == f.By && old.At.Equal(f.At) {
+		return // this replica's own change, back from the store
+	}
+	var next *forcing
+	if f.Mode != Normal {
+		next = &forcing{Forcing: f, fleet: fleet}
+		if f.Mode == ForcedOpen {
+			next.reject = &forcedRejection{name: b.Name(), by: f.By}
+		}
+	} else {
+		n := f
+		b.normal.Store(&n)
+	}
+	wasOpen := old != nil && old.Mode == ForcedOpen
+	b.force.Store(next)
+	switch {
+	case f.Mode == ForcedOpen && !wasOpen:
+		b.openedBefore.Store(b.wait.openedAt.Swap(farFuture))
+		b.changedWaiting(resilience.StateOpen, true)
+	case f.Mode != ForcedOpen && wasOpen:
+		b.wait.openedAt.CompareAndSwap(farFuture, b.openedBefore.Load())
+	}
+	if f.Mode != Normal || wasOpen {
+		// The waiting calls try again: forced open rejects them at once
+		// (and Wait does not wait for it), forced closed and disabled let
+		// them through, Normal has them wait again if need be.
+		b.wait.release(math.MaxInt)
+	}
+	after := b.State()
+	b.history.add(Transition{At: f.At, From: before, To: after, Reason: modeReason(from, f, fleet)})
+	b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: b.Name(), From: before, To: after,
+		Err: &ModeChange{From: from, To: f.Mode, By: f.By, Fleet: fleet}})
+}
+
+// takeForcing takes the fleet's mode from the store, on the flusher's
+// goroutine, when its version is not the one last taken.
+func (b *Breaker) takeForcing(version uint64) {
+	sf, ok := b.fleet.store.(SharedForcer)
+	if !ok || version == b.forceSeen {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.fleet.life, b.fleet.every)
+	defer cancel()
+	f, err := sf.Forced(ctx, b.Name())
+	if err != nil {
+		return // taken at a later flush
+	}
+	b.forceSeen = version
+	if f == (Forcing{}) {
+		return
+	}
+	b.setForcing(f, true)
+}
+
+// holdForced keeps the wait queue of a breaker forced open waiting for the
+// mode to change, after a state change of the breaker underneath.
+func (b *Breaker) holdForced() {
+	if f := b.force.Load(); f != nil && f.Mode == ForcedOpen {
+		b.openedBefore.Store(b.wait.openedAt.Swap(farFuture))
+	}
+}
+
+func modeReason(from Mode, f Forcing, fleet bool) string {
+	s := "mode " + from.String() + " -> " + f.Mode.String()
+	if f.By != "" {
+		s += " by " + f.By
+	}
+	if fleet {
+		s += " (fleet-wide)"
+	}
+	return s
+}
+
+// forcedRejection is the error of a call to a breaker forced open.
+type forcedRejection struct{ name, by string }
+
+func (r *forcedRejection) Error() string {
+	s := "breaker " + strconv.Quote(r.name) + ": " + ErrForcedOpen.Error()
+	if r.by != "" {
+		s += " by " + r.by
+	}
+	return s
+}
+
+func (r *forcedRejection) Unwrap() error { return ErrForcedOpen }
+
+func (r *forcedRejection) ResilienceClass() resilience.Class { return resilience.ClassTerminal }
+
+// state is the state a caller sees of a breaker in mode f.
+func (f *forcing) state(b *Breaker) (resilience.State, bool) {
+	switch f.Mode {
+	case ForcedOpen:
+		return resilience.StateOpen, true
+	case ForcedClosed:
+		return resilience.StateClosed, true
+	}
+	return 0, false
+}
+
+// check is Check for a breaker in mode f: only a forced open one stops
+// retries.
+func (f *forcing) check() error { return f.reject }
+
+// executeForced is Execute for a breaker in mode f.
+func (b *Breaker) executeForced(ctx context.Context, f *forcing, op func(ctx context.Context) error) error {
+	switch f.Mode {
+	case ForcedOpen:
+		return b.reject(f.reject)
+	case ForcedClosed:
+		err := op(ctx)
+		f.requests.Add(1)
+		if b.outcome(ctx, err) == errFailure {
+			f.failures.Add(1)
+		}
+		return err
+	}
+	// Disabled: as in Normal, but what it would reject goes through.
+	ran := false
+	err := b.executeNormal(ctx, func(ctx context.Context) error {
+		ran = true
+		return op(ctx)
+	})
+	if !ran && IsRejection(err) {
+		return op(ctx)
+	}
+	return err
+}
+
+// orZero returns *f, or the zero Forcing for a nil f.
+func (f *Forcing) orZero() Forcing {
+	if f == nil {
+		return Forcing{}
+	}
+	return *f
+}

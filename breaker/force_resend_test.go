@@ -1,0 +1,164 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// forceMem is a shared store in memory that keeps a fleet closed and a
+// fleet-wide mode, as the Redis one does (a new ForceVersion at each
+// Force). Each replica reaches it through a forceView that can be cut off
+// or made to hang until its context ends.
+type forceMem struct {
+	mu      sync.Mutex
+	mode    breaker.Forcing
+	version uint64
+	forces  int
+}
+
+type forceView struct {
+	m    *forceMem
+	down atomic.Bool
+	hang atomic.Bool
+}
+
+func (v *forceView) fault(ctx context.Context) error {
+	if v.hang.Load() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Minute):
+			return errors.New("no answer for a minute")
+		}
+	}
+	if v.down.Load() {
+		return errDown
+	}
+	return nil
+}
+
+func (v *forceView) Sync(ctx context.Context, _ string, _ breaker.Sync) (breaker.Fleet, error) {
+	if err := v.fault(ctx); err != nil {
+		return breaker.Fleet{}, err
+	}
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	return breaker.Fleet{State: resilience.StateClosed, Generation: 1, ForceVersion: v.m.version}, nil
+}
+
+func (v *forceView) Force(ctx context.Context, _ string, f breaker.Forcing) error {
+	if err := v.fault(ctx); err != nil {
+		return err
+	}
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	v.m.mode, v.m.forces = f, v.m.forces+1
+	v.m.version++
+	return nil
+}
+
+func (v *forceView) Forced(ctx context.Context, _ string) (breaker.Forcing, error) {
+	if err := v.fault(ctx); err != nil {
+		return breaker.Forcing{}, err
+	}
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	return v.m.mode, nil
+}
+
+const forceFlush = 100 * time.Millisecond
+
+// forceReplica is a shared breaker on m, through a view of its own.
+func forceReplica(t *testing.T, m *forceMem) (*breaker.Breaker, *forceView) {
+	v := &forceView{m: m}
+	b := breaker.New("payments", breaker.Shared(v), breaker.FailureRate(0.5, 10), breaker.FlushInterval(forceFlush))
+	t.Cleanup(func() { _ = b.Close() })
+	return b, v
+}
+
+// The operator sets Normal on replica A while the store is down for A:
+// A takes it, and once the store answers A again, A's flusher writes it
+// there, and replica B, forced open until then, takes it too. A store
+// fault does not keep calls to a healthy dependency blocked fleet-wide.
+func TestAModeTheStoreMissedIsWrittenWhenItAnswersAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &forceMem{}
+		a, av := forceReplica(t, m)
+		b, _ := forceReplica(t, m)
+		require.NoError(t, a.SetMode(t.Context(), breaker.ForcedOpen, "alice"))
+		time.Sleep(3 * forceFlush)
+		require.Equal(t, breaker.ForcedOpen, b.Mode().Mode)
+
+		av.down.Store(true)
+		assert.ErrorIs(t, a.SetMode(t.Context(), breaker.Normal, "bob"), errDown)
+		assert.Equal(t, breaker.Normal, a.Mode().Mode, "A takes it at once")
+		time.Sleep(10 * forceFlush)
+		assert.Equal(t, breaker.ForcedOpen, b.Mode().Mode, "the store never had it")
+
+		av.down.Store(false)
+		time.Sleep(3 * forceFlush)
+		assert.Equal(t, breaker.Forcing{Mode: breaker.Normal, By: "bob", At: a.Mode().At}, b.Mode(), "written again, and taken")
+		assert.NoError(t, b.Execute(t.Context(), func(context.Context) error { return nil }))
+		m.mu.Lock()
+		forces := m.forces
+		m.mu.Unlock()
+		time.Sleep(3 * forceFlush)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		assert.Equal(t, 2, m.forces, "written again once")
+		assert.Equal(t, forces, m.forces)
+	})
+}
+
+// A mode that replica A could not write is not written over one that
+// replica B set later: B's is the operator's last word, and A takes it.
+func TestAModeTheStoreMissedDoesNotOverwriteALaterOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &forceMem{}
+		a, av := forceReplica(t, m)
+		b, _ := forceReplica(t, m)
+		av.down.Store(true)
+		assert.Error(t, a.SetMode(t.Context(), breaker.ForcedClosed, "bob"))
+		time.Sleep(time.Second)
+		require.NoError(t, b.SetMode(t.Context(), breaker.ForcedOpen, "carol"))
+		later := b.Mode()
+
+		av.down.Store(false)
+		time.Sleep(3 * forceFlush)
+		m.mu.Lock()
+		assert.Equal(t, later, m.mode, "carol's stays the fleet's")
+		m.mu.Unlock()
+		assert.Equal(t, later, b.Mode())
+		assert.Equal(t, later, a.Mode(), "A takes the later mode")
+	})
+}
+
+// SetMode's write to the store is bounded even when its context is not
+// (a dashboard's request): a store that hangs holds the operator 2 s, and
+// the mode is written once the store answers.
+func TestSetModeBoundsTheStoresWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &forceMem{}
+		a, av := forceReplica(t, m)
+		av.hang.Store(true)
+		start := time.Now()
+		assert.ErrorIs(t, a.SetMode(context.Background(), breaker.ForcedOpen, "alice"), context.DeadlineExceeded)
+		assert.Equal(t, 2*time.Second, time.Since(start))
+		av.hang.Store(false)
+		time.Sleep(3 * forceFlush)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		assert.Equal(t, a.Mode(), m.mode)
+	})
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Real time: the same scenarios, strategies and draws, on the machine's
+// clock instead of synctest's, in process or over HTTP on 127.0.0.1 (each
+// strategy's backend behind a server of its own). A real-time run can fall
+// behind: the clients start calls late when the machine is busy, and the
+// figures then measure the machine, not the strategies. So each run
+// measures its own lag, how late each call started against its schedule,
+// and a run whose lag is over maxLag (the p99) or maxLagPeak (the worst)
+// is not reported.
+const (
+	maxLag     = 2 * time.Millisecond
+	maxLagPeak = 20 * time.Millisecond
+)
+
+// lag returns the p99 and the worst of how late the calls of r started.
+func (r result) lag() (p99, peak time.Duration) {
+	l := slices.Clone(r.late)
+	slices.Sort(l)
+	if len(l) == 0 {
+		return 0, 0
+	}
+	return percentile(l, 0.99), l[len(l)-1]
+}
+
+// behind says whether any strategy's run fell behind, and how far.
+func behind(results []result) (bool, string) {
+	worst, peak := time.Duration(0), time.Duration(0)
+	for _, r := range results {
+		p, m := r.lag()
+		worst, peak = max(worst, p), max(peak, m)
+	}
+	return worst > maxLag || peak > maxLagPeak, fmt.Sprintf("calls started late by %v at the p99, %v at worst (limits %v, %v)",
+		worst.Round(10*time.Microsecond), peak.Round(10*time.Microsecond), maxLag, maxLagPeak)
+}
+
+// runRealtime runs each scenario of o in real time and writes its table,
+// or says that the run fell behind. It returns false if any did.
+func runRealtime(w io.Writer, o options) bool {
+	fmt.Fprintf(w, "Retry strategies through %d scenarios, in real time (%s): the same calls, faults and random draws\n", len(o.keys), o.transport())
+	fmt.Fprintf(w, "as in virtual time. A run whose calls started more than %v late (p99) or %v (worst) is not reported.\n\n", maxLag, maxLagPeak)
+	fmt.Fprint(w, legend)
+	ok := true
+	for _, k := range o.keys {
+		sc := scenarioByKey(k)
+		fmt.Fprintln(w)
+		results := runScenarioOver(sc, o.strategies, o.seed, o.http)
+		late, lag := behind(results)
+		if late {
+			ok = false
+			fmt.Fprintf(w, "%s: fell behind, not reported: %s.\n", sc.name, lag)
+			continue
+		}
+		printScenario(w, sc, results)
+		fmt.Fprintf(w, "(lag: %s)\n", lag)
+	}
+	return ok
+}
+
+func (o options) transport() string {
+	if o.http {
+		return "HTTP on 127.0.0.1"
+	}
+	return "in process"
+}
+
+// runScenarioOver is runScenario, over HTTP if overHTTP.
+func runScenarioOver(sc *scenario, strategies []strategy, seed uint64, overHTTP bool) []result {
+	if !overHTTP {
+		return runScenario(sc, strategies, seed)
+	}
+	return runScenarioWith(sc, strategies, seed, serveHTTP)
+}
+
+// The headers of a request to a backend over HTTP: the call's draws.
+const (
+	headerSeed    = "Storm-Seed"
+	headerCall    = "Storm-Call"
+	headerAttempt = "Storm-Attempt"
+	headerRefused = "Storm-Refused"
+)
+
+// serveHTTP puts b behind an HTTP server on 127.0.0.1 and returns how a
+// call reaches it, and how to stop the server. The server decides each
+// request's fate with the draws the headers name, so that it is the same
+// as in process; a refused connection is a 503 with headerRefused.
+func serveHTTP(b *backend) (func(ctx context.Context, c *call, n uint64) error, func()) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seed, _ := strconv.ParseUint(r.Header.Get(headerSeed), 10, 64)
+		id, _ := strconv.ParseUint(r.Header.Get(headerCall), 10, 64)
+		n, _ := strconv.ParseUint(r.Header.Get(headerAttempt), 10, 64)
+		c := &call{id: id, seed: seed}
+		switch err := b.serve(r.Context(), c.rand(streamBackend, n)); {
+		case errors.Is(err, errRefused):
+			w.Header().Set(headerRefused, "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case err != nil:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			_, _ = io.WriteString(w, `{"ok":true}`)
+		}
+	}))
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1000, DisableCompression: true}}
+	send := func(ctx context.Context, c *call, n uint64) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set(headerSeed, strconv.FormatUint(c.seed, 10))
+		req.Header.Set(headerCall, strconv.FormatUint(c.id, 10))
+		req.Header.Set(headerAttempt, strconv.FormatUint(n, 10))
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.Header.Get(headerRefused) != "":
+			return errRefused
+		case resp.StatusCode != http.StatusOK:
+			return errUnavailable
+		}
+		return nil
+	}
+	return send, func() {
+		client.CloseIdleConnections()
+		srv.Close()
+	}
+}

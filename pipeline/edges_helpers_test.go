@@ -1,0 +1,5 @@
+package pipeline
+
+import "runtime"
+
+func runtimeGoexit() { runtime.Goexit() }

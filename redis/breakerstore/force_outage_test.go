@@ -1,0 +1,44 @@
+package breakerstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/redis/redistest"
+)
+
+// The fleet is forced open; Redis goes down just as the operator sets
+// Normal again on replica A (the dashboard says "set on this replica
+// only"), and comes back empty. A's flusher writes Normal again once Redis
+// answers, and replica B, forced open until then, takes it: a store fault
+// does not keep the fleet's calls to a healthy dependency blocked.
+func TestNormalSetWhileRedisIsDownReachesTheFleetWhenItIsBack(t *testing.T) {
+	srv := redistest.Start(t)
+	bs := replicas(t, srv, 2, breaker.FailureRate(0.5, 10))
+	a, b := bs[0], bs[1]
+	ok := func(context.Context) error { return nil }
+
+	require.NoError(t, a.SetMode(context.Background(), breaker.ForcedOpen, "alice"))
+	require.Eventually(t, func() bool { return b.Mode().Mode == breaker.ForcedOpen }, 10*flush, 10*time.Millisecond)
+
+	srv.Kill()
+	start := time.Now()
+	err := a.SetMode(context.Background(), breaker.Normal, "bob")
+	t.Logf("SetMode with Redis down: %v after %v", err, time.Since(start))
+	assert.Error(t, err)
+	assert.Less(t, time.Since(start), 2*time.Second+500*time.Millisecond, "bounded")
+	assert.NoError(t, a.Execute(context.Background(), ok), "A takes it at once")
+	time.Sleep(3 * flush)
+	assert.Equal(t, breaker.ForcedOpen, b.Mode().Mode)
+
+	srv.Restart() // empty
+	require.Eventually(t, func() bool { return b.Mode().Mode == breaker.Normal }, 20*flush, 10*time.Millisecond,
+		"Redis is back and B is still %v", b.Mode())
+	assert.Equal(t, "bob", b.Mode().By)
+	assert.NoError(t, b.Execute(context.Background(), ok))
+}

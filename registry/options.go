@@ -1,0 +1,31 @@
+package registry
+
+import (
+	"fmt"
+	"time"
+)
+
+// Option configures a [Registry].
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	interval time.Duration
+	points   int
+}
+
+// Interval sets how often the series behind sparklines take a point, and
+// the span of the rates (calls/s), and how many points they keep. Default
+// 1 s and 300 points: the last five minutes. It panics if d is not
+// positive or points is under 1.
+func Interval(d time.Duration, points int) Option {
+	if d <= 0 || points < 1 {
+		panic(fmt.Sprintf("registry: Interval(%v, %d): d must be more than 0 and points 1 or more", d, points))
+	}
+	return optionFunc(func(c *config) { c.interval, c.points = d, points })
+}

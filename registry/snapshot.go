@@ -1,0 +1,171 @@
+package registry
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/pipeline"
+)
+
+// Snapshot is the live state of everything a registry holds at one
+// moment.
+type Snapshot struct {
+	At time.Time
+	// Interval is the span of a series' point, and of the rates; Points
+	// how many points a series keeps.
+	Interval  time.Duration
+	Points    int
+	Breakers  []BreakerState  // sorted by name
+	Pipelines []PipelineState // sorted by name
+}
+
+// BreakerState is a breaker's state in a [Snapshot].
+type BreakerState struct {
+	breaker.Snapshot
+	// Pipelines are the names of the registered pipelines built on it.
+	Pipelines []string
+	// Series are its pipelines' successes, failures and rejections per
+	// interval.
+	Series Series
+}
+
+// PipelineState is a pipeline's state in a [Snapshot]. Rates are over the
+// last interval; totals since it was registered.
+type PipelineState struct {
+	Name    string
+	Breaker string // its breaker's name, "" if none
+	// CallsPerSec, AttemptsPerSec and HedgesPerSec are rates over the last
+	// interval; RetryRatio is retries per call over it.
+	CallsPerSec, AttemptsPerSec, HedgesPerSec, RetryRatio float64
+	// QuotaLeft is how many retries its retry quota allows now, -1 without
+	// a quota.
+	QuotaLeft int
+	// RejectProbability is its throttle's, -1 without a throttle.
+	RejectProbability float64
+	// InFlight and Limit are its concurrency limit's, Limit -1 without one;
+	// LimitWaiting are the attempts queued for a slot.
+	InFlight, Limit, LimitWaiting int
+	// Waiting are the calls waiting for its breaker (WaitWhenOpen), or that
+	// waited and are not over.
+	Waiting int
+	// P50 and P99 are of its latest sampled calls' durations.
+	P50, P99 time.Duration
+	// Totals since it was registered.
+	Calls, Attempts, Successes, Failures, Retries, Hedged uint64
+	Rejected, Throttled, Limited, Waited                  uint64
+	Series                                                Series
+}
+
+// Snapshot returns the live state of every breaker and pipeline
+// registered, and takes a point of their series if an interval has passed
+// since the last. It is safe for concurrent use.
+func (r *Registry) Snapshot() Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	s := Snapshot{At: now, Interval: r.cfg.interval, Points: r.cfg.points}
+	elapsed := now.Sub(r.sampled)
+	// The points since the last: the counts of intervals nobody looked at
+	// are spread over them.
+	points := int(min(elapsed/r.cfg.interval, time.Duration(r.cfg.points)))
+	point := points > 0
+	if point {
+		r.sampled = now
+	}
+	perBreaker := map[string][3]uint64{}
+	byBreaker := map[string][]string{} // the pipelines built on each
+	for name, e := range r.pipelines {
+		p := e.p.Value()
+		if p == nil {
+			continue
+		}
+		if e.breaker != "" {
+			byBreaker[e.breaker] = append(byBreaker[e.breaker], name)
+		}
+		t := e.stats.totals()
+		if point {
+			d := diff(t, e.last)
+			e.series.spread(points, d.Successes, d.Failures, d.Rejected+d.Throttled+d.Limited)
+			if e.breaker != "" {
+				b := perBreaker[e.breaker]
+				b[0] += d.Successes
+				b[1] += d.Failures
+				b[2] += d.Rejected + d.Throttled + d.Limited
+				perBreaker[e.breaker] = b
+			}
+			e.rate, e.span = d, now.Sub(e.lastAt)
+			e.last, e.lastAt = t, now
+		}
+		s.Pipelines = append(s.Pipelines, pipelineState(name, p, e, t))
+	}
+	for name, e := range r.breakers {
+		b := e.b.Value()
+		if b == nil {
+			continue
+		}
+		bs := BreakerState{Snapshot: b.Snapshot()}
+		if bs.Closed {
+			delete(r.breakers, name) // unregistered once closed
+			continue
+		}
+		if point {
+			c := perBreaker[name]
+			e.series.spread(points, c[0], c[1], c[2])
+		}
+		bs.Series = e.series.export()
+		bs.Pipelines = byBreaker[name]
+		slices.Sort(bs.Pipelines)
+		s.Breakers = append(s.Breakers, bs)
+	}
+	slices.SortFunc(s.Breakers, func(a, b BreakerState) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(s.Pipelines, func(a, b PipelineState) int { return strings.Compare(a.Name, b.Name) })
+	return s
+}
+
+func diff(now, then totals) totals {
+	return totals{
+		Calls: now.Calls - then.Calls, Attempts: now.Attempts - then.Attempts, Successes: now.Successes - then.Successes,
+		Failures: now.Failures - then.Failures, Retries: now.Retries - then.Retries, Hedged: now.Hedged - then.Hedged,
+		Rejected: now.Rejected - then.Rejected, Throttled: now.Throttled - then.Throttled, Limited: now.Limited - then.Limited,
+		Waited: now.Waited - then.Waited,
+	}
+}
+
+// pipelineState reads a pipeline's figures: its stages' live state and its
+// listener's counts; the rates are the last point's.
+func pipelineState(name string, p *pipeline.Pipeline, e *pipelineEntry, t totals) PipelineState {
+	ps := PipelineState{
+		Name: name, Breaker: e.breaker, QuotaLeft: -1, RejectProbability: -1, Limit: -1,
+		Calls: t.Calls, Attempts: t.Attempts, Successes: t.Successes, Failures: t.Failures, Retries: t.Retries,
+		Hedged: t.Hedged, Rejected: t.Rejected, Throttled: t.Throttled, Limited: t.Limited, Waited: t.Waited,
+		Waiting: p.Waiting(),
+		Series:  e.series.export(),
+	}
+	ps.P50, ps.P99 = e.stats.quantiles()
+	{
+		st := p.Stages()
+		if q := st.Retry.Quota(); q != nil {
+			if n := q.Available(); n != math.MaxInt {
+				ps.QuotaLeft = n
+			}
+		}
+		if st.Throttle != nil {
+			ps.RejectProbability = st.Throttle.RejectProbability()
+		}
+		if st.Limit != nil {
+			ps.InFlight, ps.Limit, ps.LimitWaiting = st.Limit.InFlight(), st.Limit.Limit(), st.Limit.Waiting()
+		}
+	}
+	if sec := e.span.Seconds(); sec > 0 {
+		ps.CallsPerSec = float64(e.rate.Calls) / sec
+		ps.AttemptsPerSec = float64(e.rate.Attempts) / sec
+		ps.HedgesPerSec = float64(e.rate.Hedged) / sec
+	}
+	if e.rate.Calls > 0 {
+		ps.RetryRatio = float64(e.rate.Retries) / float64(e.rate.Calls)
+	}
+	return ps
+}

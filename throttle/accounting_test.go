@@ -1,0 +1,67 @@
+package throttle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/throttle"
+)
+
+// TestEachOutcomeIsCountedAsItShouldBe: with K 1, 10 accepted attempts,
+// then 10 ending with the outcome under test, then 10 failures (a refusal
+// counts as a failure does: a request, not accepted), the probability
+// (requests - accepts) / (requests + 1) tells how the outcome was
+// counted: an answer (a success, a 400) is an accept (30 requests, 20
+// accepts: 10/31); a failure of the dependency (a 500, a 503, a timeout)
+// is a request only (30, 10: 20/31); an attempt the caller canceled or
+// that was not sent after all is taken back (20, 10: 10/21). A join is
+// counted by the class it carries, wherever in the join that is.
+func TestEachOutcomeIsCountedAsItShouldBe(t *testing.T) {
+	const (
+		accepted = 10.0 / 31
+		failed   = 20.0 / 31
+		takeBack = 10.0 / 21
+	)
+	overload := errors.New("503 service unavailable")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want float64
+	}{
+		{"a success", nil, accepted},
+		{"a 400", resilience.Permanent(errors.New("400 bad request")), accepted},
+		{"a 400 joined after a plain error", errors.Join(errors.New("body: read"), resilience.Permanent(errors.New("400"))), accepted},
+		{"a 500", resilience.Terminal(errors.New("500 internal server error")), failed},
+		{"a 503", overload, failed},
+		{"a timeout", fmt.Errorf("attempt: %w", context.DeadlineExceeded), failed},
+		{"a 503 joined with a plain error", errors.Join(errors.New("close"), overload), failed},
+		{"canceled by the caller", fmt.Errorf("get: %w", context.Canceled), takeBack},
+		{"canceled, joined after a plain error", errors.Join(errors.New("close"), context.Canceled), takeBack},
+		{"not sent: refused by a later stage", resilience.Rejected(errors.New("breaker open")), takeBack},
+		{"not sent: refused, joined after a plain error", errors.Join(errors.New("close"), resilience.Rejected(errors.New("breaker open"))), takeBack},
+		{"not sent: another throttle's refusal", throttle.ErrThrottled, takeBack},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				th := throttle.New(throttle.K(1))
+				attempts := func(n int, err error) {
+					for range n {
+						if tk, aerr := th.Admit(); aerr == nil {
+							th.Done(tk, err)
+						}
+					}
+				}
+				attempts(10, nil)
+				attempts(10, tc.err)
+				attempts(10, overload)
+				assert.InDelta(t, tc.want, th.RejectProbability(), 1e-9)
+			})
+		})
+	}
+}

@@ -1,0 +1,45 @@
+package throttle_test
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/throttle"
+)
+
+// TestAnIdleThrottleIsReadExactlyByItsNextAttempt: while the throttle
+// refuses nothing, saying so reads no clock (the hot path is atomic loads
+// only), so after an idle gap its probability is what its last reading
+// of the clock left it: here 0, accepts older than the window still
+// counted. Only the next attempt's reading moves the window on, and from
+// then on the probability is exact: at most one attempt is judged on the
+// stale window.
+//
+// A window of 1 s has buckets of 100 ms: 10 accepted attempts at 0 s, 5
+// failed at 0.9 s (the first of them counted at 0 s, by the reading
+// before it), and at 1 s the accepts are out of the window.
+func TestAnIdleThrottleIsReadExactlyByItsNextAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := throttle.New(throttle.Window(time.Second))
+		for range 10 {
+			tk, err := th.Admit()
+			require.NoError(t, err)
+			th.Done(tk, nil)
+		}
+		time.Sleep(900 * time.Millisecond)
+		for range 5 {
+			tk, err := th.Admit()
+			require.NoError(t, err)
+			th.Done(tk, errOverloaded)
+		}
+		time.Sleep(100 * time.Millisecond)
+		assert.Zero(t, th.RejectProbability(), "the last reading's window: 15 requests, 10 accepts")
+		_, err := th.Admit() // out: counted as accepted at the rate of the answered, none
+		require.NoError(t, err, "judged on the last reading")
+		assert.InDelta(t, 5.0/6, th.RejectProbability(), 1e-9, "read exactly: 5 requests in the window, none accepted, and 1 out")
+	})
+}
