@@ -122,3 +122,38 @@ func TestCallsThatNeverWaitedCountInTheBacklogsPacer(t *testing.T) {
 		assert.Equal(t, 2, inFlight, "the call that waited, and this one")
 	})
 }
+
+// fakeGate admits or refuses, and records what it is given back.
+type fakeGate struct {
+	refuse   bool
+	released []error
+}
+
+func (g *fakeGate) acquire(context.Context, bool) (uint64, error) {
+	if g.refuse {
+		return 0, limit.ErrLimited
+	}
+	return 7, nil
+}
+
+func (g *fakeGate) release(tk uint64, outcome error) {
+	if tk == 7 {
+		g.released = append(g.released, outcome)
+	}
+}
+
+func (*fakeGate) refusal() resilience.EventKind { return resilience.EventLimited }
+
+// TestARefusalGivesBackWhatTheGatesBeforeHeld: when a gate refuses an
+// attempt, the gates before it, which admitted it, get their tickets back
+// as for an attempt not sent; the one that refused, and those after it,
+// hold nothing.
+func TestARefusalGivesBackWhatTheGatesBeforeHeld(t *testing.T) {
+	first, second, third := &fakeGate{}, &fakeGate{refuse: true}, &fakeGate{}
+	held, kind, err := acquire(t.Context(), []gate{first, second, third}, false)
+	require.ErrorIs(t, err, limit.ErrLimited)
+	assert.Equal(t, resilience.EventLimited, kind)
+	assert.Equal(t, tickets{}, held)
+	assert.Equal(t, []error{context.Canceled}, first.released, "given back, as not sent")
+	assert.Empty(t, third.released)
+}

@@ -903,3 +903,51 @@ func TestProbeOutOfTimeAfterAWaitIsNotHeldAgainstTheDependency(t *testing.T) {
 		require.ErrorIs(t, <-shortErr, context.DeadlineExceeded, "the probe out of time says so")
 	})
 }
+
+// TestWaitWhenOpenSaysACallWaits: a call that finds the breaker open and
+// waits is reported as EventWaitOpen, with the rejection it waits out.
+func TestWaitWhenOpenSaysACallWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond))
+		_, _ = pipeline.Do(t.Context(), pipeline.New(pipeline.WithBreaker(b)), func(context.Context) (int, error) { return 0, errOverloaded })
+		var waits atomic.Int64
+		var why error
+		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WaitWhenOpen(), pipeline.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+			if e.Kind == resilience.EventWaitOpen {
+				waits.Add(1)
+				why = e.Err
+			}
+		})))
+		_, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, waits.Load())
+		assert.ErrorIs(t, why, breaker.ErrOpen)
+	})
+}
+
+// TestHedgeRaceDisposesOfTheAnswerItReplaces: a failure to retry that a
+// later success replaces is given to Discard, as every result not
+// returned is.
+func TestHedgeRaceDisposesOfTheAnswerItReplaces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		op := func(ctx context.Context) (int, error) {
+			if n.Add(1) == 1 {
+				time.Sleep(15 * time.Millisecond)
+				return 1, errOverloaded // a failure to retry, with a result to dispose of
+			}
+			time.Sleep(10 * time.Millisecond) // the hedge, sent at 10 ms, answers at 20 ms
+			return 2, nil
+		}
+		var discarded []int
+		var mu sync.Mutex
+		p := pipeline.New(pipeline.WithRetry(retrypolicy.New()), pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond))))
+		got, err := pipeline.Do(t.Context(), p, op, pipeline.Discard(func(r int) { mu.Lock(); discarded = append(discarded, r); mu.Unlock() }))
+		require.NoError(t, err)
+		assert.Equal(t, 2, got)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []int{1}, discarded, "the first attempt's result, replaced by the hedge's")
+	})
+}

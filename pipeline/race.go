@@ -49,6 +49,7 @@ const (
 	firstRunning int32 = iota
 	firstReturned
 	firstCut
+	firstWon // returned a success: hedges still queued at the gates are not sent
 )
 
 // outcome is how one attempt of a race ended.
@@ -209,7 +210,7 @@ func (r *race[T]) launch() {
 			}
 			results <- o
 		}()
-		o.res, o.err = a.attempt(actx, true, nil)
+		o.res, o.err = a.attempt(actx, true, r)
 		returned = true
 	}()
 }

@@ -290,8 +290,9 @@ func (c *call[T]) hedge(ctx context.Context) (T, error) {
 }
 
 // attempt sends one attempt if the gates admit it; r, if not nil, is the
-// race whose first attempt it is, armed once the gates have admitted it,
-// as it is sent. The gates learn how it ended.
+// race it is an attempt of: its first attempt arms it once the gates have
+// admitted it, as it is sent; a hedge admitted once the race was decided
+// is not sent. The gates learn how it ended.
 func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, err error) {
 	if c.s == nil && c.noGate() {
 		return c.timeout(ctx)
@@ -299,6 +300,10 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 	gates := c.p.cfg.gates
 	info := c.s.start(hedge)
 	held, refusal, err := acquire(ctx, gates, c.opts.waited)
+	if err == nil && hedge && (ctx.Err() != nil || r.phase.Load() == firstWon) {
+		release(gates, held, context.Canceled) // its slot came as its twin won: not sent
+		return res, context.Canceled
+	}
 	if err == nil {
 		if err = c.reopened(); err != nil {
 			release(gates, held, context.Canceled) // not sent
@@ -308,6 +313,9 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 	if err != nil {
 		c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: info.Number, Err: err})
 		return res, err
+	}
+	if hedge {
+		return c.sent(ctx, info, held, nil)
 	}
 	if r != nil {
 		r.arm()
@@ -358,8 +366,13 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	returned = true
 	if r != nil {
 		// Returned: from now on a hedge that ends cannot cut this attempt,
-		// whatever the gates and the tracer take to hear of it.
-		r.phase.CompareAndSwap(firstRunning, firstReturned)
+		// whatever the gates and the tracer take to hear of it, and one not
+		// yet sent will not be if this one won.
+		phase := firstReturned
+		if err == nil {
+			phase = firstWon
+		}
+		r.phase.CompareAndSwap(firstRunning, phase)
 	}
 	if !start.IsZero() {
 		// Every attempt's latency, a loser's too: cut short by the
