@@ -73,8 +73,15 @@ type Sync struct {
 	ProbeSuccesses, ProbeFailures uint32
 	// GenerationUnknown says the replica had heard no generation yet (it
 	// had just started) when it made the counts: they count in the
-	// current one.
+	// current one, unless they began before the fleet's last change of
+	// state (see CountsAge).
 	GenerationUnknown bool
+	// CountsAge is how long ago, as the Sync is sent, the replica began
+	// the counts of a batch of an unknown generation. A store drops such
+	// counts when they began before the fleet last changed state: those of
+	// a replica cut off from its start, through an outage, back after the
+	// recovery, belong to a generation that is over. Zero: not said.
+	CountsAge time.Duration
 	// Generation is the fleet's generation as this replica last saw it,
 	// and State its state as this replica goes by it: closed once the
 	// store has not confirmed an open or half-open state for longer than
@@ -147,6 +154,11 @@ type Fleet struct {
 	// [SharedForcer]'s Force, 0 if none ever was: a replica that sees a
 	// new one reads the mode (SharedForcer.Forced) and takes it.
 	ForceVersion uint64
+	// ChangedFor is how long ago the fleet last changed state, 0 if the
+	// store does not say. A replica that had heard no generation drops,
+	// rather than takes as the current generation's, counts it began
+	// before that change (see Sync.CountsAge).
+	ChangedFor time.Duration
 }
 
 // ErrFleetUnconfirmed is the error of the
@@ -255,13 +267,14 @@ type fleet struct {
 	watched uint64     // answers applied from the watcher, under mu
 
 	// Only the flusher's goroutine uses these.
-	id      string // this replica's, for batch names
-	seq     uint64
-	pending *Sync     // the batch not yet acknowledged
-	formed  time.Time // when pending was formed
-	drained time.Time // when the last flush drained the counts
-	sent    int64     // when the last flush was sent, in ns since epoch
-	lastErr error     // of the last flush
+	id          string // this replica's, for batch names
+	seq         uint64
+	pending     *Sync     // the batch not yet acknowledged
+	formed      time.Time // when pending was formed
+	pendingFrom time.Time // when the counts of pending began
+	drained     time.Time // when the last flush drained the counts
+	sent        int64     // when the last flush was sent, in ns since epoch
+	lastErr     error     // of the last flush
 
 	life     context.Context // every store call's; canceled when Close's time is up
 	end      context.CancelFunc
@@ -438,9 +451,12 @@ func (f *fleet) flush() {
 			f.seq++
 			s.Batch = f.id + "-" + strconv.FormatUint(f.seq, 10)
 		}
-		f.pending, f.formed = s, time.Now()
+		f.pending, f.formed, f.pendingFrom = s, time.Now(), c.from
 	}
 	s := *f.pending
+	if s.GenerationUnknown && !f.pendingFrom.IsZero() {
+		s.CountsAge = max(time.Since(f.pendingFrom), time.Millisecond)
+	}
 	now := int64(time.Since(f.epoch))
 	// A permit no call used within a flush interval is given up, so that
 	// an idle replica does not keep the fleet's probe from the others.
@@ -519,9 +535,16 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
 	}
 	if c := f.counts.Load(); c.unknown.Load() {
 		// The first answer: the counts made so far are the fleet's
-		// current generation's.
-		c.gen.Store(got.Generation)
-		c.unknown.Store(false)
+		// current generation's, unless they began before its last change
+		// (a flush's answer says when; the flusher's own fields).
+		if !fromWatch && got.ChangedFor > 0 && c.from.Before(time.Now().Add(-got.ChangedFor)) {
+			next := &tally{}
+			next.gen.Store(got.Generation)
+			f.counts.Store(next)
+		} else {
+			c.gen.Store(got.Generation)
+			c.unknown.Store(false)
+		}
 	}
 	wasClosed := resilience.State(f.state.Load()) == resilience.StateClosed
 	old := f.gen.Swap(got.Generation)

@@ -101,9 +101,11 @@ const ClusterReadTimeout = 500 * time.Millisecond
 // timeout ms, half-open requests, probe timeout ms, the generation unknown
 // (0/1: counts made before the replica heard any), own breaker half-open
 // (0/1), flush interval ms, the replica's id, a probe grant held unused
-// (0/1), how long the replica has known the fleet not closed (ms). It
-// returns {state, generation, probe granted (this replica holds one), the
-// version of the mode set fleet-wide (Force)}.
+// (0/1), how long the replica has known the fleet not closed (ms), how
+// long ago the batch's counts began (ms, 0 not said). It returns {state,
+// generation, probe granted (this replica holds one), the version of the
+// mode set fleet-wide (Force), how long ago the fleet last changed state
+// (ms, -1 unknown)}.
 var syncScript = redis.NewScript(`
 local k = KEYS[1]
 local batch = ARGV[1]
@@ -117,6 +119,7 @@ local opent, halfopen, probet = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber
 local unknown = ARGV[17] == "1" -- the replica had heard no generation: its counts are the current one's
 local ownhalf, flushms = ARGV[18] == "1", tonumber(ARGV[19])
 local replica, held, openedfor = ARGV[20], ARGV[21] == "1", tonumber(ARGV[22])
+local countsage = tonumber(ARGV[23] or "0")
 local keep = 86400000 -- an open fleet stays so until probes close it (a day at most, if nobody asks)
 local forcev = tonumber(redis.call("GET", k .. ":forcev") or "0") -- the version of a mode set fleet-wide (Force)
 
@@ -155,6 +158,7 @@ end
 local function clear(next_gen, state)
 	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end
 	redis.call("SET", k .. ":gen", next_gen)
+	redis.call("SET", k .. ":since", tostring(now), "PX", keep)
 	redis.call("PUBLISH", k .. ":changes", next_gen .. " " .. state)
 end
 
@@ -169,7 +173,14 @@ end
 -- It counts only in the generation it was made in: a replica cut off
 -- while the fleet opened and closed brings back counts of a state that is
 -- over.
-local fresh = (pgen == gen or unknown) and (batch == "" or redis.call("SET", k .. ":batch:" .. batch, 1, "NX", "PX", window + bucket))
+-- Counts of an unknown generation (a replica that had heard none) are the
+-- current generation's, unless they began before the fleet last changed
+-- state: a replica cut off from its start brings back an outage's counts.
+local function since()
+	return tonumber(redis.call("GET", k .. ":since") or "0")
+end
+local predates = unknown and countsage > 0 and now - countsage < since()
+local fresh = (pgen == gen or (unknown and not predates)) and (batch == "" or redis.call("SET", k .. ":batch:" .. batch, 1, "NX", "PX", window + bucket))
 
 -- A replica that reports its probe's outcome no longer holds its grant.
 if fresh and (pok > 0 or pbad > 0) then
@@ -211,15 +222,17 @@ if not opened then
 	end
 end
 
+local changed = -1 -- how long ago the fleet last changed state (ms), -1 unknown
+if since() > 0 then changed = now - since() end
 if not opened then
-	return {0, tonumber(gen), 0, forcev}
+	return {0, tonumber(gen), 0, forcev, changed}
 end
 local eager = k .. ":eager:" .. gen
 if now < tonumber(opened) + opent then
 	if want and not ownhalf then
 		redis.call("SET", eager, 1, "PX", 2 * flushms)
 	end
-	return {2, tonumber(gen), 0, forcev}
+	return {2, tonumber(gen), 0, forcev, changed}
 end
 -- Half-open: grants of probes, one per replica at most, replica -> when
 -- it expires; with the probes that succeeded, at most halfopen at once.
@@ -269,7 +282,7 @@ end
 if granted == 1 then
 	redis.call("PEXPIRE", grants, probet + 3 * flushms)
 end
-return {1, tonumber(gen), granted, forcev}
+return {1, tonumber(gen), granted, forcev, changed}
 `)
 
 // states are the fleet's states by their number in the scripts.
@@ -290,15 +303,19 @@ func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker
 		flag(sy.WantProbe), flag(sy.ProbeRunning),
 		p.Rate, p.MinRequests, p.Window.Milliseconds(), p.Buckets, p.OpenTimeout.Milliseconds(),
 		p.HalfOpenRequests, p.ProbeTimeout.Milliseconds(), flag(sy.GenerationUnknown), flag(sy.OwnHalfOpen),
-		max(p.FlushInterval.Milliseconds(), 1), sy.Replica, flag(sy.ProbeHeld), sy.OpenedFor.Milliseconds()).Int64Slice()
+		max(p.FlushInterval.Milliseconds(), 1), sy.Replica, flag(sy.ProbeHeld), sy.OpenedFor.Milliseconds(), sy.CountsAge.Milliseconds()).Int64Slice()
 	if err != nil {
 		s.reload(err)
 		return breaker.Fleet{}, err
 	}
-	if len(res) != 4 || res[0] < 0 || res[0] > 2 {
+	if len(res) != 5 || res[0] < 0 || res[0] > 2 {
 		return breaker.Fleet{}, fmt.Errorf("breakerstore: the script answered %v", res)
 	}
-	return breaker.Fleet{State: states[res[0]], Generation: uint64(res[1]), ProbeGranted: res[2] == 1, ForceVersion: uint64(res[3])}, nil
+	fl := breaker.Fleet{State: states[res[0]], Generation: uint64(res[1]), ProbeGranted: res[2] == 1, ForceVersion: uint64(res[3])}
+	if res[4] >= 0 {
+		fl.ChangedFor = max(time.Duration(res[4])*time.Millisecond, time.Millisecond)
+	}
+	return fl, nil
 }
 
 // Watch implements breaker.SharedWatcher: it calls changed with the new

@@ -34,7 +34,7 @@ func TestFleetOnRedisCluster(t *testing.T) {
 	// Then while the other masters can still vote a replica in.
 	t.Run("FailoverOfAFrozenMaster", func(t *testing.T) { clusterFrozenFailover(t, tp) })
 	t.Run("RecoversWithDefaultOptions", func(t *testing.T) { fleetRecovers(t, tp) })
-	t.Run("CutOffReplicaDoesNotReopen", func(t *testing.T) { fleetCutOff(t, tp) })
+	t.Run("CutOffReplicaDoesNotReopen", func(t *testing.T) { fleetCutOff(t, tp, false) })
 	t.Run("FlushRateWhileHalfOpen", func(t *testing.T) { fleetFlushRate(t, tp) })
 	t.Run("SlowLinkLearnsTheOpening", func(t *testing.T) { fleetSlowLink(t, tp) })
 	for _, how := range goneWays {

@@ -170,12 +170,28 @@ func fleetRedisGone(t *testing.T, tp *topology, how string) {
 // the calls made in its generation.
 func TestFleetCutOffReplicaDoesNotReopen(t *testing.T) {
 	skipUnlessProcesses(t)
-	fleetCutOff(t, serverTopology(t))
+	fleetCutOff(t, serverTopology(t), false)
 }
 
-// fleetCutOff runs TestFleetCutOffReplicaDoesNotReopen on tp.
-func fleetCutOff(t *testing.T, tp *topology) {
+// TestFleetReplicaCutOffFromItsStartDoesNotReopen: as
+// TestFleetCutOffReplicaDoesNotReopen, for a replica cut off from Redis
+// before it ever reached it, which knows no generation: the failures it
+// piled up through the outage began before the fleet's last change of
+// state, and neither the store nor the replica counts them in the
+// recovered fleet.
+func TestFleetReplicaCutOffFromItsStartDoesNotReopen(t *testing.T) {
+	skipUnlessProcesses(t)
+	fleetCutOff(t, serverTopology(t), true)
+}
+
+// fleetCutOff runs TestFleetCutOffReplicaDoesNotReopen on tp, the
+// replica cut off from its start if fromStart.
+func fleetCutOff(t *testing.T, tp *topology, fromStart bool) {
 	link := tp.links(t)
+	cutAt := time.Now()
+	if fromStart {
+		link.Cut()
+	}
 	dep, name, w, rs := startFleet(t, tp, func(i int, cfg *replicaConfig) {
 		if i == 2 {
 			cfg.Via = link.via
@@ -188,10 +204,14 @@ func fleetCutOff(t *testing.T, tp *topology) {
 	// Every replica has reached the store, and heard the fleet's
 	// generation: the counts of one that never had are the current
 	// generation's, wherever it is when they arrive.
-	require.Eventually(t, func() bool { return tp.sharing(name) == 3 }, 10*time.Second, 10*time.Millisecond, "every replica shares")
-	time.Sleep(300 * time.Millisecond)
-	link.Cut()
-	cutAt := time.Now()
+	if fromStart {
+		require.Eventually(t, func() bool { return tp.sharing(name) == 2 }, 10*time.Second, 10*time.Millisecond, "the others share")
+	} else {
+		require.Eventually(t, func() bool { return tp.sharing(name) == 3 }, 10*time.Second, 10*time.Millisecond, "every replica shares")
+		time.Sleep(300 * time.Millisecond)
+		link.Cut()
+		cutAt = time.Now()
+	}
 	dep.down.Store(true)
 	outage := time.Now()
 	_, ok := w.next(resilience.StateOpen, outage, 3*time.Second)
@@ -235,7 +255,7 @@ func fleetCutOff(t *testing.T, tp *topology) {
 	t.Logf("fleet closed %v after the dependency was healthy; link healed %v after; changes of state since: %v; rejections by the healthy replicas since: %v; the cut-off replica's first success after the recovery: %v; totals %+v then %+v",
 		c.at.Sub(healthy).Round(time.Millisecond), healed.Sub(c.at).Round(time.Millisecond), reopened, rejected, firstOf(cut, healthy), before, after)
 	lost, back := cut.sharing(cutAt)
-	assert.True(t, lost, "the replica was cut off from Redis")
+	assert.True(t, lost || fromStart, "the replica was cut off from Redis")
 	assert.True(t, back.After(healed), "the replica shared again once its link was back")
 	assert.Empty(t, reopened, "the fleet did not reopen")
 	assert.Equal(t, []int{0, 0}, rejected)
