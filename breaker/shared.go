@@ -533,11 +533,13 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
 	} else if f.watched != watched && got.Generation < f.gen.Load() {
 		return // the watcher heard of a later change while the flush ran
 	}
-	if c := f.counts.Load(); c.unknown.Load() {
-		// The first answer: the counts made so far are the fleet's
-		// current generation's, unless they began before its last change
-		// (a flush's answer says when; the flusher's own fields).
-		if !fromWatch && got.ChangedFor > 0 && c.from.Before(time.Now().Add(-got.ChangedFor)) {
+	if c := f.counts.Load(); c.unknown.Load() && !fromWatch {
+		// The first answer of a flush: the counts made so far are the
+		// fleet's current generation's, unless they began before its last
+		// change (the answer says when; the flusher's own fields). A
+		// change the watcher hears leaves them unknown, for the next
+		// flush's answer to decide.
+		if got.ChangedFor > 0 && c.from.Before(time.Now().Add(-got.ChangedFor)) {
 			next := &tally{}
 			next.gen.Store(got.Generation)
 			f.counts.Store(next)
@@ -550,7 +552,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
 	old := f.gen.Swap(got.Generation)
 	if old != got.Generation {
 		// Counts, grants and probe outcomes of another generation are void.
-		if f.counts.Load().gen.Load() != got.Generation {
+		if c := f.counts.Load(); c.gen.Load() != got.Generation && !c.unknown.Load() {
 			next := &tally{}
 			next.gen.Store(got.Generation)
 			f.counts.Store(next)

@@ -147,6 +147,9 @@ end
 if not gen or rolledback then
 	gen = string.format("%d", math.max(now, tonumber(pgen) + 1))
 	redis.call("SET", k .. ":gen", gen)
+	if not unknown and tonumber(pgen) > 0 then -- a generation replacing one a replica knew: a change
+		redis.call("SET", k .. ":since", tostring(now), "PX", keep)
+	end
 	if pstate ~= 0 then
 		opened = string.format("%d", now - math.max(openedfor, 0))
 		redis.call("SET", k .. ":open", opened, "PX", keep)
