@@ -52,16 +52,14 @@ func (c *lazyCtx) Err() error {
 	if c.made.Load() {
 		return c.inner.Err()
 	}
-	if c.ended.Load() || c.Context.Err() != nil {
-		// Through the standard context, whose Done agrees with its Err:
-		// the parent's own Err may already answer while its cancellation
-		// has yet to reach a child made from it.
-		return c.standard().Err()
-	}
-	if !c.ended.Load() && (c.deadline.IsZero() || time.Until(c.deadline) > 0) {
+	if !c.ended.Load() && c.Context.Err() == nil && (c.deadline.IsZero() || time.Until(c.deadline) > 0) {
 		return nil
 	}
-	return c.standard().Err() // ended or past the deadline: made, so that Done and context.Cause agree
+	// Ended, canceled or past the deadline: through the standard context,
+	// whose Done and context.Cause agree with its Err (the parent's own Err
+	// may already answer while its cancellation has yet to reach a child
+	// made from it).
+	return c.standard().Err()
 }
 
 func (c *lazyCtx) Value(key any) any {
