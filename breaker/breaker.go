@@ -312,9 +312,16 @@ func (b *Breaker) executeOn(cb *gobreaker.CircuitBreaker[struct{}], ctx context.
 		}()
 		opErr = op(ctx)
 		returned = true
-		out = b.outcome(ctx, opErr)
+		if opErr != nil {
+			out = b.outcome(ctx, opErr)
+		} else {
+			out = nil
+		}
 		return struct{}{}, out
 	})
+	if err == nil {
+		return opErr // as result would, without the call
+	}
 	if out == errIgnored {
 		b.probeIgnored()
 	}

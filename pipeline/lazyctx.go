@@ -30,15 +30,49 @@ type lazyCtx struct {
 	deadline        time.Time
 	cause           error // of the deadline, as context.WithDeadlineCause's
 
-	made       atomic.Bool        // inner is set, and no longer changes
-	ended      atomic.Bool        // end was called
-	mu         sync.Mutex         // makes inner
-	inner      context.Context    // context.WithDeadlineCause, once asked for
-	stop       context.CancelFunc // inner's
-	endedFirst bool               // end came before any other end seen; mu is held
+	state atomic.Uint32      // lazy* bits
+	mu    sync.Mutex         // makes inner
+	inner context.Context    // context.WithDeadlineCause, once asked for
+	stop  context.CancelFunc // inner's
+}
+
+// The bits of lazyCtx.state.
+const (
+	lazyEnded      = 1 << iota // end was called
+	lazyEndedFirst             // end came before any other end seen
+	lazyMaking                 // standard holds mu to make inner: end waits for it
+	lazyMade                   // inner is set, and no longer changes
+	// lazyFresh: the deadline had not passed at the clock reading it was
+	// set from, a moment ago, and nothing has asked c anything since; the
+	// first Err answers from that reading. The budget's context is fresh,
+	// and the pipeline's check before anything is sent (the retry
+	// stage's, or the breaker's) asks it first, before any operation sees
+	// it. An attempt's context, given to its operation at once, is not.
+	lazyFresh
+)
+
+// freshMargin is how far a deadline must be from the reading it was set
+// from for the first Err to answer from that reading: a deadline closer
+// than that is checked on the clock at once, as any later one is.
+const freshMargin = time.Millisecond
+
+// setFresh marks c's deadline as not passed at now, the reading it was
+// set from, if it is far enough from it.
+func (c *lazyCtx) setFresh(now time.Time) {
+	if c.deadline.Sub(now) >= freshMargin {
+		c.state.Store(lazyFresh)
+	}
+}
+
+// stale ends c's freshness: it was asked something else first.
+func (c *lazyCtx) stale() {
+	if c.state.Load()&lazyFresh != 0 {
+		c.state.And(^uint32(lazyFresh))
+	}
 }
 
 func (c *lazyCtx) Deadline() (time.Time, bool) {
+	c.stale()
 	d, ok := c.Context.Deadline()
 	if c.deadline.IsZero() || ok && d.Before(c.deadline) {
 		return d, ok // the parent's, as the standard context says
@@ -49,10 +83,11 @@ func (c *lazyCtx) Deadline() (time.Time, bool) {
 func (c *lazyCtx) Done() <-chan struct{} { return c.standard().Done() }
 
 func (c *lazyCtx) Err() error {
-	if c.made.Load() {
+	s := c.state.Load()
+	if s&lazyMade != 0 {
 		return c.inner.Err()
 	}
-	if !c.ended.Load() && c.Context.Err() == nil && (c.deadline.IsZero() || time.Until(c.deadline) > 0) {
+	if s&lazyEnded == 0 && c.Context.Err() == nil && (c.deadline.IsZero() || s&lazyFresh != 0 && c.state.CompareAndSwap(s, s&^lazyFresh) || time.Until(c.deadline) > 0) {
 		return nil
 	}
 	// Ended, canceled or past the deadline: through the standard context,
@@ -63,7 +98,8 @@ func (c *lazyCtx) Err() error {
 }
 
 func (c *lazyCtx) Value(key any) any {
-	if c.made.Load() {
+	c.stale()
+	if c.state.Load()&lazyMade != 0 {
 		return c.inner.Value(key)
 	}
 	return c.Context.Value(key)
@@ -72,13 +108,15 @@ func (c *lazyCtx) Value(key any) any {
 // standard returns the standard context that stands for c, making it on
 // first use; one that the call has ended is canceled already.
 func (c *lazyCtx) standard() context.Context {
-	if c.made.Load() {
+	if c.state.Load()&lazyMade != 0 {
 		return c.inner
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.made.Load() {
-		if c.endedFirst {
+	if s := c.state.Or(lazyMaking); s&lazyMade == 0 {
+		// From here on end waits for mu; an end before this is in s.
+		s = c.state.Load()
+		if s&lazyEndedFirst != 0 {
 			// Canceled, as the standard context's cancel function would
 			// have left it, whatever ended after.
 			c.inner, c.stop = context.WithCancel(context.WithoutCancel(c.Context))
@@ -87,29 +125,48 @@ func (c *lazyCtx) standard() context.Context {
 		} else {
 			c.inner, c.stop = context.WithDeadlineCause(c.Context, c.deadline, c.cause)
 		}
-		if c.ended.Load() {
+		if s&lazyEnded != 0 {
 			c.stop()
 		}
-		c.made.Store(true)
+		c.state.Or(lazyMade)
 	}
 	return c.inner
 }
 
 // end ends the use of c, as the cancel function of
 // context.WithDeadlineCause does: c is canceled, and its timer, if made,
-// stopped.
+// stopped. It takes no lock unless the standard context is made.
 func (c *lazyCtx) end() {
+	for s := c.state.Load(); s&lazyMaking == 0; s = c.state.Load() {
+		n := s | lazyEnded
+		if s&lazyEnded == 0 && !endedQuietly(c.Context) {
+			// Nothing saw the deadline pass, and reading the clock here
+			// would cost every call: as far as anyone can tell, the call
+			// ended first.
+			n |= lazyEndedFirst
+		}
+		if c.state.CompareAndSwap(s, n) {
+			return
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.made.Load() && !c.ended.Load() && c.Context.Err() == nil {
-		// Nothing saw the deadline pass, and reading the clock here would
-		// cost every call: as far as anyone can tell, the call ended first.
-		c.endedFirst = true
+	c.state.Or(lazyEnded)
+	c.stop()
+}
+
+// endedQuietly reports whether ctx has ended as far as can be told without
+// reading the clock: a lazy context's deadline that passed unseen is not
+// seen here either, as with its own.
+func endedQuietly(ctx context.Context) bool {
+	if lc, ok := ctx.(*lazyCtx); ok {
+		s := lc.state.Load()
+		if s&lazyMade != 0 {
+			return lc.inner.Err() != nil
+		}
+		return s&lazyEnded != 0 || endedQuietly(lc.Context)
 	}
-	c.ended.Store(true)
-	if c.stop != nil {
-		c.stop()
-	}
+	return ctx.Err() != nil
 }
 
 func (c *lazyCtx) String() string { return "pipeline.lazyCtx(" + c.deadline.String() + ")" }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/hedge"
 	"github.com/resiliencekit/resiliencekit/limit"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -222,5 +223,93 @@ func TestLazyContextKeepsTheFirstEnd(t *testing.T) {
 			assert.ErrorIs(t, lc.Err(), context.Canceled, then)
 			cancel(nil)
 		}
+	})
+}
+
+// TestBudgetsFirstAnswerIsThePipelines: the budget's context answers its
+// first Err from the clock reading its deadline was set from; the
+// pipeline asks it before anything is sent, so an operation that first
+// asks it after the budget ran out hears so, with every stage in front of
+// it. A budget too close to its end for that answers from the clock.
+func TestBudgetsFirstAnswerIsThePipelines(t *testing.T) {
+	configs := []struct {
+		name string
+		opts []Option
+	}{
+		{"budget alone", nil},
+		{"retry", []Option{WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1)))}},
+		{"breaker", []Option{WithBreaker(breaker.New("b"))}},
+		{"breaker and retry", []Option{WithBreaker(breaker.New("b")), WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1)))}},
+		{"waiting for the breaker", []Option{WithBreaker(breaker.New("b")), WaitWhenOpen()}},
+		{"limit", []Option{WithLimit(limit.NewFixed(1))}},
+		{"single attempt with hedging", []Option{WithRetry(retrypolicy.New()), WithHedging(hedge.New(hedge.Delay(time.Hour)))}},
+	}
+	for _, cfg := range configs {
+		t.Run(cfg.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := New(append(cfg.opts, WithTimeBudget(10*time.Millisecond))...)
+				_, err := Do(t.Context(), p, func(ctx context.Context) (int, error) {
+					time.Sleep(20 * time.Millisecond)
+					return 0, ctx.Err() // the first question the operation asks
+				})
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+			})
+		})
+	}
+	t.Run("fresh only far from its end", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			now := time.Now()
+			far := &lazyCtx{Context: t.Context(), deadline: now.Add(freshMargin)}
+			far.setFresh(now)
+			near := &lazyCtx{Context: t.Context(), deadline: now.Add(freshMargin - 1)}
+			near.setFresh(now)
+			time.Sleep(time.Hour)
+			assert.NoError(t, far.Err(), "the first answer, from the reading")
+			assert.ErrorIs(t, far.Err(), context.DeadlineExceeded, "the next, from the clock")
+			assert.ErrorIs(t, near.Err(), context.DeadlineExceeded)
+		})
+	})
+	t.Run("asked anything else first", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			for _, ask := range []func(*lazyCtx){
+				func(c *lazyCtx) { c.Value("k") },
+				func(c *lazyCtx) { c.Deadline() },
+				func(c *lazyCtx) { c.Done() },
+			} {
+				now := time.Now()
+				c := &lazyCtx{Context: t.Context(), deadline: now.Add(time.Second)}
+				c.setFresh(now)
+				ask(c)
+				time.Sleep(2 * time.Second)
+				assert.ErrorIs(t, c.Err(), context.DeadlineExceeded)
+			}
+		})
+	})
+}
+
+// TestAttemptEndsWithoutReadingTheClock: an attempt's context that ends
+// asks its parent, the budget's, whether it ended first without reading
+// the clock: a budget's deadline that passed unseen is not seen there
+// either, so the attempt reports Canceled, as for its own deadline (the
+// lazy context's documented difference); one the budget saw is seen.
+func TestAttemptEndsWithoutReadingTheClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		budget := &lazyCtx{Context: t.Context(), deadline: now.Add(time.Second)}
+		unseen := &lazyCtx{Context: budget, deadline: now.Add(time.Hour), cause: ErrAttemptTimeout}
+		time.Sleep(2 * time.Second)
+		unseen.end()
+		assert.ErrorIs(t, unseen.Err(), context.Canceled)
+
+		seen := &lazyCtx{Context: budget, deadline: now.Add(time.Hour), cause: ErrAttemptTimeout}
+		require.ErrorIs(t, budget.Err(), context.DeadlineExceeded)
+		seen.end()
+		assert.ErrorIs(t, seen.Err(), context.DeadlineExceeded)
+
+		ended := &lazyCtx{Context: t.Context(), deadline: now.Add(time.Hour)}
+		child := &lazyCtx{Context: ended, deadline: now.Add(time.Hour)}
+		ended.end()
+		child.end()
+		assert.ErrorIs(t, child.Err(), context.Canceled)
 	})
 }

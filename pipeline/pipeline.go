@@ -95,6 +95,7 @@ func New(opts ...Option) *Pipeline {
 	// The throttle refuses at once; a limit's queue or WaitWhenOpen may
 	// hold a call between its budget and its first attempt.
 	cfg.attemptFollows = cfg.limit == nil && !cfg.waitOpen
+	cfg.intoBreaker = cfg.breaker != nil && !cfg.waitOpen && cfg.hedge == nil && cfg.tracer == nil
 	p := &Pipeline{cfg: cfg, opts: opts}
 	if cfg.breaker != nil {
 		p.cfg.rejected = safe.New(cfg.name, cfg.breaker.Unheard(cfg.listener))
@@ -216,6 +217,9 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 	if ctx.Err() != nil {
 		var zero T
 		return zero, p.outOfTime(ctx, 0, nil)
+	}
+	if p.cfg.intoBreaker && !p.cfg.listener.Wants(resilience.EventCallDone) {
+		return c.breaker(ctx) // the stages before it would only pass the call on
 	}
 	return c.run(ctx)
 }

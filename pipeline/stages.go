@@ -27,7 +27,12 @@ import (
 // A new stage around the call is a method between two of these, calling
 // the next; a new stage that admits each attempt is a gate (gates.go),
 // built in config.buildGates. A call is a value on the caller's stack:
-// with the stages that keep no state, a call allocates nothing.
+// with the stages that keep no state, a call allocates nothing. A call
+// starts at the first stage that does something for it, so that those
+// that would only pass it on cost nothing: start goes straight to the
+// breaker when the stages before it have nothing to do (config.intoBreaker,
+// and no listener wants the call timed), and each attempt starts at the
+// stage firstInside names.
 type call[T any] struct {
 	p     *Pipeline
 	op    resilience.Operation[T]
@@ -42,6 +47,9 @@ type call[T any] struct {
 	// the attempt's context, allocated with the budget's.
 	now   time.Time
 	spare *lazyCtx
+
+	ran bool // the breaker admitted the call: inside ran
+	res T    // what inside leaves for through
 }
 
 // run reports the call to the tracer, if any, and times it for the
@@ -125,6 +133,7 @@ func (c *call[T]) withBudget(ctx context.Context) (context.Context, *lazyCtx) {
 		bc = new(lazyCtx)
 	}
 	bc.Context, bc.deadline = ctx, now.Add(cfg.budget) // into zeroed memory: no copy of the rest
+	bc.setFresh(now)
 	if c.k != nil {
 		c.k.budget = bc.end
 		return bc, nil
@@ -152,19 +161,15 @@ func (c *call[T]) breaker(ctx context.Context) (T, error) {
 // waits. The listener hears of a refusal here, and of a stop from the
 // retry stage. Only a call that failed pays for telling which.
 func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejected bool, err error) {
-	ran := false
-	err = b.Execute(ctx, func(ctx context.Context) error {
-		ran = true
-		var err error
-		res, err = c.inside(ctx)
-		return err
-	})
+	c.ran = false
+	err = b.Execute(ctx, c.inside)
+	res, c.res = c.res, res
 	if w, ok := err.(*waitedOut); ok {
 		err = w.err
 	}
 	switch {
 	case err == nil:
-	case !ran:
+	case !c.ran:
 		rejected = breaker.IsRejection(err)
 		if rejected {
 			c.p.cfg.rejected.Emit(resilience.Event{Kind: resilience.EventRejected, Err: err})
@@ -175,23 +180,24 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 	return res, rejected, err
 }
 
-// inside runs the rest of the call once the breaker admitted it. A probe
-// by a call that waited for the breaker, which the call's own deadline
-// ended, is no evidence against the dependency: the call spent its time
-// waiting, and the breaker does not count it (it lets the next waiter
-// probe).
-func (c *call[T]) inside(ctx context.Context) (res T, err error) {
+// inside runs the rest of the call once the breaker admitted it, and
+// leaves its result in c.res. A probe by a call that waited for the
+// breaker, which the call's own deadline ended, is no evidence against the
+// dependency: the call spent its time waiting, and the breaker does not
+// count it (it lets the next waiter probe).
+func (c *call[T]) inside(ctx context.Context) (err error) {
+	c.ran = true
 	if c.p.cfg.budget > 0 && c.budgetBehindBreaker() {
 		var end *lazyCtx
 		if ctx, end = c.withBudget(ctx); end != nil {
 			defer end.end()
 		}
 	}
-	res, err = c.retry(ctx)
+	c.res, err = c.retry(ctx)
 	if err != nil && c.probe && c.opts.waited && errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, ErrAttemptTimeout) {
 		err = &waitedOut{err}
 	}
-	return res, err
+	return err
 }
 
 // waitedOut is the error of a probe that a call which waited for the
@@ -225,7 +231,8 @@ func (c *call[T]) waitOpen(ctx context.Context, b *breaker.Breaker, err error) (
 
 // retry runs attempts until one succeeds or the policy gives up; the
 // breaker's check stops it between attempts. A probe of a breaker not
-// closed makes one attempt.
+// closed makes one attempt. Each attempt starts at the first of the
+// stages inside this one that does something for it.
 func (c *call[T]) retry(ctx context.Context) (T, error) {
 	c.probe = c.b.Check() != nil
 	if c.p.cfg.retry == nil || c.opts.single || c.probe {
@@ -235,17 +242,32 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 	if c.b != nil {
 		guard = c.b.Check
 	}
-	if c.direct() {
-		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.op)
+	switch c.firstInside() {
+	case viaHedge:
+		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.hedge)
+	case viaTimeout:
+		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.timeout)
 	}
-	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.hedge)
+	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.op)
 }
 
-// direct reports whether an attempt is the operation alone: no stage
-// inside the retry stage does anything for it: no gate (noGate), neither
-// hedging nor the tracer (which need c.s), nor the attempt timeout.
-func (c *call[T]) direct() bool {
-	return c.s == nil && c.p.cfg.attemptTimeout <= 0 && c.noGate()
+// The stage an attempt starts at, inside the retry stage.
+const (
+	viaOp      = iota // the operation: no stage does anything for it
+	viaHedge          // hedge and attempt: hedging, a gate, or the tracer (which need c.s)
+	viaTimeout        // the attempt timeout
+)
+
+// firstInside returns the first of the stages inside the retry stage that
+// does something for an attempt: each attempt starts there.
+func (c *call[T]) firstInside() int {
+	if c.s != nil || !c.noGate() {
+		return viaHedge
+	}
+	if c.p.cfg.attemptTimeout > 0 {
+		return viaTimeout
+	}
+	return viaOp
 }
 
 // noGate reports whether no gate admits the call's attempts: there is
@@ -263,10 +285,13 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	if ctx.Err() != nil { // out of time or canceled before anything was sent, as the retry stage checks
 		return res, c.p.outOfTime(ctx, 0, nil)
 	}
-	if c.direct() {
-		res, err = c.op(ctx)
-	} else {
+	switch c.firstInside() {
+	case viaHedge:
 		res, err = c.hedge(ctx)
+	case viaTimeout:
+		res, err = c.timeout(ctx)
+	default:
+		res, err = c.op(ctx)
 	}
 	l := c.p.cfg.listener
 	l.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})

@@ -83,12 +83,11 @@ func deliver(l resilience.Listener, e resilience.Event, filtered bool) {
 // Wants reports whether any listener wants events of kind k; a panic in a
 // listener's Wants counts as no.
 func (s *Listener) Wants(k resilience.EventKind) bool {
-	if s == nil {
-		return false
-	}
-	if !s.filtered {
-		return true
-	}
+	return s != nil && (!s.filtered || s.someWants(k)) // inlined: a call without a listener pays no call
+}
+
+// someWants reports whether some listener's Wants says yes to k.
+func (s *Listener) someWants(k resilience.EventKind) bool {
 	for _, l := range s.ls {
 		if wants(l, k) {
 			return true
