@@ -49,6 +49,9 @@ var (
 // IsRejection reports whether err says a breaker did not make the call:
 // it matches [ErrOpen] or [ErrTooManyRequests].
 func IsRejection(err error) bool {
+	if _, ok := err.(*rejection); ok {
+		return true // a breaker's own, as it returns them: no chain to walk
+	}
 	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests)
 }
 
@@ -343,7 +346,9 @@ func (b *Breaker) result(err, opErr error) error {
 // reject reports a rejection to b's own listener (the caller's hears of
 // it from the error) and returns err.
 func (b *Breaker) reject(err error) error {
-	b.listener.Emit(resilience.Event{Kind: resilience.EventRejected, Name: b.Name(), Err: err})
+	if b.listener != nil { // no event built for no listener: a rejection is the fast path of an outage
+		b.listener.OnEvent(resilience.Event{Kind: resilience.EventRejected, Name: b.Name(), Err: err})
+	}
 	return err
 }
 
@@ -352,11 +357,12 @@ func (b *Breaker) outcome(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
+	c := resilience.ClassSuccess // not classified yet: err is not nil
 	if b.cfg.ignoreIf != nil {
 		if b.cfg.ignoreIf(err) {
 			return errIgnored
 		}
-	} else if c := resilience.Classify(err); errors.Is(ctx.Err(), context.Canceled) || c == resilience.ClassCanceled || c == resilience.ClassRejected {
+	} else if c = resilience.Classify(err); c == resilience.ClassCanceled || c == resilience.ClassRejected || errors.Is(ctx.Err(), context.Canceled) {
 		return errIgnored
 	}
 	if b.cfg.failIf != nil {
@@ -365,7 +371,10 @@ func (b *Breaker) outcome(ctx context.Context, err error) error {
 		}
 		return nil
 	}
-	if resilience.Classify(err).Failure() {
+	if c == resilience.ClassSuccess {
+		c = resilience.Classify(err)
+	}
+	if c.Failure() {
 		return errFailure
 	}
 	return nil

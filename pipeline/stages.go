@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -83,9 +84,9 @@ func (c *call[T]) traced(ctx context.Context) (res T, err error) {
 // timed runs the call, timed for the listener if it wants EventCallDone.
 func (c *call[T]) timed(ctx context.Context) (T, error) {
 	if l := c.p.cfg.listener; l.Wants(resilience.EventCallDone) {
-		start := time.Now()
+		start := monotime.Now()
 		res, err := c.budget(ctx)
-		l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Duration: time.Since(start), Err: err})
+		l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Duration: monotime.Since(start), Err: err})
 		return res, err
 	}
 	return c.budget(ctx)
@@ -171,8 +172,8 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 	case err == nil:
 	case !c.ran:
 		rejected = breaker.IsRejection(err)
-		if rejected {
-			c.p.cfg.rejected.Emit(resilience.Event{Kind: resilience.EventRejected, Err: err})
+		if l := c.p.cfg.rejected; rejected && l != nil { // no event built for no listener, as the breaker's
+			l.OnEvent(resilience.Event{Kind: resilience.EventRejected, Err: err})
 		}
 	case c.p.cfg.waitOpen: // a call whose retries the breaker stopped waits too
 		rejected = breaker.IsRejection(err)
@@ -374,9 +375,10 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	if c.s != nil && c.s.trace != nil {
 		ctx, end = c.s.trace.StartAttempt(ctx, info)
 	}
-	var start time.Time
-	if c.p.cfg.hedge.Learns() {
-		start = time.Now()
+	var start monotime.Reading
+	learns := c.p.cfg.hedge.Learns()
+	if learns {
+		start = monotime.Now()
 	}
 	returned := false
 	defer func() {
@@ -399,11 +401,11 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 		}
 		r.phase.CompareAndSwap(firstRunning, phase)
 	}
-	if !start.IsZero() {
+	if learns {
 		// Every attempt's latency, a loser's too: cut short by the
 		// winner, it is a lower bound, and without it the slow tail
 		// that hedging cuts would be left out of the quantile.
-		c.p.cfg.hedge.Observe(time.Since(start))
+		c.p.cfg.hedge.Observe(monotime.Since(start))
 	}
 	return res, err
 }
