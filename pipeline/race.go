@@ -64,7 +64,12 @@ type outcome[T any] struct {
 func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[T] {
 	extra := c.p.cfg.hedge.Extra()
 	c.p.cfg.hedge.Called()
-	r := &race[T]{c: *c, ctx: ctx, delay: delay, extra: extra}
+	r := c.race
+	if r == nil {
+		r = new(race[T])
+	}
+	c.race = nil // the next race's is its own
+	*r = race[T]{c: *c, ctx: ctx, delay: delay, extra: extra}
 	c.spare, c.now = nil, time.Time{} // the race's first attempt's, not a later race's
 	return r
 }

@@ -49,15 +49,26 @@ type call[T any] struct {
 	now   time.Time
 	spare *lazyCtx
 
-	ran bool // the breaker admitted the call: inside ran
-	res T    // what inside leaves for through
+	ran  bool     // the breaker admitted the call: inside ran
+	res  T        // what inside leaves for through
+	race *race[T] // for the call's first race, allocated with c.s; nil once used
+}
+
+// hedged is the state of a hedged call with the memory of its first race.
+type hedged[T any] struct {
+	state state
+	race  race[T]
 }
 
 // run reports the call to the tracer, if any, and times it for the
 // listener if it wants EventCallDone.
 func (c *call[T]) run(ctx context.Context) (T, error) {
 	cfg := &c.p.cfg
-	if cfg.hedge != nil || cfg.tracer != nil {
+	switch {
+	case cfg.hedge != nil:
+		h := &hedged[T]{state: state{p: c.p}} // the state and the call's first race, in one allocation
+		c.s, c.race = &h.state, &h.race
+	case cfg.tracer != nil:
 		c.s = &state{p: c.p}
 	}
 	if cfg.tracer != nil {
