@@ -36,10 +36,11 @@ type config struct {
 	hedge          *hedge.Policy
 	waitOpen       bool
 	tracer         resilience.Tracer
-	gates          []gate // what admits each attempt, in order; built by New
-	pacer          *pacer // WaitWhenOpen's gate, also in gates
-	attemptFollows bool   // nothing waits between the budget and the first attempt; set by New
-	intoBreaker    bool   // the stages before the breaker's have nothing to do but time a call; set by New
+	gates          []gate       // what admits each attempt, in order; built by New
+	pacer          *pacer       // WaitWhenOpen's gate, also in gates
+	attemptFollows bool         // nothing waits between the budget and the first attempt; set by New
+	intoBreaker    bool         // the stages before the breaker's have nothing to do but time a call; set by New
+	hedgeTimers    *hedgeTimers // with hedging: its races' one timer; made by New
 }
 
 // WithBreaker guards calls with b, shared by every pipeline calling the

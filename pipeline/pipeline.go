@@ -96,6 +96,9 @@ func New(opts ...Option) *Pipeline {
 	// hold a call between its budget and its first attempt.
 	cfg.attemptFollows = cfg.limit == nil && !cfg.waitOpen
 	cfg.intoBreaker = cfg.breaker != nil && !cfg.waitOpen && cfg.hedge == nil && cfg.tracer == nil
+	if cfg.hedge != nil {
+		cfg.hedgeTimers = new(hedgeTimers)
+	}
 	p := &Pipeline{cfg: cfg, opts: opts}
 	if cfg.breaker != nil {
 		p.cfg.rejected = safe.New(cfg.name, cfg.breaker.Unheard(cfg.listener))

@@ -13,10 +13,11 @@ import (
 
 // race is one attempt of the retry stage with hedges. The first attempt
 // runs on the caller's goroutine; if it has not answered the hedging delay
-// after it was sent, a timer sends a hedge, on a goroutine of its own, and
+// after it was sent, the pipeline's timer (hedgeTimers) sends a hedge, on a goroutine of its own, and
 // another each delay after, up to the policy's limit. The first success
 // (or answer not to retry) wins and the others are canceled. Until a hedge
-// is sent, a race makes no goroutine and no channel, only its timer.
+// is sent, a race makes no goroutine, timer or channel: it waits in the
+// pipeline's one timer.
 //
 // A hedge that wins while the first attempt runs cancels it, and the
 // caller returns the winner's answer once the first attempt has returned:
@@ -31,8 +32,8 @@ type race[T any] struct {
 	firstCtx lazyCtx
 	phase    atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
 
-	mu      sync.Mutex // between the caller and the timer, which sends the hedges
-	timer   *time.Timer
+	mu      sync.Mutex      // between the caller and the timer, which sends the hedges
+	due     hedgeDue        // in the pipeline's hedgeTimers while a hedge is due
 	results chan outcome[T] // made with the first hedge
 	keepers []*keeper       // the hedges'
 	sent    int             // attempts sent, hedges included
@@ -68,9 +69,9 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 	if r == nil {
 		r = new(race[T])
 	}
-	c.race = nil // the next race's is its own
-	*r = race[T]{c: *c, ctx: ctx, delay: delay, extra: extra}
-	c.spare, c.now = nil, time.Time{} // the race's first attempt's, not a later race's
+	c.race = nil                                         // the next race's is its own
+	r.c, r.ctx, r.delay, r.extra = *c, ctx, delay, extra // into zeroed memory: no copy of the rest
+	c.spare, c.now = nil, time.Time{}                    // the race's first attempt's, not a later race's
 	return r
 }
 
@@ -94,7 +95,7 @@ func (r *race[T]) run() (T, error) {
 // runFirst runs the first attempt on the caller's goroutine. If it panics
 // or calls runtime.Goexit, the hedges out are canceled first.
 func (r *race[T]) runFirst() (o outcome[T]) {
-	r.firstCtx = lazyCtx{Context: r.ctx}
+	r.firstCtx.Context = r.ctx // zeroed memory, as above
 	r.first.own = &r.firstCtx
 	a := r.c
 	a.k = &r.first
@@ -118,7 +119,8 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 func (r *race[T]) arm() {
 	r.mu.Lock()
 	r.sent = 1
-	r.timer = time.AfterFunc(r.delay, r.fire)
+	r.due.race = r
+	r.c.p.cfg.hedgeTimers.add(&r.due, r.delay)
 	r.mu.Unlock()
 }
 
@@ -133,9 +135,7 @@ func (r *race[T]) stopHedges() bool {
 // stop sends no more hedges; r.mu is held.
 func (r *race[T]) stop() {
 	r.over = true
-	if r.timer != nil {
-		r.timer.Stop()
-	}
+	r.c.p.cfg.hedgeTimers.remove(&r.due)
 }
 
 // finish takes the first attempt's outcome and then the hedges', until one
@@ -178,7 +178,7 @@ func (r *race[T]) fire() {
 	r.sent++
 	n := r.sent
 	if n <= r.extra {
-		r.timer.Reset(r.delay)
+		c.p.cfg.hedgeTimers.add(&r.due, r.delay)
 	}
 	r.mu.Unlock()
 	c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: n, Delay: r.delay})

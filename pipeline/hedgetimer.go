@@ -1,0 +1,111 @@
+package pipeline
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
+)
+
+// hedgeTimers is one timer for the hedging delays of every race of a
+// pipeline: a race waiting for its next hedge is in a heap by when it is
+// due, and the timer is set for the first of them. A race that is armed
+// and then answers before its hedge is due, as nearly every race does,
+// costs a push and a removal under a lock, and no timer, func or goroutine
+// of its own; the timer is set again only when a race comes due before it
+// fires (with a fixed delay, only once it has fired). It is safe for
+// concurrent use.
+type hedgeTimers struct {
+	mu    sync.Mutex
+	due   dueHeap
+	timer *time.Timer      // made on first use
+	at    monotime.Reading // when the timer fires, while set
+	set   bool
+}
+
+// hedgeDue is a race's place in the heap; the race keeps it.
+type hedgeDue struct {
+	at   monotime.Reading
+	race interface{ fire() } // a pointer: no allocation
+	pos  int                 // index in the heap + 1; 0 when not in it
+}
+
+// add puts e in the heap, due d from now.
+func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) {
+	now := monotime.Now()
+	e.at = now + monotime.Reading(d)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	heap.Push(&t.due, e)
+	if !t.set || e.at < t.at {
+		t.reset(now)
+	}
+}
+
+// remove takes e out of the heap, if it is there. The timer is left set:
+// stopping it and setting it again for the next race would cost two
+// operations on the runtime's timers per call; left set, it fires at most
+// once a hedging delay for races that answered, finds none due, and is set
+// again only if a race waits.
+func (t *hedgeTimers) remove(e *hedgeDue) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.pos != 0 {
+		heap.Remove(&t.due, e.pos-1)
+	}
+}
+
+// reset sets the timer for the first race due; t.mu is held.
+func (t *hedgeTimers) reset(now monotime.Reading) {
+	if len(t.due) == 0 {
+		return
+	}
+	t.at, t.set = t.due[0].at, true
+	d := time.Duration(t.at - now)
+	if t.timer == nil {
+		t.timer = time.AfterFunc(d, t.expire)
+	} else {
+		t.timer.Reset(d)
+	}
+}
+
+// expire fires every race due, on the timer's goroutine, and sets the
+// timer for the next.
+func (t *hedgeTimers) expire() {
+	t.mu.Lock()
+	t.set = false
+	now := monotime.Now()
+	var fire []interface{ fire() }
+	for len(t.due) > 0 && t.due[0].at <= now {
+		fire = append(fire, heap.Pop(&t.due).(*hedgeDue).race)
+	}
+	t.reset(now)
+	t.mu.Unlock()
+	for _, r := range fire {
+		r.fire() // takes the race's lock, and may add it again
+	}
+}
+
+// dueHeap orders races by when their next hedge is due.
+type dueHeap []*hedgeDue
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].pos, h[j].pos = i+1, j+1
+}
+func (h *dueHeap) Push(x any) {
+	e := x.(*hedgeDue)
+	*h = append(*h, e)
+	e.pos = len(*h)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.pos = 0
+	return e
+}

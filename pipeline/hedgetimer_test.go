@@ -1,0 +1,123 @@
+package pipeline
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// firedAt is a race that records when it fired.
+type firedAt struct {
+	mu    sync.Mutex
+	start time.Time
+	at    []time.Duration
+}
+
+func (f *firedAt) fire() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.at = append(f.at, time.Since(f.start))
+}
+
+func (f *firedAt) fired() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at
+}
+
+// TestHedgeTimersFireEachRaceWhenDue: races added in any order, with any
+// delay, some removed before they are due, each fire once, exactly when
+// due, and the removed never; the timer left set for a race that answered
+// fires a later one on time.
+func TestHedgeTimersFireEachRaceWhenDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var timers hedgeTimers
+		rng := rand.New(rand.NewPCG(1, 2))
+		type entry struct {
+			race    *firedAt
+			due     hedgeDue
+			delay   time.Duration
+			removed bool
+		}
+		entries := make([]*entry, 200)
+		for i := range entries {
+			e := &entry{race: &firedAt{start: time.Now()}, delay: time.Duration(1+rng.IntN(1000)) * time.Millisecond}
+			e.due.race = e.race
+			entries[i] = e
+			timers.add(&e.due, e.delay)
+			if rng.IntN(3) == 0 {
+				timers.remove(&e.due)
+				e.removed = true
+			}
+			time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second)
+		for i, e := range entries {
+			if e.removed {
+				assert.Empty(t, e.race.fired(), "race %d was removed", i)
+			} else {
+				assert.Equal(t, []time.Duration{e.delay}, e.race.fired(), "race %d", i)
+			}
+		}
+		assert.Empty(t, timers.due)
+	})
+}
+
+// TestHedgeTimersSetAgainForAnEarlierRace: the timer, set for a race due
+// late, is set again for one that comes due earlier (a delay that learned
+// a lower latency), and for one that comes after the first answered.
+func TestHedgeTimersSetAgainForAnEarlierRace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var timers hedgeTimers
+		slow, quick, later := &firedAt{start: time.Now()}, &firedAt{start: time.Now()}, &firedAt{}
+		slowDue, quickDue, laterDue := hedgeDue{race: slow}, hedgeDue{race: quick}, hedgeDue{race: later}
+		timers.add(&slowDue, time.Hour)
+		timers.add(&quickDue, 10*time.Millisecond)
+		timers.remove(&slowDue) // answered
+		time.Sleep(20 * time.Millisecond)
+		assert.Equal(t, []time.Duration{10 * time.Millisecond}, quick.fired())
+		later.start = time.Now()
+		timers.add(&laterDue, 30*time.Millisecond)
+		time.Sleep(time.Second)
+		assert.Equal(t, []time.Duration{30 * time.Millisecond}, later.fired())
+		assert.Empty(t, slow.fired())
+	})
+}
+
+// TestHedgeTimersRaceAddedAgainFromItsFire: a race's fire may add it
+// again (its next hedge), without a deadlock, each delay after the last.
+func TestHedgeTimersRaceAddedAgainFromItsFire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var timers hedgeTimers
+		r := &again{timers: &timers, left: 3, start: time.Now()}
+		r.due.race = r
+		timers.add(&r.due, 50*time.Millisecond)
+		time.Sleep(time.Second)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		require.Equal(t, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}, r.at)
+	})
+}
+
+type again struct {
+	mu     sync.Mutex
+	timers *hedgeTimers
+	due    hedgeDue
+	left   int
+	start  time.Time
+	at     []time.Duration
+}
+
+func (a *again) fire() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.at = append(a.at, time.Since(a.start))
+	if a.left--; a.left > 0 {
+		a.timers.add(&a.due, 50*time.Millisecond)
+	}
+}
