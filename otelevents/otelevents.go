@@ -114,6 +114,7 @@ type Listener struct {
 
 	mu   sync.Mutex                      // adds a dependency
 	deps atomic.Pointer[map[string]*dep] // by name; copied on write
+	last atomic.Pointer[dep]             // the last one looked up: most events are of the dependency before
 }
 
 // classes is the number of resilience.Class values.
@@ -126,6 +127,7 @@ var giveupKinds = [...]resilience.EventKind{resilience.EventRetriesExhausted, re
 // dep is one dependency's counts, and the attribute sets of its data
 // points.
 type dep struct {
+	name            string
 	calls, attempts [classes]atomic.Int64
 	giveups         [len(giveupKinds)]atomic.Int64
 	retries         atomic.Int64
@@ -140,7 +142,7 @@ type dep struct {
 
 func newDep(name string) *dep {
 	a := attribute.String("dependency", name)
-	d := &dep{set: metric.WithAttributeSet(attribute.NewSet(a))}
+	d := &dep{name: name, set: metric.WithAttributeSet(attribute.NewSet(a))}
 	d.state = []metric.RecordOption{d.set}
 	for c := range classes {
 		d.outcome[c] = metric.WithAttributeSet(attribute.NewSet(a, attribute.String("outcome", resilience.Class(c).String())))
@@ -154,8 +156,12 @@ func newDep(name string) *dep {
 
 // of returns the dependency called name.
 func (l *Listener) of(name string) *dep {
+	if d := l.last.Load(); d != nil && d.name == name {
+		return d
+	}
 	if m := l.deps.Load(); m != nil {
 		if d, ok := (*m)[name]; ok {
+			l.last.Store(d)
 			return d
 		}
 	}

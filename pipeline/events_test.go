@@ -382,3 +382,42 @@ func TestSingleAttemptReportsWhatWasNotRetried(t *testing.T) {
 		})
 	}
 }
+
+// askCounter is a filter listener that wants every event and counts how
+// often it is asked, by kind.
+type askCounter struct {
+	mu    sync.Mutex
+	asked map[resilience.EventKind]int
+	heard map[resilience.EventKind]int
+}
+
+func (a *askCounter) Wants(k resilience.EventKind) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asked[k]++
+	return true
+}
+
+func (a *askCounter) OnEvent(e resilience.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.heard[e.Kind]++
+}
+
+// TestListenerAskedOnceAnEvent: a filter listener is asked once whether
+// it wants a call's end and its attempt, and hears each once.
+func TestListenerAskedOnceAnEvent(t *testing.T) {
+	for _, opts := range [][]pipeline.Option{
+		{pipeline.WithBreaker(breaker.New("b")), pipeline.WithRetry(retrypolicy.New())},
+		{pipeline.WithRetry(retrypolicy.New())},
+	} {
+		l := &askCounter{asked: map[resilience.EventKind]int{}, heard: map[resilience.EventKind]int{}}
+		p := pipeline.New(append(opts, pipeline.WithListener(l))...)
+		_, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 1, nil })
+		require.NoError(t, err)
+		for _, k := range []resilience.EventKind{resilience.EventCallDone, resilience.EventAttempt} {
+			assert.Equal(t, 1, l.asked[k], "asked about %v", k)
+			assert.Equal(t, 1, l.heard[k], "heard %v", k)
+		}
+	}
+}

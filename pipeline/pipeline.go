@@ -221,7 +221,8 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 		var zero T
 		return zero, p.outOfTime(ctx, 0, nil)
 	}
-	if p.cfg.intoBreaker && !p.cfg.listener.Wants(resilience.EventCallDone) {
+	c.done = p.cfg.listener.Wants(resilience.EventCallDone) // asked once a call
+	if p.cfg.intoBreaker && !c.done {
 		return c.breaker(ctx) // the stages before it would only pass the call on
 	}
 	return c.run(ctx)

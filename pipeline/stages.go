@@ -49,9 +49,10 @@ type call[T any] struct {
 	now   time.Time
 	spare *lazyCtx
 
-	ran  bool     // the breaker admitted the call: inside ran
-	res  T        // what inside leaves for through
-	race *race[T] // for the call's first race, allocated with c.s; nil once used
+	done  bool     // the listener wants EventCallDone: the call is timed
+	ran   bool     // the breaker admitted the call: inside ran
+	res   T        // what inside leaves for through
+	race  *race[T] // for the call's first race, allocated with c.s; nil once used
 }
 
 // hedged is the state of a hedged call with the memory of its first race.
@@ -94,10 +95,10 @@ func (c *call[T]) traced(ctx context.Context) (res T, err error) {
 
 // timed runs the call, timed for the listener if it wants EventCallDone.
 func (c *call[T]) timed(ctx context.Context) (T, error) {
-	if l := c.p.cfg.listener; l.Wants(resilience.EventCallDone) {
+	if c.done {
 		start := monotime.Now()
 		res, err := c.budget(ctx)
-		l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Duration: monotime.Since(start), Err: err})
+		c.p.cfg.listener.Wanted(resilience.Event{Kind: resilience.EventCallDone, Duration: monotime.Since(start), Err: err})
 		return res, err
 	}
 	return c.budget(ctx)

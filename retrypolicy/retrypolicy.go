@@ -205,7 +205,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 	for attempt := 1; ; attempt++ {
 		res, err := op(ctx)
 		if attemptEvents {
-			cfg.listener.OnEvent(resilience.Event{Kind: resilience.EventAttempt, Attempt: attempt, Err: err})
+			cfg.listener.Wanted(resilience.Event{Kind: resilience.EventAttempt, Attempt: attempt, Err: err})
 		}
 		if err == nil {
 			return res, nil

@@ -63,6 +63,19 @@ func (s *Listener) OnEvent(e resilience.Event) {
 	}
 }
 
+// Wanted is OnEvent for an event whose kind the caller has just asked
+// Wants about and heard yes: a single listener is not asked again.
+func (s *Listener) Wanted(e resilience.Event) {
+	if len(s.ls) != 1 {
+		s.OnEvent(e)
+		return
+	}
+	if e.Name == "" {
+		e.Name = s.name
+	}
+	deliver(s.ls[0], e, false)
+}
+
 // deliver passes e to l if l wants it (asked only if filtered); a panic in
 // l's Wants counts as no, and one in its OnEvent is logged: neither goes
 // further.
