@@ -269,7 +269,7 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 		res, err = c.hedge(ctx)
 	}
 	l := c.p.cfg.listener
-	l.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
+	l.Attempt(1, err)
 	if err != nil && ctx.Err() != nil {
 		err = c.p.outOfTime(ctx, 1, err)
 	} else if err != nil && c.p.cfg.retry != nil && (c.opts.single && resilience.Classify(err).Retryable() || resilience.IsUnrepeatable(err)) {
