@@ -16,7 +16,7 @@ import (
 
 // SampleEvery is how often, one attempt in so many of each kind, the
 // Counts mark the next call to be timed (see [Counts.TimeNext]).
-const SampleEvery = 16
+const SampleEvery = 64
 
 // Counts are a pipeline's attempts by whether they were a call's first
 // and whether they succeeded: an attempt adds to one counter only. The
