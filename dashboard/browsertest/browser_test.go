@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
@@ -78,9 +77,9 @@ func serve(t *testing.T, reg *registry.Registry, opts ...dashboard.Option) strin
 	return srv.URL + "/debug/resilience/"
 }
 
-// tile returns an expression of the tile of breaker name (a JSON string).
+// tile returns an expression of the tile of breaker name.
 func tile(name string) string {
-	return fmt.Sprintf("[...document.querySelectorAll('.tile')].find(t => t.dataset.name === %q)", name)
+	return "[...document.querySelectorAll('.tile')].find(t => t.dataset.name === " + js(name) + ")"
 }
 
 // eval evaluates expr in the page.
@@ -218,14 +217,7 @@ func TestForceOpenFromThePageAndBack(t *testing.T) {
 
 func TestFiveHundredBreakersRenderUpdateAndFilter(t *testing.T) {
 	ctx := browser(t)
-	var dialogs atomic.Int64
-	if err := chromedp.Listen(ctx, func(ev any) {
-		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
-			dialogs.Add(1)
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	dlg := watchDialogs(t, ctx)
 	reg := registry.New()
 	var keep []*breaker.Breaker
 	for i := range 500 {
@@ -280,8 +272,8 @@ func TestFiveHundredBreakersRenderUpdateAndFilter(t *testing.T) {
 	if n := eval[int](t, ctx, "document.scripts.length"); n != 1 {
 		t.Errorf("%d scripts in the page: a name became markup", n)
 	}
-	if dialogs.Load() != 0 {
-		t.Error("a dialog opened: a name ran as a script")
+	if d := dlg.opened(); len(d) != 0 {
+		t.Errorf("a dialog opened: a name ran as a script: %q", d)
 	}
 }
 
