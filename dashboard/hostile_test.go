@@ -17,7 +17,6 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/dashboard"
-	"github.com/resiliencekit/resiliencekit/dashboard/internal/hostile"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/registry"
 )
@@ -29,7 +28,7 @@ func hostileRegistry(t *testing.T) (*registry.Registry, map[string]*breaker.Brea
 	reg := registry.New()
 	bs := map[string]*breaker.Breaker{}
 	var keep []any
-	for _, name := range append([]string{"payments"}, hostile.Names...) {
+	for _, name := range append([]string{"payments"}, hostileNames...) {
 		b := breaker.New(name)
 		require.NoError(t, reg.AddBreaker(b), "%q", name)
 		bs[name] = b
@@ -61,7 +60,7 @@ func names(t *testing.T, data []byte) (breakers, pipelines []string) {
 // markup, and one event stays one line whatever the names hold.
 func TestHostileNamesAreDataIntact(t *testing.T) {
 	reg, _ := hostileRegistry(t)
-	want := slices.Sorted(slices.Values(append([]string{"payments"}, hostile.Names...)))
+	want := slices.Sorted(slices.Values(append([]string{"payments"}, hostileNames...)))
 	h := dashboard.New(reg)
 
 	rec := httptest.NewRecorder()
@@ -92,7 +91,7 @@ func TestHostileNamesAreDataIntact(t *testing.T) {
 
 // A hostile title is escaped as text: never markup, never a template.
 func TestAHostileTitleIsText(t *testing.T) {
-	for _, name := range hostile.Names {
+	for _, name := range hostileNames {
 		h := dashboard.New(registry.New(), dashboard.Title(name))
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://dash/", nil))
@@ -114,7 +113,7 @@ func TestAControlOnAHostileNameActsOnItOnly(t *testing.T) {
 	reg, bs := hostileRegistry(t)
 	h := dashboard.New(reg, dashboard.WithAuthorizer(alice))
 	tok := tokenOf(t, h, httptest.NewRequest(http.MethodGet, "http://dash/", nil))
-	for _, name := range hostile.Names {
+	for _, name := range hostileNames {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, post("http://dash/api/mode", url.Values{"name": {name}, "mode": {"forced-open"}}.Encode(), tok))
 		require.Equal(t, http.StatusOK, rec.Code, "%.40q: %s", name, rec.Body.String())
@@ -130,4 +129,35 @@ func TestAControlOnAHostileNameActsOnItOnly(t *testing.T) {
 		require.Equal(t, http.StatusOK, rec.Code, "%.40q: %s", name, rec.Body.String())
 		assert.Equal(t, breaker.Normal, bs[name].Mode().Mode)
 	}
+}
+
+// hostileNames are breaker and pipeline names that try to become markup,
+// script, a selector, JSON, a template or a form field on their way to the
+// page; dashboard/browsertest shows the same names in a browser.
+var hostileNames = []string{
+	`<script>alert(1)</script>`,
+	`"><img src=x onerror=alert(1)>`,
+	`'><svg onload=alert(1)>`,
+	`javascript:alert(1)`,
+	`</script><script>alert(1)</script>`,
+	`it's "quoted"`,
+	`'; alert(1); '`,
+	`back\slash \" \\ \u0041`,
+	"\u202Egnp.exe",   // a right-to-left override
+	"nul\x00byte",     // a null byte
+	"line\nbreak\r\n", // newlines, which end a server-sent event
+	"data: {\"injected\":true}",
+	`{{.}}`,
+	`{{template "page"}}`,
+	`.tile`,
+	`#filter`,
+	`[data-name="payments"]`,
+	`*`,
+	`{"name":"payments","mode":"normal"}`,
+	`]}`,
+	`payments&mode=disabled`,
+	`&amp; &lt;b&gt;`,
+	" payments ",
+	"😀 \u0301combining",
+	"long-" + strings.Repeat("x", 10<<10),
 }

@@ -19,7 +19,6 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/dashboard"
-	"github.com/resiliencekit/resiliencekit/dashboard/internal/hostile"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/registry"
 )
@@ -89,7 +88,7 @@ func TestHostileNamesShowAsTextAndControlTheirBreakerOnly(t *testing.T) {
 	ctx := browser(t)
 	dlg := watchDialogs(t, ctx)
 	reg := registry.New()
-	all := append([]string{"payments"}, hostile.Names...)
+	all := append([]string{"payments"}, hostileNames...)
 	bs := map[string]*breaker.Breaker{}
 	var keep []any
 	for _, name := range all {
@@ -207,4 +206,35 @@ func TestNamesWithANullByteAreSorted(t *testing.T) {
 	assert.Equal(t, []string{"twin\x00twin", "twin"}, eval[[]string](t, ctx, shownNames), "open first")
 	setSort(t, ctx, "name")
 	assert.Equal(t, []string{"twin", "twin\x00twin"}, eval[[]string](t, ctx, shownNames), "by name")
+}
+
+// hostileNames are breaker and pipeline names that try to become markup,
+// script, a selector, JSON, a template or a form field on their way to the
+// page; package dashboard's tests send the same names through the handler.
+var hostileNames = []string{
+	`<script>alert(1)</script>`,
+	`"><img src=x onerror=alert(1)>`,
+	`'><svg onload=alert(1)>`,
+	`javascript:alert(1)`,
+	`</script><script>alert(1)</script>`,
+	`it's "quoted"`,
+	`'; alert(1); '`,
+	`back\slash \" \\ \u0041`,
+	"\u202Egnp.exe",   // a right-to-left override
+	"nul\x00byte",     // a null byte
+	"line\nbreak\r\n", // newlines, which end a server-sent event
+	"data: {\"injected\":true}",
+	`{{.}}`,
+	`{{template "page"}}`,
+	`.tile`,
+	`#filter`,
+	`[data-name="payments"]`,
+	`*`,
+	`{"name":"payments","mode":"normal"}`,
+	`]}`,
+	`payments&mode=disabled`,
+	`&amp; &lt;b&gt;`,
+	" payments ",
+	"😀 \u0301combining",
+	"long-" + strings.Repeat("x", 10<<10),
 }
