@@ -99,3 +99,55 @@ func TestAKeeperInAListenerOfListenersCountsOnce(t *testing.T) {
 	none.Count(1, nil)
 	none.Attempt(1, nil)
 }
+
+// panicky panics in Wants or in OnEvent.
+type panicky struct{ inWants bool }
+
+func (p panicky) OnEvent(resilience.Event) {
+	if !p.inWants {
+		panic("listener")
+	}
+}
+
+func (p panicky) Wants(resilience.EventKind) bool {
+	if p.inWants {
+		panic("wants")
+	}
+	return true
+}
+
+// forwarder passes events on to another listener, and says so.
+type forwarder struct{ to resilience.Listener }
+
+func (f forwarder) OnEvent(e resilience.Event)        { f.to.OnEvent(e) }
+func (f forwarder) Members() []resilience.Listener    { return []resilience.Listener{f.to} }
+func (forwarder) Wants(k resilience.EventKind) bool   { return true }
+func (r *recorder) Wants(k resilience.EventKind) bool { return true }
+func (r *recorder) kinds() (out []resilience.EventKind) {
+	for _, e := range r.heard {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+func TestAPanickingListenerIsHeldBackAndTheOthersHear(t *testing.T) {
+	k, r := &keeper{}, &recorder{}
+	l := safe.New("db", panicky{}, panicky{inWants: true}, r, k)
+	assert.True(t, l.Wants(resilience.EventRetry))
+	l.Emit(resilience.Event{Kind: resilience.EventRetry})
+	l.Attempt(1, errDown)
+	assert.Equal(t, []resilience.EventKind{resilience.EventRetry, resilience.EventAttempt}, r.kinds())
+	assert.Len(t, k.heard, 1)
+	assert.False(t, safe.New("", panicky{inWants: true}).Wants(resilience.EventRetry), "a panic in Wants is a no")
+}
+
+func TestFanTellsEachListenerOnce(t *testing.T) {
+	k, r := &keeper{}, &recorder{}
+	pipe := safe.New("db", r, k)
+	safe.Fan(resilience.Event{Kind: resilience.EventRetry}, forwarder{r}, pipe, nil)
+	assert.Len(t, r.heard, 1)
+	assert.Len(t, k.heard, 1)
+	assert.Nil(t, safe.Members(nil))
+	assert.Nil(t, safe.Members((*safe.Listener)(nil)))
+	assert.Equal(t, []resilience.Listener{r}, safe.Members(forwarder{r}))
+}
