@@ -49,10 +49,10 @@ type call[T any] struct {
 	now   time.Time
 	spare *lazyCtx
 
-	done  bool     // the listener wants EventCallDone: the call is timed
-	ran   bool     // the breaker admitted the call: inside ran
-	res   T        // what inside leaves for through
-	race  *race[T] // for the call's first race, allocated with c.s; nil once used
+	done bool     // the listener wants EventCallDone: the call is timed
+	ran  bool     // the breaker admitted the call: inside ran
+	res  T        // what inside leaves for through
+	race *race[T] // for the call's first race, allocated with c.s; nil once used
 }
 
 // hedged is the state of a hedged call with the memory of its first race.
@@ -307,7 +307,7 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 		res, err = c.op(ctx)
 	}
 	l := c.p.cfg.listener
-	l.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1, Err: err})
+	l.Attempt(1, err)
 	if err != nil && ctx.Err() != nil {
 		err = c.p.outOfTime(ctx, 1, err)
 	} else if err != nil && c.p.cfg.retry != nil && (c.opts.single && resilience.Classify(err).Retryable() || resilience.IsUnrepeatable(err)) {

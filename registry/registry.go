@@ -10,9 +10,10 @@
 // the same name twice is an error ([ErrDuplicate]), not an overwrite.
 //
 // A registry costs a pipeline that is not registered nothing, and one that
-// is only its listener: one atomic addition per attempt on the success
-// path, no allocation, and the two clock reads of a call's duration on one
-// call in [SampleEvery] (the latency quantiles are of those). A breaker's figures are the ones
+// is only its listener, which the pipeline tells of attempts without an
+// event: one atomic addition per attempt on the success path, no
+// allocation, and the two clock reads of a call's duration on one call in
+// [SampleEvery] (the latency quantiles are of those). A breaker's figures are the ones
 // it keeps anyway ([breaker.Breaker.Snapshot]); its successes, failures
 // and rejections over time are those of the registered pipelines built on
 // it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -214,4 +215,76 @@ func TestASharedBreakerIsUnregisteredOnceClosed(t *testing.T) {
 	require.NoError(t, b.Close())
 	assert.Empty(t, r.Snapshot().Breakers)
 	assert.NoError(t, r.AddBreaker(breaker.New("fleet")), "the name is free again")
+}
+
+// attemptsHeard counts the attempts a listener of the caller's own hears.
+type attemptsHeard struct{ n int }
+
+func (a *attemptsHeard) OnEvent(e resilience.Event) {
+	if e.Kind == resilience.EventAttempt {
+		a.n++
+	}
+}
+
+// TestAttemptsAreCountedOnceWhateverListensBeside: the registry's counts
+// of attempts, which the pipeline keeps without an event, are the same
+// with listeners of the caller's own on the pipeline and on its retry
+// policy, which still hear every attempt, with or without a retry stage,
+// and in two registries at once.
+func TestAttemptsAreCountedOnceWhateverListensBeside(t *testing.T) {
+	mine, policy := &attemptsHeard{}, &attemptsHeard{}
+	r1, r2 := registry.New(), registry.New()
+	retried, err := r1.AddPipeline(pipeline.New(
+		pipeline.WithName("retried"),
+		pipeline.WithListener(mine),
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(0), retrypolicy.WithListener(policy))),
+	))
+	require.NoError(t, err)
+	twice, err := r2.AddPipeline(retried)
+	require.NoError(t, err)
+	once, err := r1.AddPipeline(pipeline.New(pipeline.WithName("once"), pipeline.WithListener(mine)))
+	require.NoError(t, err)
+
+	flaky := func() resilience.Operation[int] {
+		n := 0
+		return func(context.Context) (int, error) {
+			n++
+			if n%2 == 1 {
+				return 0, errDown
+			}
+			return 1, nil
+		}
+	}
+	retriedOp, onceOp := flaky(), flaky()
+	for range 3 {
+		_, err := pipeline.Do(t.Context(), twice, retriedOp)
+		require.NoError(t, err)
+		_, _ = pipeline.Do(t.Context(), once, onceOp)
+		_, _ = pipeline.Do(t.Context(), once, onceOp)
+	}
+	assert.Equal(t, 6+6, mine.n, "6 attempts retried, 6 once")
+	assert.Equal(t, 6, policy.n)
+	for _, r := range []*registry.Registry{r1, r2} {
+		ps := r.Snapshot().Pipelines
+		i := slices.IndexFunc(ps, func(ps registry.PipelineState) bool { return ps.Name == "retried" })
+		require.GreaterOrEqual(t, i, 0)
+		assert.EqualValues(t, 3, ps[i].Calls)
+		assert.EqualValues(t, 6, ps[i].Attempts)
+		assert.EqualValues(t, 3, ps[i].Successes)
+		assert.EqualValues(t, 3, ps[i].Retries)
+	}
+	ps := r1.Snapshot().Pipelines
+	require.Len(t, ps, 2)
+	assert.Equal(t, "once", ps[0].Name)
+	assert.EqualValues(t, 6, ps[0].Calls)
+	assert.EqualValues(t, 6, ps[0].Attempts)
+	assert.EqualValues(t, 3, ps[0].Successes)
+	assert.EqualValues(t, 3, ps[0].Failures)
+}
+
+func TestTheHappyPathOfARegisteredPipelineAllocatesNothing(t *testing.T) {
+	p, err := registry.New().AddPipeline(pipeline.New(pipeline.WithBreaker(breaker.New("allocs")), pipeline.WithRetry(retrypolicy.New())))
+	require.NoError(t, err)
+	op := func(context.Context) (int, error) { return 1, nil }
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = pipeline.Do(t.Context(), p, op) }))
 }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/tally"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -12,35 +13,34 @@ import (
 // times a call for the latency quantiles: it wants the
 // [resilience.EventCallDone] of one call in SampleEvery only, so that the
 // others pay for no clock read.
-const SampleEvery = 16
+const SampleEvery = tally.SampleEvery
 
 // latencies is how many of the latest timed calls the quantiles are of.
 const latencies = 512
 
 // stats is the listener the registry adds to a pipeline: counters and a
-// ring of sampled durations, all atomics, no lock, no allocation. An
-// attempt adds to one counter only, by whether it was a call's first and
-// whether it succeeded: the success path costs one atomic addition.
+// ring of sampled durations, all atomics, no lock, no allocation. It keeps
+// tally.Counts, which the pipeline adds each attempt to, by whether it was
+// a call's first and whether it succeeded, without an event: the success
+// path costs one atomic addition.
 type stats struct {
-	firstOK, firstFailed, laterOK, laterFailed atomic.Uint64
-	retries, hedged, rejected, throttled       atomic.Uint64
-	limited, waited                            atomic.Uint64
-	timeNext                                   atomic.Bool // the next call is timed
-	ring                                       [latencies]atomic.Int64
-	ringN                                      atomic.Uint64
+	tally.Counts
+	retries, hedged, rejected, throttled atomic.Uint64
+	limited, waited                      atomic.Uint64
+	ring                                 [latencies]atomic.Int64
+	ringN                                atomic.Uint64
 }
 
 func newStats() *stats { return &stats{} }
 
-// Wants asks for the events the figures are made of, and for the
-// duration of one call in SampleEvery.
+// Wants asks for the events the figures are made of. Attempts are
+// counted in the Counts, and the duration of one call in SampleEvery is
+// asked for by them.
 func (s *stats) Wants(k resilience.EventKind) bool {
 	switch k {
-	case resilience.EventAttempt, resilience.EventRetry, resilience.EventHedged, resilience.EventRejected,
+	case resilience.EventRetry, resilience.EventHedged, resilience.EventRejected,
 		resilience.EventThrottled, resilience.EventLimited, resilience.EventWaitOpen:
 		return true
-	case resilience.EventCallDone:
-		return s.timeNext.Load()
 	}
 	return false
 }
@@ -48,21 +48,6 @@ func (s *stats) Wants(k resilience.EventKind) bool {
 // OnEvent counts e.
 func (s *stats) OnEvent(e resilience.Event) {
 	switch e.Kind {
-	case resilience.EventAttempt:
-		var c *atomic.Uint64
-		switch {
-		case e.Attempt == 1 && e.Err == nil:
-			c = &s.firstOK
-		case e.Attempt == 1:
-			c = &s.firstFailed
-		case e.Err == nil:
-			c = &s.laterOK
-		default:
-			c = &s.laterFailed
-		}
-		if c.Add(1)%SampleEvery == 0 {
-			s.timeNext.Store(true)
-		}
 	case resilience.EventRetry:
 		s.retries.Add(1)
 	case resilience.EventHedged:
@@ -78,7 +63,7 @@ func (s *stats) OnEvent(e resilience.Event) {
 	case resilience.EventWaitOpen:
 		s.waited.Add(1)
 	case resilience.EventCallDone:
-		s.timeNext.Store(false)
+		s.Timed()
 		i := s.ringN.Add(1) - 1
 		s.ring[i%latencies].Store(int64(e.Duration))
 	}
@@ -91,7 +76,7 @@ type totals struct {
 }
 
 func (s *stats) totals() totals {
-	fo, ff, lo, lf := s.firstOK.Load(), s.firstFailed.Load(), s.laterOK.Load(), s.laterFailed.Load()
+	fo, ff, lo, lf := s.Load()
 	t := totals{
 		Attempts: fo + ff + lo + lf, Successes: fo + lo,
 		Retries: s.retries.Load(), Hedged: s.hedged.Load(), Rejected: s.rejected.Load(),

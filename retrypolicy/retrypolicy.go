@@ -204,6 +204,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 	var delays delaySource
 	for attempt := 1; ; attempt++ {
 		res, err := op(ctx)
+		cfg.listener.Count(attempt, err)
 		if attemptEvents {
 			cfg.listener.Wanted(resilience.Event{Kind: resilience.EventAttempt, Attempt: attempt, Err: err})
 		}

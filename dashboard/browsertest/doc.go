@@ -3,8 +3,9 @@
 // core module gains no dependency. The tests skip, saying so, on a machine
 // without chromium (.ci/run installs Debian's).
 //
-// With RESILIENCEKIT_DASHBOARD_SCREENSHOT set to a file name,
-// TestScreenshot writes the picture of docs/dashboard.md there:
+// TestScreenshot makes the picture of docs/dashboard.md on every run (CI
+// included), into a temporary file; with RESILIENCEKIT_DASHBOARD_SCREENSHOT
+// set to a file name, it writes it there:
 //
 //	cd dashboard/browsertest && RESILIENCEKIT_DASHBOARD_SCREENSHOT=$PWD/../../docs/dashboard.png go test -run Screenshot .
 package browsertest

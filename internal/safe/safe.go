@@ -2,6 +2,10 @@
 // listener that panics is reported, not let through into the breaker's
 // counts or the caller's result, nor to the other listeners. Its Listener
 // is the one fan-out of events to several listeners.
+//
+// A keeper of counts (package tally), the toolkit's own listener, is not
+// guarded, and hears of no attempt: [Listener.Count] adds each to its
+// counts, without an event.
 package safe
 
 import (
@@ -9,6 +13,7 @@ import (
 	"reflect"
 	"slices"
 
+	"github.com/resiliencekit/resiliencekit/internal/tally"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -19,8 +24,10 @@ import (
 // so that asking it costs no dynamic call.
 type Listener struct {
 	ls       []resilience.Listener
+	keepers  []keeper        // called unguarded, after ls
+	counts   []*tally.Counts // the keepers', and those of the *Listeners in ls
 	name     string
-	filtered bool // some listener is a Filter
+	filtered bool // some listener is a Filter or a keeper
 }
 
 // New returns a Listener of ls (nil ones skipped) that names unnamed
@@ -29,6 +36,12 @@ type Listener struct {
 func New(name string, ls ...resilience.Listener) *Listener {
 	s := &Listener{name: name}
 	for _, l := range ls {
+		if k, c := tally.Of(l); k != nil {
+			s.keepers = append(s.keepers, keeper{k, c})
+			s.counts = append(s.counts, c)
+			s.filtered = true
+			continue
+		}
 		switch l := l.(type) {
 		case nil:
 			continue
@@ -37,15 +50,16 @@ func New(name string, ls ...resilience.Listener) *Listener {
 				continue // a stage's listener not set yet
 			}
 			s.filtered = s.filtered || l.filtered
+			s.counts = append(s.counts, l.counts...)
 		case resilience.Filter:
 			s.filtered = true
 		}
 		s.ls = append(s.ls, l)
 	}
 	switch {
-	case len(s.ls) == 0:
+	case len(s.ls) == 0 && len(s.keepers) == 0:
 		return nil
-	case len(s.ls) == 1:
+	case len(s.ls) == 1 && len(s.keepers) == 0:
 		if one, ok := s.ls[0].(*Listener); ok && (name == "" || one.name == name) {
 			return one
 		}
@@ -61,12 +75,65 @@ func (s *Listener) OnEvent(e resilience.Event) {
 	for _, l := range s.ls {
 		deliver(l, e, s.filtered)
 	}
+	for _, k := range s.keepers {
+		if k.wants(e.Kind) {
+			k.l.OnEvent(e)
+		}
+	}
+}
+
+// keeper is a listener that keeps counts, with them.
+type keeper struct {
+	l tally.Keeper
+	c *tally.Counts
+}
+
+// wants reports whether k wants events of kind: never attempts, which it
+// counts, the end of a call when its counts ask for one to be timed, and
+// what it says of the others.
+func (k keeper) wants(kind resilience.EventKind) bool {
+	switch kind {
+	case resilience.EventAttempt:
+		return false
+	case resilience.EventCallDone:
+		return k.c.TimeNext()
+	}
+	return k.l.Wants(kind)
+}
+
+// Count adds an attempt numbered n that ended with err to the keepers'
+// counts; a nil s does nothing. It is the keepers' EventAttempt: they are
+// not told of attempts.
+func (s *Listener) Count(n int, err error) {
+	if s == nil {
+		return
+	}
+	for _, c := range s.counts {
+		c.Attempt(n, err)
+	}
+}
+
+// Attempt reports an attempt numbered n that ended with err: it counts it
+// ([Listener.Count]) and passes it as an EventAttempt to the listeners
+// other than keepers that want it; a nil s does nothing.
+func (s *Listener) Attempt(n int, err error) {
+	if s == nil {
+		return
+	}
+	s.Count(n, err)
+	if len(s.ls) == 0 {
+		return
+	}
+	e := resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err}
+	for _, l := range s.ls {
+		deliver(l, e, s.filtered)
+	}
 }
 
 // Wanted is OnEvent for an event whose kind the caller has just asked
 // Wants about and heard yes: a single listener is not asked again.
 func (s *Listener) Wanted(e resilience.Event) {
-	if len(s.ls) != 1 {
+	if len(s.ls) != 1 || len(s.keepers) != 0 {
 		s.OnEvent(e)
 		return
 	}
@@ -99,8 +166,13 @@ func (s *Listener) Wants(k resilience.EventKind) bool {
 	return s != nil && (!s.filtered || s.someWants(k)) // inlined: a call without a listener pays no call
 }
 
-// someWants reports whether some listener's Wants says yes to k.
+// someWants reports whether some keeper or listener says yes to k.
 func (s *Listener) someWants(k resilience.EventKind) bool {
+	for _, kp := range s.keepers {
+		if kp.wants(k) {
+			return true
+		}
+	}
 	for _, l := range s.ls {
 		if wants(l, k) {
 			return true
@@ -162,6 +234,9 @@ func (s *Listener) members() []resilience.Listener {
 	var out []resilience.Listener
 	for _, l := range s.ls {
 		out = append(out, Members(l)...)
+	}
+	for _, k := range s.keepers {
+		out = append(out, k.l)
 	}
 	return out
 }

@@ -1,0 +1,153 @@
+package safe_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/internal/safe"
+	"github.com/resiliencekit/resiliencekit/internal/tally"
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// keeper keeps counts and records the events it is told of; it wants
+// retries, and what its Wants is asked.
+type keeper struct {
+	tally.Counts
+	heard []resilience.Event
+	asked []resilience.EventKind
+}
+
+func (k *keeper) OnEvent(e resilience.Event) { k.heard = append(k.heard, e) }
+
+func (k *keeper) Wants(kind resilience.EventKind) bool {
+	k.asked = append(k.asked, kind)
+	return kind == resilience.EventRetry || kind == resilience.EventAttempt // attempts: said, not heeded
+}
+
+// recorder records every event.
+type recorder struct{ heard []resilience.Event }
+
+func (r *recorder) OnEvent(e resilience.Event) { r.heard = append(r.heard, e) }
+
+var errDown = errors.New("down")
+
+func TestAKeeperCountsAttemptsWithoutAnEvent(t *testing.T) {
+	k := &keeper{}
+	l := safe.New("db", k)
+	require.NotNil(t, l)
+	assert.False(t, l.Wants(resilience.EventAttempt), "attempts are counted, not told")
+	l.Count(1, nil)
+	l.Count(1, errDown)
+	l.Attempt(2, nil)
+	l.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1})
+	fo, ff, lo, lf := k.Load()
+	assert.Equal(t, [4]uint64{1, 1, 1, 0}, [4]uint64{fo, ff, lo, lf})
+	assert.Empty(t, k.heard)
+	assert.Empty(t, k.asked, "its Wants is not asked of attempts")
+
+	l.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: 1})
+	l.Emit(resilience.Event{Kind: resilience.EventHedged})
+	require.Len(t, k.heard, 1)
+	assert.Equal(t, resilience.Event{Kind: resilience.EventRetry, Name: "db", Attempt: 1}, k.heard[0])
+	assert.True(t, l.Wants(resilience.EventRetry))
+	assert.False(t, l.Wants(resilience.EventHedged))
+}
+
+func TestAKeeperHearsOfTheCallItsCountsAskToTime(t *testing.T) {
+	k := &keeper{}
+	l := safe.New("db", k)
+	assert.False(t, l.Wants(resilience.EventCallDone))
+	for range tally.SampleEvery {
+		l.Count(1, nil)
+	}
+	assert.True(t, l.Wants(resilience.EventCallDone))
+	l.OnEvent(resilience.Event{Kind: resilience.EventCallDone})
+	assert.Len(t, k.heard, 1)
+	assert.NotContains(t, k.asked, resilience.EventCallDone, "its counts answer")
+}
+
+func TestOtherListenersHearAttemptsAsBefore(t *testing.T) {
+	k, r := &keeper{}, &recorder{}
+	l := safe.New("db", r, k)
+	assert.True(t, l.Wants(resilience.EventAttempt))
+	l.Attempt(1, errDown)
+	assert.Equal(t, []resilience.Event{{Kind: resilience.EventAttempt, Name: "db", Attempt: 1, Err: errDown}}, r.heard)
+	assert.Empty(t, k.heard)
+	_, ff, _, _ := k.Load()
+	assert.EqualValues(t, 1, ff)
+	assert.Equal(t, []resilience.Listener{r, k}, safe.Members(l))
+}
+
+func TestAKeeperInAListenerOfListenersCountsOnce(t *testing.T) {
+	k, r := &keeper{}, &recorder{}
+	inner := safe.New("db", k)
+	outer := safe.New("", r, inner)
+	outer.Count(1, nil)
+	fo, _, _, _ := k.Load()
+	assert.EqualValues(t, 1, fo)
+	assert.Same(t, inner, safe.New("", inner), "one listener is kept as it is")
+	assert.Same(t, inner, safe.New("", inner).Without(safe.New("", r)), "nothing to take away")
+	assert.Nil(t, inner.Without(inner), "the keeper taken away")
+	again := outer.Without(safe.New("", r))
+	again.Count(1, nil)
+	fo, _, _, _ = k.Load()
+	assert.EqualValues(t, 2, fo, "still counted once")
+	var none *safe.Listener
+	none.Count(1, nil)
+	none.Attempt(1, nil)
+}
+
+// panicky panics in Wants or in OnEvent.
+type panicky struct{ inWants bool }
+
+func (p panicky) OnEvent(resilience.Event) {
+	if !p.inWants {
+		panic("listener")
+	}
+}
+
+func (p panicky) Wants(resilience.EventKind) bool {
+	if p.inWants {
+		panic("wants")
+	}
+	return true
+}
+
+// forwarder passes events on to another listener, and says so.
+type forwarder struct{ to resilience.Listener }
+
+func (f forwarder) OnEvent(e resilience.Event)        { f.to.OnEvent(e) }
+func (f forwarder) Members() []resilience.Listener    { return []resilience.Listener{f.to} }
+func (forwarder) Wants(k resilience.EventKind) bool   { return true }
+func (r *recorder) Wants(k resilience.EventKind) bool { return true }
+func (r *recorder) kinds() (out []resilience.EventKind) {
+	for _, e := range r.heard {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+func TestAPanickingListenerIsHeldBackAndTheOthersHear(t *testing.T) {
+	k, r := &keeper{}, &recorder{}
+	l := safe.New("db", panicky{}, panicky{inWants: true}, r, k)
+	assert.True(t, l.Wants(resilience.EventRetry))
+	l.Emit(resilience.Event{Kind: resilience.EventRetry})
+	l.Attempt(1, errDown)
+	assert.Equal(t, []resilience.EventKind{resilience.EventRetry, resilience.EventAttempt}, r.kinds())
+	assert.Len(t, k.heard, 1)
+	assert.False(t, safe.New("", panicky{inWants: true}).Wants(resilience.EventRetry), "a panic in Wants is a no")
+}
+
+func TestFanTellsEachListenerOnce(t *testing.T) {
+	k, r := &keeper{}, &recorder{}
+	pipe := safe.New("db", r, k)
+	safe.Fan(resilience.Event{Kind: resilience.EventRetry}, forwarder{r}, pipe, nil)
+	assert.Len(t, r.heard, 1)
+	assert.Len(t, k.heard, 1)
+	assert.Nil(t, safe.Members(nil))
+	assert.Nil(t, safe.Members((*safe.Listener)(nil)))
+	assert.Equal(t, []resilience.Listener{r}, safe.Members(forwarder{r}))
+}
