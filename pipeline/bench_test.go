@@ -79,11 +79,32 @@ func benchmarkParallel(b *testing.B, opts ...pipeline.Option) {
 }
 
 // BenchmarkStages is the success path of a pipeline of a breaker and a
-// retry (Plain, the baseline) with each other stage added alone, to read
-// as ratios to Plain:
+// retry (Plain) with each other stage added alone, beside a bare gobreaker
+// and one with the breaker's default window (60 s in 6 buckets), to read
+// as ratios to Plain or to either gobreaker:
 //
 //	cd benchmarks && go run ./ratios -pkg ../pipeline -bench Stages -baseline Plain
+//	cd benchmarks && go run ./ratios -pkg ../pipeline -bench Stages -baseline Gobreaker
 func BenchmarkStages(b *testing.B) {
+	for _, g := range []struct {
+		name string
+		st   gobreaker.Settings
+	}{
+		{"Gobreaker", gobreaker.Settings{Name: "bench"}},
+		{"GobreakerWindow", gobreaker.Settings{Name: "bench", Interval: time.Minute, BucketPeriod: 10 * time.Second,
+			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 }}},
+	} {
+		b.Run(g.name, func(b *testing.B) {
+			cb := gobreaker.NewCircuitBreaker[int](g.st)
+			op := func() (int, error) { return 1, nil }
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := cb.Execute(op); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	never := hedge.New(hedge.Delay(time.Hour))
 	stages := []struct {
 		name string

@@ -95,7 +95,10 @@ func New(opts ...Option) *Pipeline {
 	// The throttle refuses at once; a limit's queue or WaitWhenOpen may
 	// hold a call between its budget and its first attempt.
 	cfg.attemptFollows = cfg.limit == nil && !cfg.waitOpen
-	cfg.intoBreaker = cfg.breaker != nil && !cfg.waitOpen && cfg.hedge == nil && cfg.tracer == nil
+	// With a breaker, the budget is set behind it, unless calls wait for it
+	// (within the budget); nothing else happens before it but hedging's
+	// and the tracer's state.
+	cfg.intoBreaker = cfg.breaker != nil && (!cfg.waitOpen || cfg.budget == 0) && cfg.hedge == nil && cfg.tracer == nil
 	if cfg.hedge != nil {
 		cfg.hedgeTimers = new(hedgeTimers)
 	}
