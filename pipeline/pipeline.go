@@ -219,7 +219,8 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 	if p == nil {
 		p = &zero
 	}
-	c := call[T]{p: p, op: op, k: k, opts: callOf(opts)}
+	var c call[T] // zeroed in place: a literal is built, then copied
+	c.p, c.op, c.k, c.opts = p, op, k, callOf(opts)
 	if ctx.Err() != nil {
 		var zero T
 		return zero, p.outOfTime(ctx, 0, nil)
