@@ -22,6 +22,15 @@ type hedgeTimers struct {
 	timer *time.Timer      // made on first use
 	at    monotime.Reading // when the timer fires, while set
 	set   bool
+	clock func() monotime.Reading // nil: monotime.Now; a test's own
+}
+
+// now reads t's clock.
+func (t *hedgeTimers) now() monotime.Reading {
+	if t.clock != nil {
+		return t.clock()
+	}
+	return monotime.Now()
 }
 
 // hedgeDue is a race's place in the heap; the race keeps it.
@@ -31,9 +40,17 @@ type hedgeDue struct {
 	pos  int                 // index in the heap + 1; 0 when not in it
 }
 
-// add puts e in the heap, due d from now.
-func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) {
-	now := monotime.Now()
+// add puts e in the heap, due d from now, and reports true; or, in a
+// testing/synctest bubble, reports false and leaves e to a timer of its
+// race's own. A bubble's clock starts in 2000, before the process began,
+// so a reading there is negative; and a timer made in one bubble, or
+// outside, must not be used from another, or outside, which one timer for
+// a pipeline shared by tests would be.
+func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) bool {
+	now := t.now()
+	if now < 0 {
+		return false
+	}
 	e.at = now + monotime.Reading(d)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -41,6 +58,7 @@ func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) {
 	if !t.set || e.at < t.at {
 		t.reset(now)
 	}
+	return true
 }
 
 // remove takes e out of the heap, if it is there. The timer is left set:
@@ -75,7 +93,7 @@ func (t *hedgeTimers) reset(now monotime.Reading) {
 func (t *hedgeTimers) expire() {
 	t.mu.Lock()
 	t.set = false
-	now := monotime.Now()
+	now := t.now()
 	var fire []interface{ fire() }
 	for len(t.due) > 0 && t.due[0].at <= now {
 		fire = append(fire, heap.Pop(&t.due).(*hedgeDue).race)

@@ -1,14 +1,20 @@
 package pipeline
 
 import (
+	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/hedge"
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
+	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
 // firedAt is a race that records when it fired.
@@ -36,7 +42,7 @@ func (f *firedAt) fired() []time.Duration {
 // fires a later one on time.
 func TestHedgeTimersFireEachRaceWhenDue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var timers hedgeTimers
+		timers := testTimers()
 		rng := rand.New(rand.NewPCG(1, 2))
 		type entry struct {
 			race    *firedAt
@@ -73,7 +79,7 @@ func TestHedgeTimersFireEachRaceWhenDue(t *testing.T) {
 // a lower latency), and for one that comes after the first answered.
 func TestHedgeTimersSetAgainForAnEarlierRace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var timers hedgeTimers
+		timers := testTimers()
 		slow, quick, later := &firedAt{start: time.Now()}, &firedAt{start: time.Now()}, &firedAt{}
 		slowDue, quickDue, laterDue := hedgeDue{race: slow}, hedgeDue{race: quick}, hedgeDue{race: later}
 		timers.add(&slowDue, time.Hour)
@@ -93,8 +99,8 @@ func TestHedgeTimersSetAgainForAnEarlierRace(t *testing.T) {
 // again (its next hedge), without a deadlock, each delay after the last.
 func TestHedgeTimersRaceAddedAgainFromItsFire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var timers hedgeTimers
-		r := &again{timers: &timers, left: 3, start: time.Now()}
+		timers := testTimers()
+		r := &again{timers: timers, left: 3, start: time.Now()}
 		r.due.race = r
 		timers.add(&r.due, 50*time.Millisecond)
 		time.Sleep(time.Second)
@@ -120,4 +126,61 @@ func (a *again) fire() {
 	if a.left--; a.left > 0 {
 		a.timers.add(&a.due, 50*time.Millisecond)
 	}
+}
+
+// testTimers is a hedgeTimers on the clock of the test's bubble, which a
+// pipeline's would not use there.
+func testTimers() *hedgeTimers {
+	start := time.Now()
+	return &hedgeTimers{clock: func() monotime.Reading { return monotime.Reading(time.Since(start)) }}
+}
+
+// TestHedgeTimersLeaveABubbleToTheRace: in a testing/synctest bubble, the
+// pipeline's timer takes no race: each has a timer of its own there.
+func TestHedgeTimersLeaveABubbleToTheRace(t *testing.T) {
+	var timers hedgeTimers
+	var e hedgeDue
+	require.True(t, timers.add(&e, time.Hour), "outside a bubble")
+	timers.remove(&e)
+	synctest.Test(t, func(t *testing.T) {
+		assert.False(t, timers.add(&e, time.Hour), "inside one")
+	})
+}
+
+// TestSlowListenerHoldsUpOnlyItsOwnHedge: outside a bubble, where the
+// races of a pipeline share its timer, a listener slow to hear one call's
+// hedge does not hold up the other calls' hedges (in real time).
+func TestSlowListenerHoldsUpOnlyItsOwnHedge(t *testing.T) {
+	var slowOnce atomic.Bool
+	slow := resilience.ListenerFunc(func(e resilience.Event) {
+		if e.Kind == resilience.EventHedged && slowOnce.CompareAndSwap(false, true) {
+			time.Sleep(time.Second)
+		}
+	})
+	p := New(WithHedging(hedge.New(hedge.Delay(5*time.Millisecond), hedge.MaxShare(1))), WithListener(slow))
+	const calls = 4
+	start := time.Now()
+	var wg sync.WaitGroup
+	sentAt := make([]time.Duration, calls)
+	for i := range calls {
+		wg.Go(func() {
+			var n atomic.Int32
+			_, _ = Do(context.Background(), p, func(ctx context.Context) (int, error) {
+				if n.Add(1) == 1 {
+					<-ctx.Done() // cut by the hedge that wins
+					return 0, ctx.Err()
+				}
+				sentAt[i] = time.Since(start)
+				return 1, nil
+			})
+		})
+	}
+	wg.Wait()
+	late := 0
+	for _, d := range sentAt {
+		if d > 500*time.Millisecond {
+			late++
+		}
+	}
+	assert.LessOrEqual(t, late, 1, "hedges sent at %v: one call's listener held up another's", sentAt)
 }

@@ -34,6 +34,7 @@ type race[T any] struct {
 
 	mu      sync.Mutex      // between the caller and the timer, which sends the hedges
 	due     hedgeDue        // in the pipeline's hedgeTimers while a hedge is due
+	timer   *time.Timer     // instead, in a testing/synctest bubble
 	results chan outcome[T] // made with the first hedge
 	keepers []*keeper       // the hedges'
 	sent    int             // attempts sent, hedges included
@@ -120,8 +121,21 @@ func (r *race[T]) arm() {
 	r.mu.Lock()
 	r.sent = 1
 	r.due.race = r
-	r.c.p.cfg.hedgeTimers.add(&r.due, r.delay)
+	r.after()
 	r.mu.Unlock()
+}
+
+// after sets r's next hedge due one delay from now: in the pipeline's
+// timer, or in a testing/synctest bubble, in one of r's own; r.mu is held.
+func (r *race[T]) after() {
+	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
+		return
+	}
+	if r.timer == nil {
+		r.timer = time.AfterFunc(r.delay, r.fire)
+	} else {
+		r.timer.Reset(r.delay)
+	}
 }
 
 // stopHedges sends no more hedges, and reports whether any is still out.
@@ -136,6 +150,9 @@ func (r *race[T]) stopHedges() bool {
 func (r *race[T]) stop() {
 	r.over = true
 	r.c.p.cfg.hedgeTimers.remove(&r.due)
+	if r.timer != nil {
+		r.timer.Stop()
+	}
 }
 
 // finish takes the first attempt's outcome and then the hedges', until one
@@ -174,18 +191,18 @@ func (r *race[T]) fire() {
 		r.mu.Unlock()
 		return
 	}
-	r.launch()
 	r.sent++
-	n := r.sent
-	if n <= r.extra {
-		c.p.cfg.hedgeTimers.add(&r.due, r.delay)
+	r.launch(r.sent)
+	if r.sent <= r.extra {
+		r.after()
 	}
 	r.mu.Unlock()
-	c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: n, Delay: r.delay})
 }
 
-// launch starts a hedge on a goroutine of its own; r.mu is held.
-func (r *race[T]) launch() {
+// launch starts hedge n (the race's n-th attempt) on a goroutine of its
+// own, which tells the listener first: a slow listener holds up its own
+// hedge, not the timer, which other calls' hedges wait for; r.mu is held.
+func (r *race[T]) launch(n int) {
 	if r.results == nil {
 		r.results = make(chan outcome[T], r.extra)
 	}
@@ -215,6 +232,7 @@ func (r *race[T]) launch() {
 			}
 			results <- o
 		}()
+		a.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: n, Delay: r.delay})
 		o.res, o.err = a.attempt(actx, true, r)
 		returned = true
 	}()

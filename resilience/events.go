@@ -176,7 +176,9 @@ type Listener interface {
 // event. A stage may skip an event its listener does not want, and skips
 // [EventCallDone], with the two clock reads its Duration costs, for a
 // listener that does not want it. Wants may be called on every call, and
-// must be quick and safe for concurrent use.
+// must be quick and safe for concurrent use. A pipeline asks it once a
+// call for each kind it may emit many of ([EventAttempt], [EventCallDone]),
+// at the start: its answer holds for that call.
 type Filter interface {
 	Wants(EventKind) bool
 }
