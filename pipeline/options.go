@@ -132,8 +132,9 @@ func WithLimit(l *limit.Limiter) Option {
 // [resilience.EventHedged]. Default none; nil means none.
 //
 // The first attempt runs on the caller's goroutine, and a call whose first
-// attempt answers in time costs a timer, no goroutine; each hedge runs on
-// a goroutine of its own. A hedge that succeeds cancels the first
+// attempt answers in time costs one allocation and a place in the
+// pipeline's one timer for hedging delays, no timer or goroutine of its
+// own; each hedge runs on a goroutine of its own. A hedge that succeeds cancels the first
 // attempt, whose operation must then return for the call to return the
 // hedge's answer: an operation that ignores its context's cancellation
 // holds it. A hedge's failure does not cut the first attempt short.
