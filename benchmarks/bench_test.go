@@ -116,31 +116,13 @@ var subjects = []subject{
 		},
 	},
 	{
+		// resiliencekit's breaker alone, with its default window.
 		name: "Breaker",
 		happy: func() func() error {
 			b := breaker.New("bench")
 			ctx := context.Background()
 			op := func(context.Context) error { _, err := ok(); return err }
 			return func() error { return b.Execute(ctx, op) }
-		},
-	},
-	{
-		name: "Flat",
-		happy: func() func() error {
-			b := breaker.New("bench")
-			pol := retrypolicy.New(retrypolicy.MaxAttempts(retries+1))
-			ctx := context.Background()
-			op := func(context.Context) (int, error) { return ok() }
-			return func() error {
-				var res int
-				err := b.Execute(ctx, func(ctx context.Context) error {
-					var err error
-					res, err = retrypolicy.DoGuarded(ctx, pol, b.Check, op)
-					return err
-				})
-				_ = res
-				return err
-			}
 		},
 	},
 	{
