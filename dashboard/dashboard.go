@@ -38,6 +38,7 @@ import (
 	"html/template"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -189,12 +190,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasSuffix(p, "/"):
 		h.servePage(w, r)
 	case !strings.Contains(p[strings.LastIndex(p, "/")+1:], "."):
-		// The page's links are relative. A path made of one slash, never
-		// "//host" or "/\\host", which a browser takes for another site's.
-		http.Redirect(w, r, "/"+strings.TrimLeft(p, "/\\")+"/", http.StatusMovedPermanently)
+		http.Redirect(w, r, folder(r), http.StatusMovedPermanently)
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// folder is where a request for a path without a trailing slash is
+// redirected, for the page's relative links to work: the same path with
+// one, on the same site and under the handler. The path is the one the
+// client asked for (r.RequestURI), so that a prefix that
+// http.StripPrefix took off is kept; it starts with one slash, never
+// "//host" or "/\\host", which a browser takes for another site's; and it
+// is percent-encoded, so that a tab or a newline, which a browser drops
+// from a URL ("/\t/host" is "//host" to it), is no separator.
+func folder(r *http.Request) string {
+	p := r.URL.Path
+	if u, err := url.ParseRequestURI(r.RequestURI); err == nil && strings.HasSuffix(u.Path, p) {
+		p = u.Path
+	}
+	return (&url.URL{Path: "/" + strings.TrimLeft(p, "/\\") + "/"}).EscapedPath()
 }
 
 //go:embed page.html

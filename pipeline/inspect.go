@@ -30,7 +30,7 @@ func (p *Pipeline) Stages() Stages {
 		return Stages{}
 	}
 	c := &p.cfg
-	s := Stages{Name: c.name, Breaker: c.breaker, Retry: c.retry, Throttle: c.throttle, Limit: c.limit, Hedging: c.hedge}
+	s := Stages{Name: c.name, Breaker: c.breaker, Retry: c.givenRetry, Throttle: c.throttle, Limit: c.limit, Hedging: c.hedge}
 	s.WaitWhenOpen = c.waitOpen
 	return s
 }

@@ -25,6 +25,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	breaker        *breaker.Breaker
 	retry          *retrypolicy.Policy
+	givenRetry     *retrypolicy.Policy // WithRetry's, for Stages: retry has the listener added
 	budget         time.Duration
 	attemptTimeout time.Duration
 	name           string

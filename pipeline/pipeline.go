@@ -88,6 +88,7 @@ func New(opts ...Option) *Pipeline {
 	}
 	cfg.listener = safe.New(cfg.name, cfg.listeners...)
 	cfg.listeners = nil
+	cfg.givenRetry = cfg.retry
 	if cfg.retry != nil && cfg.listener != nil {
 		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
 	}

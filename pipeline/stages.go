@@ -298,6 +298,13 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	if ctx.Err() != nil { // out of time or canceled before anything was sent, as the retry stage checks
 		return res, c.p.outOfTime(ctx, 0, nil)
 	}
+	l := c.p.cfg.listener
+	returned := false
+	defer func() {
+		if !returned { // a panic or runtime.Goexit: a failed attempt, as the retry stage counts it
+			l.Count(1, errPanicked)
+		}
+	}()
 	switch c.firstInside() {
 	case viaHedge:
 		res, err = c.hedge(ctx)
@@ -306,7 +313,7 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	default:
 		res, err = c.op(ctx)
 	}
-	l := c.p.cfg.listener
+	returned = true
 	l.Attempt(1, err)
 	if err != nil && ctx.Err() != nil {
 		err = c.p.outOfTime(ctx, 1, err)

@@ -10,10 +10,20 @@
 // the same name twice is an error ([ErrDuplicate]), not an overwrite.
 //
 // A registry costs a pipeline that is not registered nothing, and one that
-// is only its listener, which the pipeline tells of attempts without an
-// event: one atomic addition per attempt on the success path, no
-// allocation, and the two clock reads of a call's duration on one call in
-// [SampleEvery] (the latency quantiles are of those). A breaker's figures are the ones
+// is only its listener, which the pipeline tells of calls and attempts
+// without an event: on the success path, one atomic addition as a call
+// starts and one per attempt, no allocation, and the two clock reads of a
+// call's duration on one call in [SampleEvery], chosen as it starts (the
+// latency quantiles are of those).
+//
+// A pipeline's figures count each call once, as it starts, and each
+// attempt sent as it ends: a call succeeded if an attempt did, failed if
+// its last attempt sent failed, panicked or called runtime.Goexit (as its
+// breaker counts it). An attempt refused before it was sent (throttle,
+// concurrency limit, the breaker's re-check) is neither a success nor a
+// failure but a rejection. A call that waits for its breaker
+// (WaitWhenOpen) is one call however often the breaker refuses it; each
+// refusal is one of Rejected. A breaker's figures are the ones
 // it keeps anyway ([breaker.Breaker.Snapshot]); its successes, failures
 // and rejections over time are those of the registered pipelines built on
 // it.

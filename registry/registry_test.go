@@ -162,18 +162,19 @@ func TestRejectionsAndLatency(t *testing.T) {
 			_, err := pipeline.Do(t.Context(), p, slow)
 			require.NoError(t, err)
 		}
+		ps := r.Snapshot().Pipelines[0]
+		assert.Equal(t, 5*time.Millisecond, ps.P50, "sampled calls, timed on the fake clock")
+		assert.Equal(t, 5*time.Millisecond, ps.P99)
 		_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, errDown })
 		for range 3 {
 			_, err := pipeline.Do(t.Context(), p, slow)
 			require.ErrorIs(t, err, breaker.ErrOpen)
 		}
 		s := r.Snapshot()
-		ps := s.Pipelines[0]
+		ps = s.Pipelines[0]
 		assert.EqualValues(t, 3, ps.Rejected)
 		assert.EqualValues(t, 2*registry.SampleEvery+4, ps.Calls)
 		assert.EqualValues(t, 1, ps.Failures)
-		assert.Equal(t, 5*time.Millisecond, ps.P50, "sampled calls, timed on the fake clock")
-		assert.Equal(t, 5*time.Millisecond, ps.P99)
 		assert.Equal(t, resilience.StateOpen, s.Breakers[0].State)
 	})
 }

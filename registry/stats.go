@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -9,10 +10,12 @@ import (
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
-// SampleEvery is how often, one call in so many, the registry's listener
-// times a call for the latency quantiles: it wants the
-// [resilience.EventCallDone] of one call in SampleEvery only, so that the
-// others pay for no clock read.
+// SampleEvery is how often, one call in about so many, the registry's
+// listener times a call for the latency quantiles: the call is chosen as
+// it starts (the first to start once an attempt count reached a multiple
+// of SampleEvery), whatever it then takes, and the others pay for no
+// clock read. If another listener of the pipeline wants the end of every
+// call, every call is timed, and the quantiles are of all.
 const SampleEvery = tally.SampleEvery
 
 // latencies is how many of the latest timed calls the quantiles are of.
@@ -20,25 +23,24 @@ const latencies = 512
 
 // stats is the listener the registry adds to a pipeline: counters and a
 // ring of sampled durations, all atomics, no lock, no allocation. It keeps
-// tally.Counts, which the pipeline adds each attempt to, by whether it was
-// a call's first and whether it succeeded, without an event: the success
-// path costs one atomic addition.
+// tally.Counts, which the pipeline adds each call to as it starts, and
+// each attempt to, by whether it was a call's first and how it ended,
+// without an event: the success path costs two atomic additions.
 type stats struct {
 	tally.Counts
-	retries, hedged, rejected, throttled atomic.Uint64
-	limited, waited                      atomic.Uint64
-	ring                                 [latencies]atomic.Int64
-	ringN                                atomic.Uint64
+	hedged, rejected, throttled atomic.Uint64
+	limited, waited             atomic.Uint64
+	ring                        [latencies]atomic.Int64
+	ringN                       atomic.Uint64
 }
 
 func newStats() *stats { return &stats{} }
 
-// Wants asks for the events the figures are made of. Attempts are
-// counted in the Counts, and the duration of one call in SampleEvery is
-// asked for by them.
+// Wants asks for the events the figures are made of. Calls and attempts
+// are counted in the Counts, which also choose the calls to time.
 func (s *stats) Wants(k resilience.EventKind) bool {
 	switch k {
-	case resilience.EventRetry, resilience.EventHedged, resilience.EventRejected,
+	case resilience.EventHedged, resilience.EventRejected,
 		resilience.EventThrottled, resilience.EventLimited, resilience.EventWaitOpen:
 		return true
 	}
@@ -48,8 +50,6 @@ func (s *stats) Wants(k resilience.EventKind) bool {
 // OnEvent counts e.
 func (s *stats) OnEvent(e resilience.Event) {
 	switch e.Kind {
-	case resilience.EventRetry:
-		s.retries.Add(1)
 	case resilience.EventHedged:
 		s.hedged.Add(1)
 	case resilience.EventRejected:
@@ -63,7 +63,6 @@ func (s *stats) OnEvent(e resilience.Event) {
 	case resilience.EventWaitOpen:
 		s.waited.Add(1)
 	case resilience.EventCallDone:
-		s.Timed()
 		i := s.ringN.Add(1) - 1
 		s.ring[i%latencies].Store(int64(e.Duration))
 	}
@@ -75,17 +74,24 @@ type totals struct {
 	Rejected, Throttled, Limited, Waited                  uint64
 }
 
+// totals counts calls as they start, and attempts as they end: a
+// success ends its call; each retry follows a failed attempt, so a failed
+// attempt ends its call unless a retry follows it; an attempt refused
+// before it was sent (throttle, concurrency limit, the breaker's
+// re-check) is neither a success nor a failure, nor an attempt (it shows
+// as throttled, limited or rejected), and is not retried. An operation
+// that panics or calls runtime.Goexit is a failed attempt. A call that
+// waits for its breaker (WaitWhenOpen) is one call, however often the
+// breaker refused it: each refusal is one of Rejected.
 func (s *stats) totals() totals {
-	fo, ff, lo, lf := s.Load()
+	calls, fo, ff, _, lo, lf, lr := s.Load()
 	t := totals{
-		Attempts: fo + ff + lo + lf, Successes: fo + lo,
-		Retries: s.retries.Load(), Hedged: s.hedged.Load(), Rejected: s.rejected.Load(),
+		Calls: calls, Attempts: fo + ff + lo + lf, Successes: fo + lo, Retries: lo + lf,
+		Hedged: s.hedged.Load(), Rejected: s.rejected.Load(),
 		Throttled: s.throttled.Load(), Limited: s.limited.Load(), Waited: s.waited.Load(),
 	}
-	t.Calls = fo + ff + t.Rejected
-	// A failed attempt is retried or ends its call.
-	if f := ff + lf; f > t.Retries {
-		t.Failures = f - t.Retries
+	if later := lo + lr; ff > later { // ff+lf less the failed attempts retried: lo+lf+lr
+		t.Failures = ff - later
 	}
 	return t
 }
@@ -101,6 +107,7 @@ func (s *stats) quantiles() (p50, p99 time.Duration) {
 		d[i] = s.ring[i].Load()
 	}
 	slices.Sort(d)
-	at := func(q float64) time.Duration { return time.Duration(d[min(int(q*float64(n)), int(n)-1)]) }
+	// Nearest rank: the smallest duration that q of them do not exceed.
+	at := func(q float64) time.Duration { return time.Duration(d[max(int(math.Ceil(q*float64(n)))-1, 0)]) }
 	return at(0.50), at(0.99)
 }

@@ -202,8 +202,16 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 	}
 	attemptEvents := cfg.listener.Wants(resilience.EventAttempt)
 	var delays delaySource
+	running := 0 // the attempt op runs, 0 once it returned
+	defer func() {
+		if running != 0 { // op panicked or called runtime.Goexit: a failed attempt for the counts
+			cfg.listener.Count(running, errPanicked)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
+		running = attempt
 		res, err := op(ctx)
+		running = 0
 		cfg.listener.Count(attempt, err)
 		if attemptEvents {
 			cfg.listener.Wanted(resilience.Event{Kind: resilience.EventAttempt, Attempt: attempt, Err: err})
@@ -282,6 +290,10 @@ func (c *config) stopped(attempt int, guardErr, last error) error {
 	c.listener.Emit(resilience.Event{Kind: resilience.EventRejected, Attempt: attempt, Err: guardErr})
 	return &Error{Attempts: attempt, Reason: guardErr, Last: last}
 }
+
+// errPanicked is what the counts of a listener learn of an attempt whose
+// operation panicked or called runtime.Goexit.
+var errPanicked = errors.New("retrypolicy: the operation panicked or called runtime.Goexit")
 
 // stopReason says why a done ctx stopped the loop: out of time, or the
 // caller's cancellation.

@@ -76,7 +76,7 @@ func (s *Listener) OnEvent(e resilience.Event) {
 		deliver(l, e, s.filtered)
 	}
 	for _, k := range s.keepers {
-		if k.wants(e.Kind) {
+		if e.Kind == resilience.EventCallDone || k.wants(e.Kind) { // a call timed: the one a keeper claimed, or every call
 			k.l.OnEvent(e)
 		}
 	}
@@ -89,14 +89,12 @@ type keeper struct {
 }
 
 // wants reports whether k wants events of kind: never attempts, which it
-// counts, the end of a call when its counts ask for one to be timed, and
-// what it says of the others.
+// counts, and what it says of the others but the end of a call, which
+// the pipeline asks about once a call, as it starts (see
+// [Listener.Wants]).
 func (k keeper) wants(kind resilience.EventKind) bool {
-	switch kind {
-	case resilience.EventAttempt:
+	if kind == resilience.EventAttempt {
 		return false
-	case resilience.EventCallDone:
-		return k.c.TimeNext()
 	}
 	return k.l.Wants(kind)
 }
@@ -161,13 +159,21 @@ func deliver(l resilience.Listener, e resilience.Event, filtered bool) {
 }
 
 // Wants reports whether any listener wants events of kind k; a panic in a
-// listener's Wants counts as no.
+// listener's Wants counts as no. A pipeline asks it of
+// [resilience.EventCallDone] once a call, as the call starts, and only
+// then: that question counts the call in the keepers' counts, and is
+// where a keeper claims the call to be timed ([tally.Counts.Call]).
 func (s *Listener) Wants(k resilience.EventKind) bool {
 	return s != nil && (!s.filtered || s.someWants(k)) // inlined: a call without a listener pays no call
 }
 
-// someWants reports whether some keeper or listener says yes to k.
+// someWants reports whether some keeper or listener says yes to k. Of
+// the end of a call, every keeper and listener is asked: each keeper
+// counts the call.
 func (s *Listener) someWants(k resilience.EventKind) bool {
+	if k == resilience.EventCallDone {
+		return s.callStarts()
+	}
 	for _, kp := range s.keepers {
 		if kp.wants(k) {
 			return true
@@ -179,6 +185,20 @@ func (s *Listener) someWants(k resilience.EventKind) bool {
 		}
 	}
 	return false
+}
+
+// callStarts counts a call in every keeper's counts (those of the
+// *Listeners s was made of too) and reports whether a keeper claimed it
+// to be timed or a listener wants its end.
+func (s *Listener) callStarts() bool {
+	yes := false
+	for _, kp := range s.keepers {
+		yes = kp.c.Call() || yes
+	}
+	for _, l := range s.ls {
+		yes = wants(l, resilience.EventCallDone) || yes
+	}
+	return yes
 }
 
 func wants(l resilience.Listener, k resilience.EventKind) (yes bool) {

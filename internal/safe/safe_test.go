@@ -43,7 +43,7 @@ func TestAKeeperCountsAttemptsWithoutAnEvent(t *testing.T) {
 	l.Count(1, errDown)
 	l.Attempt(2, nil)
 	l.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1})
-	fo, ff, lo, lf := k.Load()
+	_, fo, ff, _, lo, lf, _ := k.Load()
 	assert.Equal(t, [4]uint64{1, 1, 1, 0}, [4]uint64{fo, ff, lo, lf})
 	assert.Empty(t, k.heard)
 	assert.Empty(t, k.asked, "its Wants is not asked of attempts")
@@ -59,14 +59,25 @@ func TestAKeeperCountsAttemptsWithoutAnEvent(t *testing.T) {
 func TestAKeeperHearsOfTheCallItsCountsAskToTime(t *testing.T) {
 	k := &keeper{}
 	l := safe.New("db", k)
-	assert.False(t, l.Wants(resilience.EventCallDone))
-	for range tally.SampleEvery {
-		l.Count(1, nil)
-	}
-	assert.True(t, l.Wants(resilience.EventCallDone))
+	assert.True(t, l.Wants(resilience.EventCallDone), "the first call is timed")
+	assert.False(t, l.Wants(resilience.EventCallDone), "it claimed the sample: the next is not timed")
 	l.OnEvent(resilience.Event{Kind: resilience.EventCallDone})
 	assert.Len(t, k.heard, 1)
 	assert.NotContains(t, k.asked, resilience.EventCallDone, "its counts answer")
+	calls, _, _, _, _, _, _ := k.Load()
+	assert.EqualValues(t, 2, calls, "each question of a call's end is a call starting")
+}
+
+// Two keepers and a nested listener are each asked of a call's end: each
+// counts the call, whichever said yes first.
+func TestEveryKeeperCountsACall(t *testing.T) {
+	k1, k2, k3 := &keeper{}, &keeper{}, &keeper{}
+	l := safe.New("db", k1, k2, safe.New("inner", k3))
+	assert.True(t, l.Wants(resilience.EventCallDone))
+	for _, k := range []*keeper{k1, k2, k3} {
+		calls, _, _, _, _, _, _ := k.Load()
+		assert.EqualValues(t, 1, calls)
+	}
 }
 
 func TestOtherListenersHearAttemptsAsBefore(t *testing.T) {
@@ -76,7 +87,7 @@ func TestOtherListenersHearAttemptsAsBefore(t *testing.T) {
 	l.Attempt(1, errDown)
 	assert.Equal(t, []resilience.Event{{Kind: resilience.EventAttempt, Name: "db", Attempt: 1, Err: errDown}}, r.heard)
 	assert.Empty(t, k.heard)
-	_, ff, _, _ := k.Load()
+	_, _, ff, _, _, _, _ := k.Load()
 	assert.EqualValues(t, 1, ff)
 	assert.Equal(t, []resilience.Listener{r, k}, safe.Members(l))
 }
@@ -86,14 +97,14 @@ func TestAKeeperInAListenerOfListenersCountsOnce(t *testing.T) {
 	inner := safe.New("db", k)
 	outer := safe.New("", r, inner)
 	outer.Count(1, nil)
-	fo, _, _, _ := k.Load()
+	_, fo, _, _, _, _, _ := k.Load()
 	assert.EqualValues(t, 1, fo)
 	assert.Same(t, inner, safe.New("", inner), "one listener is kept as it is")
 	assert.Same(t, inner, safe.New("", inner).Without(safe.New("", r)), "nothing to take away")
 	assert.Nil(t, inner.Without(inner), "the keeper taken away")
 	again := outer.Without(safe.New("", r))
 	again.Count(1, nil)
-	fo, _, _, _ = k.Load()
+	_, fo, _, _, _, _, _ = k.Load()
 	assert.EqualValues(t, 2, fo, "still counted once")
 	var none *safe.Listener
 	none.Count(1, nil)

@@ -1,29 +1,37 @@
-// Package tally keeps the counts of a pipeline's attempts for a listener
-// of the toolkit's own (the registry's), counted on the call path with
-// atomic additions, without an event: a listener that embeds [Counts] is
-// a [Keeper]. internal/safe recognises a keeper among the listeners it is
-// given and counts each attempt in its Counts. It does not tell it of
-// attempts, tells it of the end of a call (resilience.EventCallDone) when
-// its Counts ask for the call to be timed ([Counts.TimeNext]), and asks
-// its Wants of the other kinds only.
+// Package tally keeps the counts of a pipeline's calls and attempts for a
+// listener of the toolkit's own (the registry's), counted on the call path
+// with atomic additions, without an event: a listener that embeds [Counts]
+// is a [Keeper]. internal/safe recognises a keeper among the listeners it
+// is given and counts each attempt in its Counts. It does not tell it of
+// attempts; it counts a call, and asks its Counts whether to time it
+// ([Counts.Call]), when the pipeline asks, once a call at its start,
+// whether the end of the call (resilience.EventCallDone) is wanted; it
+// tells it of the end of every call that was timed, and asks its Wants of
+// the other kinds only.
 package tally
 
 import (
+	"math/rand/v2"
 	"sync/atomic"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
-// SampleEvery is how often, one attempt in so many of each kind, the
-// Counts mark the next call to be timed (see [Counts.TimeNext]).
+// SampleEvery is how often, one call in so many on average, the Counts
+// ask for a call to be timed (see [Counts.Call]).
 const SampleEvery = 64
 
-// Counts are a pipeline's attempts by whether they were a call's first
-// and whether they succeeded: an attempt adds to one counter only. The
-// zero Counts is ready; it is safe for concurrent use.
+// Counts are a pipeline's calls, and its attempts by whether they were a
+// call's first and how they ended: succeeded, failed, or refused before
+// they were sent (an error of class [resilience.ClassRejected]: the
+// throttle's, the concurrency limit's, the breaker's re-check). An
+// attempt adds to one counter only. The zero Counts is ready; it is safe
+// for concurrent use.
 type Counts struct {
+	calls                                      atomic.Uint64
+	next                                       atomic.Uint64 // the number of the next call to time
 	firstOK, firstFailed, laterOK, laterFailed atomic.Uint64
-	timeNext                                   atomic.Bool
+	firstRefused, laterRefused                 atomic.Uint64
 }
 
 // Attempt counts an attempt numbered n (1 for a call's first) that ended
@@ -33,29 +41,42 @@ func (c *Counts) Attempt(n int, err error) {
 	switch {
 	case n == 1 && err == nil:
 		k = &c.firstOK
-	case n == 1:
-		k = &c.firstFailed
 	case err == nil:
 		k = &c.laterOK
+	case resilience.Classify(err) == resilience.ClassRejected: // not sent
+		if n == 1 {
+			k = &c.firstRefused
+		} else {
+			k = &c.laterRefused
+		}
+	case n == 1:
+		k = &c.firstFailed
 	default:
 		k = &c.laterFailed
 	}
-	if k.Add(1)%SampleEvery == 0 {
-		c.timeNext.Store(true)
-	}
+	k.Add(1)
 }
 
-// Load returns the counts.
-func (c *Counts) Load() (firstOK, firstFailed, laterOK, laterFailed uint64) {
-	return c.firstOK.Load(), c.firstFailed.Load(), c.laterOK.Load(), c.laterFailed.Load()
+// Call counts a call as it starts, and reports whether it is to be timed.
+// The call is chosen as it starts, not by how soon it ends, so that the
+// durations timed are not those of the fastest calls, and at a random
+// gap (1 to 2*SampleEvery-1 calls, SampleEvery on average), so that a
+// workload with a period does not have the same kind of call timed each
+// time: the first call, then the first to start once the gap has passed.
+func (c *Counts) Call() (timed bool) {
+	n := c.calls.Add(1)
+	next := c.next.Load()
+	return n >= next && c.next.CompareAndSwap(next, n+1+rand.Uint64N(2*SampleEvery-1))
 }
 
-// TimeNext reports whether the next call is to be timed: an attempt
-// count reached a multiple of [SampleEvery] since the last [Counts.Timed].
-func (c *Counts) TimeNext() bool { return c.timeNext.Load() }
-
-// Timed records that a call was timed.
-func (c *Counts) Timed() { c.timeNext.Store(false) }
+// Load returns the counts. The counts of later attempts are read before
+// those of first ones, so that every later attempt read has its call's
+// first attempt read too.
+func (c *Counts) Load() (calls, firstOK, firstFailed, firstRefused, laterOK, laterFailed, laterRefused uint64) {
+	laterOK, laterFailed, laterRefused = c.laterOK.Load(), c.laterFailed.Load(), c.laterRefused.Load()
+	firstOK, firstFailed, firstRefused = c.firstOK.Load(), c.firstFailed.Load(), c.firstRefused.Load()
+	return c.calls.Load(), firstOK, firstFailed, firstRefused, laterOK, laterFailed, laterRefused
+}
 
 func (c *Counts) counts() *Counts { return c }
 

@@ -2,6 +2,8 @@ package tally_test
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -24,24 +26,46 @@ func TestAttemptsAreCountedByKind(t *testing.T) {
 	c.Attempt(2, nil)
 	c.Attempt(3, err)
 	c.Attempt(2, err)
-	fo, ff, lo, lf := c.Load()
-	assert.Equal(t, [4]uint64{2, 1, 1, 2}, [4]uint64{fo, ff, lo, lf})
+	c.Attempt(1, resilience.Rejected(err))
+	c.Attempt(2, resilience.Rejected(err))
+	c.Attempt(3, resilience.Rejected(err))
+	assert.True(t, c.Call())
+	calls, fo, ff, fr, lo, lf, lr := c.Load()
+	assert.Equal(t, [7]uint64{1, 2, 1, 1, 1, 2, 2}, [7]uint64{calls, fo, ff, fr, lo, lf, lr}, "a refused attempt is neither a success nor a failure")
 }
 
-func TestOneAttemptInSampleEveryAsksForATimedCall(t *testing.T) {
+func TestAboutOneCallInSampleEveryIsTimed(t *testing.T) {
 	var c tally.Counts
-	for range tally.SampleEvery - 1 {
-		c.Attempt(1, nil)
+	assert.True(t, c.Call(), "the first call")
+	timed := 0
+	const calls = 1000 * tally.SampleEvery
+	gap, maxGap := 0, 0
+	for range calls {
+		gap++
+		if c.Call() {
+			timed++
+			maxGap, gap = max(maxGap, gap), 0
+		}
 	}
-	assert.False(t, c.TimeNext())
-	c.Attempt(1, nil)
-	assert.True(t, c.TimeNext())
-	c.Timed()
-	assert.False(t, c.TimeNext())
-	for range tally.SampleEvery {
-		c.Attempt(2, errors.New("down"))
+	assert.InDelta(t, calls/tally.SampleEvery, timed, calls/tally.SampleEvery/10)
+	assert.Less(t, maxGap, 2*tally.SampleEvery)
+}
+
+// Calls that start together once a call is to be timed: exactly one is
+// timed, chosen as it starts.
+func TestOneCallClaimsTheSample(t *testing.T) {
+	var c tally.Counts
+	var timed atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			if c.Call() {
+				timed.Add(1)
+			}
+		})
 	}
-	assert.True(t, c.TimeNext(), "each kind of attempt")
+	wg.Wait()
+	assert.Equal(t, int64(1), timed.Load())
 }
 
 func TestOfFindsAKeeper(t *testing.T) {
