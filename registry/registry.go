@@ -46,6 +46,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 	"weak"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
@@ -62,6 +63,10 @@ var (
 	// ErrNoName means the breaker or pipeline has no name to register it
 	// under.
 	ErrNoName = errors.New("registry: no name")
+	// ErrInvalidName means the name is not valid UTF-8: names travel as
+	// JSON text, where the bytes that are not would all become U+FFFD, and
+	// two such names one, which a control could not tell apart.
+	ErrInvalidName = errors.New("registry: name not valid UTF-8")
 )
 
 // Default is a registry for a program that keeps all its breakers and
@@ -117,7 +122,8 @@ func New(opts ...Option) *Registry {
 
 // AddBreaker registers b under its name. It returns an error matching
 // [ErrDuplicate] if another breaker has the name (b itself again is not an
-// error), [ErrNoName] for a breaker without one.
+// error), [ErrNoName] for a breaker without one, [ErrInvalidName] for one
+// whose name is not valid UTF-8.
 func (r *Registry) AddBreaker(b *breaker.Breaker) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -128,6 +134,9 @@ func (r *Registry) addBreakerLocked(b *breaker.Breaker) error {
 	name := b.Name()
 	if name == "" {
 		return fmt.Errorf("%w: a breaker must be made with breaker.New", ErrNoName)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%w: breaker %q", ErrInvalidName, name)
 	}
 	if e, ok := r.breakers[name]; ok {
 		if e.b.Value() == b {
@@ -174,11 +183,15 @@ func remove[E any](r *Registry, m map[string]E, name string, match func(E) bool)
 // listener added, whose figures the registry reports. Calls through p
 // itself are not counted. It returns an error matching [ErrDuplicate] if
 // another pipeline has the name, or p's breaker's name is another
-// breaker's, and [ErrNoName] if p has no name.
+// breaker's, [ErrNoName] if p has no name, and [ErrInvalidName] if its
+// name or its breaker's is not valid UTF-8.
 func (r *Registry) AddPipeline(p *pipeline.Pipeline) (*pipeline.Pipeline, error) {
 	st := p.Stages()
 	if st.Name == "" {
 		return nil, fmt.Errorf("%w: name the pipeline with pipeline.WithName", ErrNoName)
+	}
+	if !utf8.ValidString(st.Name) {
+		return nil, fmt.Errorf("%w: pipeline %q", ErrInvalidName, st.Name)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

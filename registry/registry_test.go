@@ -289,3 +289,19 @@ func TestTheHappyPathOfARegisteredPipelineAllocatesNothing(t *testing.T) {
 	op := func(context.Context) (int, error) { return 1, nil }
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = pipeline.Do(t.Context(), p, op) }))
 }
+
+// TestNamesMustBeValidUTF8: a name that is not valid UTF-8 is refused, a
+// breaker's and a pipeline's: in the JSON of the dashboard its bad bytes
+// would become U+FFFD, and "db\xff", "db\xfe" and "db\uFFFD" one name.
+func TestNamesMustBeValidUTF8(t *testing.T) {
+	r := registry.New()
+	require.ErrorIs(t, r.AddBreaker(breaker.New("db\xff")), registry.ErrInvalidName)
+	require.NoError(t, r.AddBreaker(breaker.New("db\uFFFD")), "U+FFFD itself is valid")
+	_, err := r.AddPipeline(pipeline.New(pipeline.WithName("db\xfe")))
+	require.ErrorIs(t, err, registry.ErrInvalidName)
+	_, err = r.AddPipeline(pipeline.New(pipeline.WithBreaker(breaker.New("q\xff"))))
+	require.ErrorIs(t, err, registry.ErrInvalidName, "named after its breaker")
+	breakers, pipelines := r.Names()
+	assert.Equal(t, []string{"db\uFFFD"}, breakers)
+	assert.Empty(t, pipelines)
+}
