@@ -148,41 +148,79 @@ func grpcGoItself(name string) strategy {
 // policy, with and without its throttling, through real channels over TCP
 // on 127.0.0.1, on the machine's clock, each against a backend of its own;
 // a run that fell behind is not reported. It runs when STORM_REALTIME_GRPC
-// names the scenarios (comma-separated):
+// names the scenarios (comma-separated), STORM_REALTIME_RUNS times each (1
+// by default), then compares the runs with each other and with the model
+// of grpc-go in virtual time (the rows of the tables):
 //
-//	STORM_REALTIME_GRPC=outage go test ./examples/storm -run TestRealTimeGRPC -v
+//	STORM_REALTIME_GRPC=outage STORM_REALTIME_RUNS=3 go test ./examples/storm -run TestRealTimeGRPC -v
 func TestRealTimeGRPC(t *testing.T) {
 	keys := os.Getenv("STORM_REALTIME_GRPC")
 	if keys == "" {
 		t.Skip("the real-time gRPC mode: STORM_REALTIME_GRPC=outage go test ./examples/storm -run TestRealTimeGRPC -v")
 	}
+	runs := 1
+	if v := os.Getenv("STORM_REALTIME_RUNS"); v != "" {
+		var err error
+		runs, err = strconv.Atoi(v)
+		require.NoError(t, err, "STORM_REALTIME_RUNS")
+		require.Positive(t, runs, "STORM_REALTIME_RUNS")
+	}
 	for _, key := range strings.Split(keys, ",") {
 		sc := scenarioByKey(key)
 		require.NotNil(t, sc, "no scenario %q", key)
-		var results []result
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for _, throttled := range []bool{false, true} {
-			name := grpcName
-			if throttled {
-				name = grpcThrottled
-			}
-			wg.Go(func() {
-				r := runScenarioWith(sc, []strategy{grpcGoItself(name)}, 1, grpcGoTransport(throttled, true))
-				mu.Lock()
-				defer mu.Unlock()
-				results = append(results, r...)
-			})
-		}
-		wg.Wait()
-		slices.SortFunc(results, func(a, b result) int { return strings.Compare(a.strategy, b.strategy) })
+		var virtual []result
+		synctest.Test(t, func(*testing.T) { virtual = runScenario(sc, grpcModels(), 1) })
 		var out strings.Builder
-		if late, lag := behind(results); late {
-			fmt.Fprintf(&out, "%s: fell behind, not reported: %s.\n", sc.name, lag)
-		} else {
-			printScenario(&out, sc, results)
-			fmt.Fprintf(&out, "(lag: %s)\n", lag)
+		reported := make([][]result, runs)
+		for n := range runs {
+			results := realTimeGRPC(sc)
+			fmt.Fprintf(&out, "\nRun %d of %d. ", n+1, runs)
+			if late, lag := behind(results); late {
+				fmt.Fprintf(&out, "%s: fell behind, not reported: %s.\n", sc.name, lag)
+				continue
+			} else {
+				printScenario(&out, sc, results)
+				fmt.Fprintf(&out, "(lag: %s)\n", lag)
+			}
+			reported[n] = results
 		}
+		fmt.Fprintln(&out)
+		printComparison(&out, sc, runs, compare(reported, virtual))
 		t.Log("\n" + out.String())
 	}
+}
+
+// realTimeGRPC runs grpc-go itself, with and without its throttling,
+// through sc over TCP on 127.0.0.1, in real time, both at once.
+func realTimeGRPC(sc *scenario) []result {
+	var results []result
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, throttled := range []bool{false, true} {
+		name := grpcName
+		if throttled {
+			name = grpcThrottled
+		}
+		wg.Go(func() {
+			r := runScenarioWith(sc, []strategy{grpcGoItself(name)}, 1, grpcGoTransport(throttled, true))
+			mu.Lock()
+			defer mu.Unlock()
+			results = append(results, r...)
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(results, func(a, b result) int { return strings.Compare(a.strategy, b.strategy) })
+	return results
+}
+
+// grpcModels are the model's strategies, named as grpc-go itself is in
+// realTimeGRPC, so that the comparison pairs them.
+func grpcModels() []strategy {
+	var out []strategy
+	for _, name := range []string{grpcName, grpcThrottled} {
+		s, _ := strategyByName(name)
+		s.name = grpcGoItself(name).name
+		out = append(out, s)
+	}
+	return out
 }

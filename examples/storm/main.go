@@ -22,10 +22,12 @@
 //	go run ./examples/storm -extra           # two more pipelines (-wait: and WaitWhenOpen)
 //	go run ./examples/storm -chain           # the "don't retry" signal through a flapping chain
 //	go run ./examples/storm -contention      # Brooker's contention model
-//	go run ./examples/storm -realtime [-http] -scenarios outage
+//	go run ./examples/storm -realtime [-http] [-runs 3] -scenarios outage
 //
 // In real time, on the machine's clock, a run measures its own lag (how
-// late its calls started) and is not reported if it fell behind.
+// late its calls started) and is not reported if it fell behind; after the
+// runs of a scenario, a table compares them with each other and with the
+// same scenario in virtual time.
 package main
 
 import (
@@ -56,6 +58,7 @@ type options struct {
 	chain      bool // the flapping chain, instead of the scenarios
 	realtime   bool // on the machine's clock
 	http       bool // in real time, over HTTP
+	runs       int  // in real time, how many runs of each scenario
 }
 
 // parseArgs reads the command line (without the program's name).
@@ -72,10 +75,14 @@ func parseArgs(args []string) (options, error) {
 	only2 := fs.String("strategies", "", "the strategies to run, comma-separated (fewer keep a real-time run on schedule): "+strings.Join(slices.Sorted(maps.Keys(strategyKeys)), ", "))
 	realtime := fs.Bool("realtime", false, "run in real time, on the machine's clock, measuring the harness's own lag")
 	overHTTP := fs.Bool("http", false, "in real time, call each backend over HTTP on 127.0.0.1")
+	runs := fs.Int("runs", 1, "in real time, run each scenario this many times, and compare the runs with each other and with virtual time")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	o := options{keys: headline, strategies: strategies, extra: *extra, seed: *seed, svgDir: *svgDir, contention: *contention, chain: *chain, realtime: *realtime || *overHTTP, http: *overHTTP}
+	o := options{keys: headline, strategies: strategies, extra: *extra, seed: *seed, svgDir: *svgDir, contention: *contention, chain: *chain, realtime: *realtime || *overHTTP, http: *overHTTP, runs: *runs}
+	if *runs < 1 {
+		return options{}, fmt.Errorf("-runs %d: at least 1", *runs)
+	}
 	switch {
 	case *all:
 		o.keys = scenarioKeys()
@@ -123,13 +130,6 @@ func main() {
 		return
 	}
 
-	if o.realtime {
-		if !runRealtime(os.Stdout, o) {
-			os.Exit(1)
-		}
-		return
-	}
-
 	// Virtual time needs a synctest bubble, which needs a *testing.T:
 	// testing.Main runs one, as go test would. It prints PASS or FAIL and
 	// exits; the demo's own output goes to the real standard output.
@@ -142,6 +142,14 @@ func main() {
 	os.Stdout = devNull
 	os.Args = os.Args[:1] // testing.Main parses the command line as a test's
 	testing.Main(func(string, string) (bool, error) { return true, nil }, []testing.InternalTest{{Name: "storm", F: func(t *testing.T) {
+		if o.realtime {
+			// Virtual time first, to compare the real-time runs with;
+			// the real-time runs outside any bubble.
+			if !runRealtime(stdout, o, runVirtual(t, o.keys, o.strategies, o.seed)) {
+				t.Fail() // exit status 1
+			}
+			return
+		}
 		out, results := render(t, o)
 		_, _ = io.WriteString(stdout, out)
 		if o.svgDir != "" && !o.chain {
@@ -259,5 +267,5 @@ of the backend being healthy. docs/storm.md says why each is met or not.
 
 All seven scenarios: go run ./examples/storm -all
 In real time (a run that falls behind is not reported; fewer strategies keep it on schedule):
-go run ./examples/storm -realtime [-http] -scenarios outage -strategies grpc,defaults,recommended
+go run ./examples/storm -realtime [-http] -runs 3 -scenarios outage -strategies grpc,defaults,recommended
 `

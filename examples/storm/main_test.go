@@ -393,6 +393,12 @@ func TestParseArgs(t *testing.T) {
 	assert.True(t, o.extra, "the legend of the extra strategies is printed")
 	_, err = parseArgs([]string{"-strategies", "grpc,nope"})
 	assert.ErrorContains(t, err, `no strategy "nope"`)
+	o, err = parseArgs([]string{"-http", "-runs", "3"})
+	require.NoError(t, err)
+	assert.True(t, o.realtime, "-http is in real time")
+	assert.Equal(t, 3, o.runs)
+	_, err = parseArgs([]string{"-realtime", "-runs", "0"})
+	assert.ErrorContains(t, err, "-runs 0")
 }
 
 // TestChart writes a chart of a short run.

@@ -46,25 +46,40 @@ func behind(results []result) (bool, string) {
 		worst.Round(10*time.Microsecond), peak.Round(10*time.Microsecond), maxLag, maxLagPeak)
 }
 
-// runRealtime runs each scenario of o in real time and writes its table,
-// or says that the run fell behind. It returns false if any did.
-func runRealtime(w io.Writer, o options) bool {
+// runRealtime runs each scenario of o in real time, o.runs times, and
+// writes the table of each run, or says that the run fell behind; then,
+// against virtual (each scenario's results in virtual time, in the order
+// of o.keys), how the runs compare with each other and with virtual time.
+// It returns false if any run fell behind.
+func runRealtime(w io.Writer, o options, virtual [][]result) bool {
 	fmt.Fprintf(w, "Retry strategies through %d scenarios, in real time (%s): the same calls, faults and random draws\n", len(o.keys), o.transport())
 	fmt.Fprintf(w, "as in virtual time. A run whose calls started more than %v late (p99) or %v (worst) is not reported.\n\n", maxLag, maxLagPeak)
 	fmt.Fprint(w, legend)
 	ok := true
-	for _, k := range o.keys {
+	runs := max(o.runs, 1)
+	for i, k := range o.keys {
 		sc := scenarioByKey(k)
-		fmt.Fprintln(w)
-		results := runScenarioOver(sc, o.strategies, o.seed, o.http)
-		late, lag := behind(results)
-		if late {
-			ok = false
-			fmt.Fprintf(w, "%s: fell behind, not reported: %s.\n", sc.name, lag)
-			continue
+		reported := make([][]result, runs)
+		for n := range runs {
+			fmt.Fprintln(w)
+			if runs > 1 {
+				fmt.Fprintf(w, "Run %d of %d. ", n+1, runs)
+			}
+			results := runScenarioOver(sc, o.strategies, o.seed, o.http)
+			late, lag := behind(results)
+			if late {
+				ok = false
+				fmt.Fprintf(w, "%s: fell behind, not reported: %s.\n", sc.name, lag)
+				continue
+			}
+			reported[n] = results
+			printScenario(w, sc, results)
+			fmt.Fprintf(w, "(lag: %s)\n", lag)
 		}
-		printScenario(w, sc, results)
-		fmt.Fprintf(w, "(lag: %s)\n", lag)
+		if i < len(virtual) {
+			fmt.Fprintln(w)
+			printComparison(w, sc, runs, compare(reported, virtual[i]))
+		}
 	}
 	return ok
 }
