@@ -132,7 +132,11 @@ func yesNo(b bool) string {
 // virtual time's figure, the ratio of the runs to it, and whether the
 // runs meet the bounds of issue #24.
 func printComparison(w io.Writer, sc *scenario, n int, cs []comparison) {
-	fmt.Fprintf(w, "%s: %d runs in real time against virtual time (spread: max/min - 1 over the runs reported;\n", sc.name, n)
+	runs := "runs"
+	if n == 1 {
+		runs = "run"
+	}
+	fmt.Fprintf(w, "%s: %d %s in real time against virtual time (spread: max/min - 1 over the runs reported;\n", sc.name, n, runs)
 	fmt.Fprintf(w, "/ virtual: each run over virtual time; goals: spread <= %.0f%%, within +-%.0f%% of virtual time).\n\n", 100*runsSpread, 100*virtualSpread)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "strategy\tcalls ok\tspread\tvirtual\t/ virtual\trequests/call\tspread\tvirtual\t/ virtual\truns agree\tas virtual\t")

@@ -176,7 +176,7 @@ func TestRealTimeGRPC(t *testing.T) {
 			results := realTimeGRPC(sc)
 			fmt.Fprintf(&out, "\nRun %d of %d. ", n+1, runs)
 			if late, lag := behind(results); late {
-				fmt.Fprintf(&out, "%s: fell behind, not reported: %s.\n", sc.name, lag)
+				fmt.Fprint(&out, fellBehind(sc, lag))
 				continue
 			} else {
 				printScenario(&out, sc, results)

@@ -22,7 +22,7 @@
 //	go run ./examples/storm -extra           # two more pipelines (-wait: and WaitWhenOpen)
 //	go run ./examples/storm -chain           # the "don't retry" signal through a flapping chain
 //	go run ./examples/storm -contention      # Brooker's contention model
-//	go run ./examples/storm -realtime [-http] [-runs 3] -scenarios outage
+//	go run ./examples/storm -realtime [-http [-remote]] [-runs 3] -scenarios outage
 //
 // In real time, on the machine's clock, a run measures its own lag (how
 // late its calls started) and is not reported if it fell behind; after the
@@ -59,6 +59,8 @@ type options struct {
 	realtime   bool // on the machine's clock
 	http       bool // in real time, over HTTP
 	runs       int  // in real time, how many runs of each scenario
+	remote     bool // over HTTP, to the backends in a process of their own
+	serve      bool // be that process
 }
 
 // parseArgs reads the command line (without the program's name).
@@ -75,11 +77,13 @@ func parseArgs(args []string) (options, error) {
 	only2 := fs.String("strategies", "", "the strategies to run, comma-separated (fewer keep a real-time run on schedule): "+strings.Join(slices.Sorted(maps.Keys(strategyKeys)), ", "))
 	realtime := fs.Bool("realtime", false, "run in real time, on the machine's clock, measuring the harness's own lag")
 	overHTTP := fs.Bool("http", false, "in real time, call each backend over HTTP on 127.0.0.1")
+	remote := fs.Bool("remote", false, "in real time over HTTP, with the backends in a process of their own (implies -http)")
+	serve := fs.Bool("serve", false, "be the backends' process of -remote: listen on 127.0.0.1 and print the address")
 	runs := fs.Int("runs", 1, "in real time, run each scenario this many times, and compare the runs with each other and with virtual time")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	o := options{keys: headline, strategies: strategies, extra: *extra, seed: *seed, svgDir: *svgDir, contention: *contention, chain: *chain, realtime: *realtime || *overHTTP, http: *overHTTP, runs: *runs}
+	o := options{keys: headline, strategies: strategies, extra: *extra, seed: *seed, svgDir: *svgDir, contention: *contention, chain: *chain, realtime: *realtime || *overHTTP || *remote, http: *overHTTP || *remote, runs: *runs, remote: *remote, serve: *serve}
 	if *runs < 1 {
 		return options{}, fmt.Errorf("-runs %d: at least 1", *runs)
 	}
@@ -123,6 +127,13 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "storm:", err)
 		os.Exit(2)
+	}
+	if o.serve {
+		if err := serveBackends(os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "storm:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if o.contention {
 		fmt.Printf("Contention (Brooker's simulation): base 5 ms, cap 2 s, network 10 +- 2 ms, mean of %d runs.\n\n", contentionRuns)
