@@ -22,7 +22,7 @@
 //	go run ./examples/storm -extra           # two more pipelines (-wait: and WaitWhenOpen)
 //	go run ./examples/storm -chain           # the "don't retry" signal through a flapping chain
 //	go run ./examples/storm -contention      # Brooker's contention model
-//	go run ./examples/storm -realtime [-http [-remote]] [-runs 3] -scenarios outage
+//	go run ./examples/storm -realtime [-http [-remote] | -grpc] [-runs 3] -scenarios outage
 //
 // In real time, on the machine's clock, a run measures its own lag (how
 // late its calls started) and is not reported if it fell behind; after the
@@ -59,6 +59,7 @@ type options struct {
 	realtime   bool // on the machine's clock
 	http       bool // in real time, over HTTP
 	runs       int  // in real time, how many runs of each scenario
+	grpc       bool // in real time, over gRPC
 	remote     bool // over HTTP, to the backends in a process of their own
 	serve      bool // be that process
 }
@@ -77,13 +78,17 @@ func parseArgs(args []string) (options, error) {
 	only2 := fs.String("strategies", "", "the strategies to run, comma-separated (fewer keep a real-time run on schedule): "+strings.Join(slices.Sorted(maps.Keys(strategyKeys)), ", "))
 	realtime := fs.Bool("realtime", false, "run in real time, on the machine's clock, measuring the harness's own lag")
 	overHTTP := fs.Bool("http", false, "in real time, call each backend over HTTP on 127.0.0.1")
+	overGRPC := fs.Bool("grpc", false, "in real time, call each backend over gRPC on 127.0.0.1 (one RPC per attempt; grpc-go's own retry: TestRealTimeGRPC)")
 	remote := fs.Bool("remote", false, "in real time over HTTP, with the backends in a process of their own (implies -http)")
 	serve := fs.Bool("serve", false, "be the backends' process of -remote: listen on 127.0.0.1 and print the address")
 	runs := fs.Int("runs", 1, "in real time, run each scenario this many times, and compare the runs with each other and with virtual time")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	o := options{keys: headline, strategies: strategies, extra: *extra, seed: *seed, svgDir: *svgDir, contention: *contention, chain: *chain, realtime: *realtime || *overHTTP || *remote, http: *overHTTP || *remote, runs: *runs, remote: *remote, serve: *serve}
+	o := options{keys: headline, strategies: strategies, extra: *extra, seed: *seed, svgDir: *svgDir, contention: *contention, chain: *chain, realtime: *realtime || *overHTTP || *remote || *overGRPC, http: *overHTTP || *remote, grpc: *overGRPC, runs: *runs, remote: *remote, serve: *serve}
+	if o.grpc && o.http {
+		return options{}, fmt.Errorf("-grpc and -http: one or the other")
+	}
 	if *runs < 1 {
 		return options{}, fmt.Errorf("-runs %d: at least 1", *runs)
 	}

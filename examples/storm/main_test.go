@@ -410,6 +410,11 @@ func TestParseArgs(t *testing.T) {
 	assert.Equal(t, 3, o.runs)
 	_, err = parseArgs([]string{"-realtime", "-runs", "0"})
 	assert.ErrorContains(t, err, "-runs 0")
+	o, err = parseArgs([]string{"-grpc"})
+	require.NoError(t, err)
+	assert.True(t, o.realtime && o.grpc && !o.http, "-grpc is in real time, not over HTTP")
+	_, err = parseArgs([]string{"-grpc", "-http"})
+	assert.ErrorContains(t, err, "one or the other")
 }
 
 // TestChart writes a chart of a short run.

@@ -126,6 +126,8 @@ func (o options) transport() string {
 		return "HTTP on 127.0.0.1 to the backends in a process of their own"
 	case o.http:
 		return "HTTP on 127.0.0.1"
+	case o.grpc:
+		return "gRPC over TCP on 127.0.0.1"
 	}
 	return "in process"
 }
@@ -151,6 +153,8 @@ func realtimeTransport(o options) (tr transport, stop func(), err error) {
 		return remoteHTTP(addr), stop, nil
 	case o.http:
 		return serveHTTP, func() {}, nil
+	case o.grpc:
+		return grpcPlain, func() {}, nil
 	}
 	return nil, func() {}, nil
 }
