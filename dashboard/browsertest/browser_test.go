@@ -132,7 +132,9 @@ func (d *dependency) call(context.Context) (string, error) {
 func TestABreakerOpeningShowsWithinASecond(t *testing.T) {
 	ctx := browser(t)
 	reg := registry.New()
-	p, err := reg.AddPipeline(pipeline.New(pipeline.WithBreaker(breaker.New("payments", breaker.ConsecutiveFailures(3)))))
+	// Open for longer than the test: with the default 100 ms it would be
+	// half-open before the page looked.
+	p, err := reg.AddPipeline(pipeline.New(pipeline.WithBreaker(breaker.New("payments", breaker.ConsecutiveFailures(3), breaker.OpenTimeout(time.Hour)))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +226,7 @@ func TestFiveHundredBreakersRenderUpdateAndFilter(t *testing.T) {
 	reg := registry.New()
 	var keep []*breaker.Breaker
 	for i := range 500 {
-		b := breaker.New(fmt.Sprintf("host-%03d.example", i), breaker.ConsecutiveFailures(1))
+		b := breaker.New(fmt.Sprintf("host-%03d.example", i), breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Hour))
 		keep = append(keep, b)
 		if err := reg.AddBreaker(b); err != nil {
 			t.Fatal(err)

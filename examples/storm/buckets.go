@@ -38,6 +38,13 @@ func (c *counter) counts() []int {
 	return slices.Clone(c.n)
 }
 
+// set replaces the counts with n, events per bucket, oldest first.
+func (c *counter) set(n []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n = slices.Clone(n)
+}
+
 // at returns s[i], or 0 past its end.
 func at(s []int, i int) int {
 	if i < len(s) {

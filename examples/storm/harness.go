@@ -57,10 +57,9 @@ func runStrategy(sc *scenario, s strategy, seed uint64, tr transport) result {
 	start := time.Now()
 	b := newBackend(sc, start)
 	var send func(ctx context.Context, c *call, n uint64) error
+	stop := func() {}
 	if tr != nil {
-		var stop func()
-		send, stop = tr(b)
-		defer stop()
+		send, stop = tr(b) // stopped before the backend's counts are read: a remote one sends them then
 	}
 	do := s.build(sc)
 	n := int(sc.until * time.Duration(sc.rate) / time.Second)
@@ -81,6 +80,7 @@ func runStrategy(sc *scenario, s strategy, seed uint64, tr transport) result {
 		})
 	}
 	wg.Wait()
+	stop()
 	b.close()
 	load := b.requests.counts()
 	return result{strategy: s.name, sc: sc, calls: calls, requests: sum(load, 0, time.Duration(len(load))*bucket), load: load, late: late}

@@ -22,10 +22,12 @@
 //	go run ./examples/storm -extra           # two more pipelines (-wait: and WaitWhenOpen)
 //	go run ./examples/storm -chain           # the "don't retry" signal through a flapping chain
 //	go run ./examples/storm -contention      # Brooker's contention model
-//	go run ./examples/storm -realtime [-http] -scenarios outage
+//	go run ./examples/storm -realtime [-http [-remote] | -grpc] [-runs 3] -scenarios outage
 //
 // In real time, on the machine's clock, a run measures its own lag (how
-// late its calls started) and is not reported if it fell behind.
+// late its calls started) and is not reported if it fell behind; after the
+// runs of a scenario, a table compares them with each other and with the
+// same scenario in virtual time.
 package main
 
 import (
@@ -56,6 +58,10 @@ type options struct {
 	chain      bool // the flapping chain, instead of the scenarios
 	realtime   bool // on the machine's clock
 	http       bool // in real time, over HTTP
+	runs       int  // in real time, how many runs of each scenario
+	grpc       bool // in real time, over gRPC
+	remote     bool // over HTTP, to the backends in a process of their own
+	serve      bool // be that process
 }
 
 // parseArgs reads the command line (without the program's name).
@@ -65,17 +71,27 @@ func parseArgs(args []string) (options, error) {
 	only := fs.String("scenarios", "", "the scenarios to run, comma-separated: "+strings.Join(scenarioKeys(), ", "))
 	seed := fs.Uint64("seed", 1, "the seed of every random draw")
 	svgDir := fs.String("svgdir", "", "write a goodput chart per scenario, storm-<scenario>.svg, to this directory")
-	extra := fs.Bool("extra", false, "add the default pipeline with a 100 ms open timeout, and the recommended one with a retry quota")
+	extra := fs.Bool("extra", false, "add the default pipeline with the former 30 s open timeout, and the recommended one with a retry quota")
 	wait := fs.Bool("wait", false, "add the recommended pipeline with WaitWhenOpen (its outage row moves by a few percent from run to run)")
 	contention := fs.Bool("contention", false, "run Brooker's contention model instead")
 	chain := fs.Bool("chain", false, "run the flapping chain A -> B -> C -> D, without and with the \"don't retry\" signal, instead")
 	only2 := fs.String("strategies", "", "the strategies to run, comma-separated (fewer keep a real-time run on schedule): "+strings.Join(slices.Sorted(maps.Keys(strategyKeys)), ", "))
 	realtime := fs.Bool("realtime", false, "run in real time, on the machine's clock, measuring the harness's own lag")
 	overHTTP := fs.Bool("http", false, "in real time, call each backend over HTTP on 127.0.0.1")
+	overGRPC := fs.Bool("grpc", false, "in real time, call each backend over gRPC on 127.0.0.1 (one RPC per attempt; grpc-go's own retry: TestRealTimeGRPC)")
+	remote := fs.Bool("remote", false, "in real time over HTTP, with the backends in a process of their own (implies -http)")
+	serve := fs.Bool("serve", false, "be the backends' process of -remote: listen on 127.0.0.1 and print the address")
+	runs := fs.Int("runs", 1, "in real time, run each scenario this many times, and compare the runs with each other and with virtual time")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	o := options{keys: headline, strategies: strategies, extra: *extra, seed: *seed, svgDir: *svgDir, contention: *contention, chain: *chain, realtime: *realtime || *overHTTP, http: *overHTTP}
+	o := options{keys: headline, strategies: strategies, extra: *extra, seed: *seed, svgDir: *svgDir, contention: *contention, chain: *chain, realtime: *realtime || *overHTTP || *remote || *overGRPC, http: *overHTTP || *remote, grpc: *overGRPC, runs: *runs, remote: *remote, serve: *serve}
+	if o.grpc && o.http {
+		return options{}, fmt.Errorf("-grpc and -http: one or the other")
+	}
+	if *runs < 1 {
+		return options{}, fmt.Errorf("-runs %d: at least 1", *runs)
+	}
 	switch {
 	case *all:
 		o.keys = scenarioKeys()
@@ -117,16 +133,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "storm:", err)
 		os.Exit(2)
 	}
+	if o.serve {
+		if err := serveBackends(os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "storm:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.contention {
 		fmt.Printf("Contention (Brooker's simulation): base 5 ms, cap 2 s, network 10 +- 2 ms, mean of %d runs.\n\n", contentionRuns)
 		printContention(os.Stdout, runContention(contentionCounts, contentionRuns), contentionCounts)
-		return
-	}
-
-	if o.realtime {
-		if !runRealtime(os.Stdout, o) {
-			os.Exit(1)
-		}
 		return
 	}
 
@@ -142,6 +158,14 @@ func main() {
 	os.Stdout = devNull
 	os.Args = os.Args[:1] // testing.Main parses the command line as a test's
 	testing.Main(func(string, string) (bool, error) { return true, nil }, []testing.InternalTest{{Name: "storm", F: func(t *testing.T) {
+		if o.realtime {
+			// Virtual time first, to compare the real-time runs with;
+			// the real-time runs outside any bubble.
+			if !runRealtime(stdout, o, runVirtual(t, o.keys, o.strategies, o.seed)) {
+				t.Fail() // exit status 1
+			}
+			return
+		}
 		out, results := render(t, o)
 		_, _ = io.WriteString(stdout, out)
 		if o.svgDir != "" && !o.chain {
@@ -237,16 +261,16 @@ const strategyLegend = `Strategies (each within the caller's deadline of 1 s):
   grpc-go retry + throttling   and its retryThrottling: maxTokens 10, tokenRatio 0.1
   failsafe-go retry + breaker  failsafe-go v0.9.8's retry and circuit breaker with their defaults (3 attempts,
                                no delay; opens after 1 failure for 1 minute); attempt timeout 250 ms
-  pipeline, defaults           breaker.New() (opens after 5 failures in a row, for 30 s) and retrypolicy.New();
+  pipeline, defaults           breaker.New() (opens after 5 failures in a row, for 100 ms) and retrypolicy.New();
                                attempt timeout 250 ms (the README's quick start sets one too)
-  pipeline, recommended        what docs/retries.md recommends: the same with breaker.OpenTimeout(100 ms) and
-                               no attempt timeout; hedging at the p90 for the heavy tail
+  pipeline, recommended        what docs/retries.md recommends: the same with no attempt timeout;
+                               hedging at the p90 for the heavy tail
 `
 
 // extraLegends explain the strategies of -extra and -wait.
 var extraLegends = map[string]string{
-	openName: `  pipeline, defaults + OpenTimeout 100ms
-                               the default pipeline, its breaker's open timeout 100 ms instead of 30 s
+	openName: `  pipeline, defaults + OpenTimeout 30s
+                               the default pipeline with the breaker's former default, open for 30 s
 `,
 	quotaName: "  ... + quota 10%              the recommended pipeline with a retry quota of 10% of the calls plus 10 a second\n",
 	waitName:  "  ... + WaitWhenOpen           the recommended pipeline, calls waiting while the breaker is open\n",
@@ -259,5 +283,5 @@ of the backend being healthy. docs/storm.md says why each is met or not.
 
 All seven scenarios: go run ./examples/storm -all
 In real time (a run that falls behind is not reported; fewer strategies keep it on schedule):
-go run ./examples/storm -realtime [-http] -scenarios outage -strategies grpc,defaults,recommended
+go run ./examples/storm -realtime [-http] -runs 3 -scenarios outage -strategies grpc,defaults,recommended
 `

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -22,7 +23,17 @@ import (
 
 var update = flag.Bool("update", false, "TestDocsQuoteTheDemo rewrites the outputs docs/storm.md quotes")
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(envServe) != "" { // started by startBackendProcess, in TestRemoteBackend
+		scenarios = remoteScenarios()
+		if err := serveBackends(os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const stormDoc = "../../docs/storm.md"
 
@@ -393,6 +404,17 @@ func TestParseArgs(t *testing.T) {
 	assert.True(t, o.extra, "the legend of the extra strategies is printed")
 	_, err = parseArgs([]string{"-strategies", "grpc,nope"})
 	assert.ErrorContains(t, err, `no strategy "nope"`)
+	o, err = parseArgs([]string{"-http", "-runs", "3"})
+	require.NoError(t, err)
+	assert.True(t, o.realtime, "-http is in real time")
+	assert.Equal(t, 3, o.runs)
+	_, err = parseArgs([]string{"-realtime", "-runs", "0"})
+	assert.ErrorContains(t, err, "-runs 0")
+	o, err = parseArgs([]string{"-grpc"})
+	require.NoError(t, err)
+	assert.True(t, o.realtime && o.grpc && !o.http, "-grpc is in real time, not over HTTP")
+	_, err = parseArgs([]string{"-grpc", "-http"})
+	assert.ErrorContains(t, err, "one or the other")
 }
 
 // TestChart writes a chart of a short run.
@@ -455,6 +477,31 @@ func TestBehind(t *testing.T) {
 	lagging := result{late: slices.Repeat([]time.Duration{3 * time.Millisecond}, 100)}
 	late, _ = behind([]result{lagging})
 	assert.True(t, late, "a p99 of 3 ms is too late")
+	sc := scenarioByKey("outage")
+	assert.Contains(t, fellBehind(sc, why), "Fewer strategies at once (-strategies)")
+}
+
+// TestOfferedShort: the offered load of a run is measured per second
+// against its schedule; a second that started 380 of its 400 calls is 5%
+// short.
+func TestOfferedShort(t *testing.T) {
+	sc := &scenario{rate: 400, until: 2 * time.Second}
+	r := result{sc: sc}
+	for i := range 800 {
+		start := time.Duration(i) * time.Second / 400
+		if i >= 380 && i < 400 {
+			start = time.Second + time.Millisecond // 20 calls of the first second late into the second
+		}
+		r.calls = append(r.calls, outcome{start: start})
+	}
+	assert.InDelta(t, 0.05, r.offeredShort(), 1e-9)
+	_, why := behind([]result{r})
+	assert.Contains(t, why, "offered load 5.0% short of schedule in its worst second")
+	r.calls = r.calls[:0]
+	for i := range 800 {
+		r.calls = append(r.calls, outcome{start: time.Duration(i) * time.Second / 400})
+	}
+	assert.Zero(t, r.offeredShort(), "on schedule")
 }
 
 // TestRealTimeRuns runs a short healthy scenario on the machine's clock,
@@ -472,5 +519,42 @@ func TestRealTimeRuns(t *testing.T) {
 		// A busy machine makes calls late, not failed: each has 1 s.
 		assert.Equal(t, 30, results[0].ok(), "over HTTP %v", overHTTP)
 		assert.Equal(t, 30, results[0].requests, "over HTTP %v", overHTTP)
+	}
+}
+
+// TestRemoteBackend: the backends in a process of their own (-remote) give
+// a request the fate it meets in process, and send back their counts: a
+// healthy run has every call ok with one request each, and with a dead
+// host in three, the refusals are those of the draws.
+func TestRemoteBackend(t *testing.T) {
+	saved := scenarios
+	t.Cleanup(func() { scenarios = saved })
+	scenarios = remoteScenarios()
+	healthy, dead := scenarios[0], scenarios[1]
+
+	addr, stop, err := startBackendProcess() // this test binary, as TestMain serves
+	require.NoError(t, err)
+	defer stop()
+	none, _ := strategyByName(noRetryName)
+	r := runScenarioWith(healthy, []strategy{none}, 1, remoteHTTP(addr))
+	require.Len(t, r, 1)
+	assert.Equal(t, 30, r[0].ok())
+	assert.Equal(t, 30, r[0].requests, "the backend's own count, sent back")
+
+	inProcess := runScenario(dead, []strategy{none}, 5)
+	remote := runScenarioWith(dead, []strategy{none}, 5, remoteHTTP(addr))
+	assert.Equal(t, inProcess[0].ok(), remote[0].ok(), "the same calls refused")
+	assert.Less(t, remote[0].ok(), 30, "a third of the calls go to the dead host")
+	assert.Equal(t, 30, remote[0].requests)
+}
+
+// remoteScenarios are TestRemoteBackend's, short, which the backends'
+// process of the test knows too.
+func remoteScenarios() []*scenario {
+	return []*scenario{
+		{key: "remote-healthy", name: "Healthy", rate: 100, until: 300 * time.Millisecond, hosts: 1, workers: 4,
+			queue: 50, service: uniformService, healthy: []span{{0, forever}}, deadline: time.Second},
+		{key: "remote-dead", name: "Dead host", rate: 100, until: 300 * time.Millisecond, hosts: 3, workers: 4,
+			queue: 50, service: uniformService, deadHost: true, healthy: []span{{0, forever}}, deadline: time.Second},
 	}
 }

@@ -126,9 +126,12 @@ func TestFleetOpensWithinTwoFlushes(t *testing.T) {
 
 // TestOneBadReplicaDoesNotOpenTheFleet: a replica whose calls all fail
 // opens its own breaker; the fleet's stays closed for the healthy ones.
+// The bad replica's breaker stays open through the test (OpenTimeout
+// longer than the test; the default, 100 ms, would half-open it).
 func TestOneBadReplicaDoesNotOpenTheFleet(t *testing.T) {
 	srv := redistest.Start(t)
-	bs := replicas(t, srv, 3, breaker.ConsecutiveFailures(5), breaker.FailureRate(0.5, 30), breaker.Window(10*time.Second, 10))
+	bs := replicas(t, srv, 3, breaker.ConsecutiveFailures(5), breaker.FailureRate(0.5, 30), breaker.Window(10*time.Second, 10),
+		breaker.OpenTimeout(time.Minute))
 	bad, good := bs[0], bs[1:]
 	var goodErrs atomic.Int64
 	var wg sync.WaitGroup

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+// gRPC transports: the backends behind gRPC servers, for grpc-go's own
+// retry policy (TestGRPCModelMatchesGRPCGo, TestRealTimeGRPC) and for any
+// strategy in real time (-grpc).
+
+// rawCodec passes bytes as they are, so that no generated code is needed.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), b...)
+	return nil
+}
+func (rawCodec) Name() string { return "storm-raw" }
+
+// grpcGoServiceConfig is the service config grpcRetry models.
+func grpcGoServiceConfig(throttled bool) string {
+	c := fmt.Sprintf(`{"methodConfig": [{"name": [{"service": "storm.Backend"}],
+  "retryPolicy": {"maxAttempts": %d, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": %d,
+    "retryableStatusCodes": ["UNAVAILABLE"]}}]`, grpcMaxAttempts, grpcMultiplier)
+	if throttled {
+		c += fmt.Sprintf(`, "retryThrottling": {"maxTokens": %d, "tokenRatio": %v}`, grpcMaxTokens, grpcTokenRatio)
+	}
+	return c + "}"
+}
+
+// grpcGoTransport is grpc-go itself: each backend behind a gRPC server, in
+// memory (bufconn) or over TCP on 127.0.0.1, called through a channel with
+// the service config that grpcRetry models. The attempt's number comes from the
+// grpc-previous-rpc-attempts header grpc-go sends on a retry.
+func grpcGoTransport(throttled, overTCP bool) transport {
+	return grpcTransport(grpcGoServiceConfig(throttled), overTCP)
+}
+
+// grpcPlain is the -grpc transport: each backend behind a gRPC server over
+// TCP on 127.0.0.1, called through a channel without grpc-go's retry, one
+// RPC per attempt of the strategy's own, whose number a storm-attempt
+// header carries.
+func grpcPlain(b *backend) (func(ctx context.Context, c *call, n uint64) error, func()) {
+	return grpcTransport("", true)(b)
+}
+
+// grpcTransport puts each backend behind a gRPC server, called through a
+// channel with serviceConfig ("": none).
+func grpcTransport(serviceConfig string, overTCP bool) transport {
+	return func(b *backend) (func(ctx context.Context, c *call, n uint64) error, func()) {
+		var lis net.Listener = bufconn.Listen(1 << 20)
+		dial := func(ctx context.Context, _ string) (net.Conn, error) { return lis.(*bufconn.Listener).DialContext(ctx) }
+		if overTCP {
+			var err error
+			if lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				panic(err)
+			}
+			dial = func(ctx context.Context, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "tcp", lis.Addr().String())
+			}
+		}
+		srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+			var in []byte
+			if err := stream.RecvMsg(&in); err != nil {
+				return err
+			}
+			md, _ := metadata.FromIncomingContext(stream.Context())
+			id, _ := strconv.ParseUint(first(md, "storm-call"), 10, 64)
+			seed, _ := strconv.ParseUint(first(md, "storm-seed"), 10, 64)
+			prev, _ := strconv.ParseUint(first(md, "grpc-previous-rpc-attempts"), 10, 64)
+			n := prev + 1
+			if a := md.Get("storm-attempt"); len(a) > 0 {
+				n, _ = strconv.ParseUint(a[0], 10, 64)
+			}
+			c := &call{id: id, seed: seed}
+			if err := b.serve(stream.Context(), c.rand(streamBackend, n)); err != nil {
+				return status.Error(codes.Unavailable, err.Error())
+			}
+			out := []byte("ok")
+			return stream.SendMsg(&out)
+		}))
+		go func() { _ = srv.Serve(lis) }()
+		opts := []grpc.DialOption{grpc.WithContextDialer(dial), grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if serviceConfig != "" {
+			opts = append(opts, grpc.WithDefaultServiceConfig(serviceConfig))
+		} else {
+			opts = append(opts, grpc.WithDisableRetry())
+		}
+		cc, err := grpc.NewClient("passthrough:///storm", opts...)
+		if err != nil {
+			panic(err)
+		}
+		send := func(ctx context.Context, c *call, n uint64) error {
+			ctx = metadata.AppendToOutgoingContext(ctx, "storm-call", strconv.FormatUint(c.id, 10), "storm-seed", strconv.FormatUint(c.seed, 10))
+			if serviceConfig == "" { // the strategy's own attempt; grpc-go's retries are numbered by grpc-go
+				ctx = metadata.AppendToOutgoingContext(ctx, "storm-attempt", strconv.FormatUint(n, 10))
+			}
+			in, out := []byte("call"), []byte(nil)
+			err := cc.Invoke(ctx, "/storm.Backend/Call", &in, &out, grpc.ForceCodec(rawCodec{}))
+			if serviceConfig != "" || err == nil {
+				return err
+			}
+			// The strategy's own attempt fails as it does in process.
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case status.Code(err) == codes.Unavailable && status.Convert(err).Message() == errRefused.Error():
+				return errRefused
+			}
+			return errUnavailable
+		}
+		return send, func() {
+			cc.Close()
+			srv.Stop()
+		}
+	}
+}
+
+func first(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return "0"
+}
