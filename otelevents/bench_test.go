@@ -67,7 +67,7 @@ func BenchmarkListener(b *testing.B) {
 	}{
 		{"none", nil},
 		{"metrics", []pipeline.Option{pipeline.WithListener(l)}},
-		{"metrics-noop-provider", []pipeline.Option{pipeline.WithListener(own)}},
+		{"noopprovider", []pipeline.Option{pipeline.WithListener(own)}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			p := pipeline.New(append(bc.opts, pipeline.WithBreaker(breaker.New("stock")), pipeline.WithRetry(retrypolicy.New()))...)
