@@ -164,7 +164,7 @@ type Fleet struct {
 // ErrFleetUnconfirmed is the error of the
 // [resilience.EventSharedStateUnavailable] event of a shared breaker whose
 // store has not confirmed the fleet's open or half-open state for longer
-// than the larger of [OpenTimeout] and two flush intervals: the replica
+// than the larger of [OpenTimeout] and three flush intervals: the replica
 // decides alone (its own breaker, with [FailureRate] applied locally)
 // until the store answers again.
 var ErrFleetUnconfirmed = errors.New("fleet state unconfirmed for longer than the open timeout: deciding locally")
@@ -184,7 +184,7 @@ var ErrFleetUnconfirmed = errors.New("fleet state unconfirmed for longer than th
 // The shared state can only make a replica more careful for a bounded
 // time, never block it for ever: this replica's own breaker moves from
 // open to half-open on its own timer, and a fleet state that the store
-// has not confirmed for longer than [OpenTimeout] (or two flush
+// has not confirmed for longer than [OpenTimeout] (or three flush
 // intervals, if longer) gives way to this
 // replica's own decisions (an [resilience.EventSharedStateUnavailable]
 // with [ErrFleetUnconfirmed]) until the store answers again. While the
@@ -298,8 +298,11 @@ func (b *Breaker) startFleet() {
 		every: c.flush,
 		epoch: time.Now(),
 		// A confirmed state is at most a flush interval old when it is
-		// confirmed again, unless the store fails: allow two.
-		stale: max(c.openTimeout, 2*c.flush),
+		// confirmed again; a flush lost to a slow store may take all of
+		// its interval (its deadline) before the next one confirms it:
+		// allow three, so that one lost flush does not let calls through
+		// to a dependency the fleet holds open.
+		stale: max(c.openTimeout, 3*c.flush),
 		policy: FleetPolicy{
 			Rate: c.rate, MinRequests: c.rateMin, Window: c.window, Buckets: c.buckets,
 			OpenTimeout: c.openTimeout, HalfOpenRequests: c.halfOpenRequests,
@@ -586,7 +589,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
 
 // view returns the fleet's state as this replica goes by it: as last heard
 // from the store, or closed if the store has not confirmed an open or
-// half-open state for longer than the open timeout, or two flush
+// half-open state for longer than the open timeout, or three flush
 // intervals if longer (the replica decides alone until the store answers
 // again).
 func (f *fleet) view() resilience.State {
@@ -738,7 +741,7 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 
 // FleetState returns the fleet breaker's state as this replica goes by it
 // (see [Shared]): as last heard from its store, or closed when the store
-// has not confirmed it for longer than [OpenTimeout], or two flush
+// has not confirmed it for longer than [OpenTimeout], or three flush
 // intervals if that is longer. It is closed for a
 // breaker that is not shared. It takes no lock and does no I/O.
 func (b *Breaker) FleetState() resilience.State {
