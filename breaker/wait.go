@@ -235,6 +235,16 @@ func (w *waiting) startTimerLocked(b *Breaker, d time.Duration) {
 	w.timer = time.AfterFunc(d, func() { b.tick(gen) })
 }
 
+// nextChance is when an open breaker may next let a waiter go: its next
+// probe, or, while a shared breaker's fleet is open, its next flush, which
+// may bring the fleet's change.
+func (b *Breaker) nextChance() time.Time {
+	if b.fleet != nil && b.fleet.view() == resilience.StateOpen {
+		return time.Now().Add(b.cfg.flush)
+	}
+	return b.NextProbe()
+}
+
 // NextProbe returns when the breaker, open, will let a probe through: its
 // open timeout after it opened. It is the zero Time unless the breaker is
 // open.
@@ -283,11 +293,7 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 			return nil // it was open and may take a probe now
 		}
 	case resilience.StateOpen:
-		next := b.NextProbe()
-		if b.fleet != nil && b.fleet.view() == resilience.StateOpen {
-			next = time.Now().Add(b.cfg.flush)
-		}
-		if d, ok := ctx.Deadline(); ok && d.Before(next) {
+		if d, ok := ctx.Deadline(); ok && d.Before(b.nextChance()) {
 			return rejection // no probe within the budget
 		}
 	}
@@ -298,8 +304,11 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 	if forced, err := b.waitForced(); forced && b.wait.leave(wt) {
 		return err // forced before the waiter was queued
 	}
-	if b.State() == resilience.StateClosed && b.wait.leave(wt) {
+	switch st := b.State(); {
+	case st == resilience.StateClosed && b.wait.leave(wt):
 		return nil // it closed before the waiter was queued
+	case st == resilience.StateOpen && !wt.deadline.IsZero() && wt.deadline.Before(b.nextChance()) && b.wait.leave(wt):
+		return rejection // it opened again before the waiter was queued, too late for its deadline
 	}
 	select {
 	case <-wt.ch:
