@@ -52,15 +52,21 @@ func TestHedgeTimersFireEachRaceWhenDue(t *testing.T) {
 		}
 		entries := make([]*entry, 200)
 		for i := range entries {
-			e := &entry{race: &firedAt{start: time.Now()}, delay: time.Duration(1+rng.IntN(1000)) * time.Millisecond}
+			e := &entry{race: &firedAt{start: time.Now()}, delay: time.Duration(500+rng.IntN(1000)) * time.Millisecond}
 			e.due.race = e.race
 			entries[i] = e
 			timers.add(&e.due, e.delay)
-			if rng.IntN(3) == 0 {
+			if rng.IntN(4) == 0 {
+				timers.remove(&e.due) // at once
+				e.removed = true
+			}
+			time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+		}
+		for _, e := range entries { // later, wherever the heap has moved them
+			if !e.removed && rng.IntN(3) == 0 {
 				timers.remove(&e.due)
 				e.removed = true
 			}
-			time.Sleep(time.Duration(rng.IntN(5)) * time.Millisecond)
 		}
 		time.Sleep(2 * time.Second)
 		for i, e := range entries {
