@@ -12,9 +12,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/hedge"
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
 // firedAt is a race that records when it fired.
@@ -189,4 +191,23 @@ func TestSlowListenerHoldsUpOnlyItsOwnHedge(t *testing.T) {
 		}
 	}
 	assert.LessOrEqual(t, late, 1, "hedges sent at %v: one call's listener held up another's", sentAt)
+}
+
+// TestHedgingThroughABreaker: a pipeline with a breaker and hedging (and
+// no tracer) hedges: the call is not sent straight into the breaker past
+// the hedging state.
+func TestHedgingThroughABreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(WithBreaker(breaker.New("b")), WithRetry(retrypolicy.New()), WithHedging(hedge.New(hedge.Delay(10*time.Millisecond), hedge.MaxShare(1))))
+		var n atomic.Int32
+		res, err := Do(t.Context(), p, func(ctx context.Context) (int32, error) {
+			if i := n.Add(1); i > 1 {
+				return i, nil // the hedge
+			}
+			<-ctx.Done() // the first attempt, cut by the hedge that wins
+			return 0, ctx.Err()
+		})
+		require.NoError(t, err)
+		assert.Equal(t, int32(2), res, "the hedge answered")
+	})
 }
