@@ -19,7 +19,7 @@ import (
 // those listed in slow, answered in 40 ms (well within the flush's
 // 100 ms bound).
 type review24OpenStore struct {
-	n    atomic.Int32
+	n          atomic.Int32
 	hang, slow map[int32]bool
 }
 
