@@ -96,10 +96,9 @@ func New(opts ...Option) *Pipeline {
 	// The throttle refuses at once; a limit's queue or WaitWhenOpen may
 	// hold a call between its budget and its first attempt.
 	cfg.attemptFollows = cfg.limit == nil && !cfg.waitOpen
-	// With a breaker, the budget is set behind it, unless calls wait for it
-	// (within the budget); nothing else happens before it but hedging's
-	// and the tracer's state.
-	cfg.intoBreaker = cfg.breaker != nil && (!cfg.waitOpen || cfg.budget == 0) && cfg.hedge == nil && cfg.tracer == nil
+	// Before the breaker, only the budget (when not set behind it) and
+	// hedging's and the tracer's state have work to do.
+	cfg.intoBreaker = cfg.breaker != nil && (cfg.budget == 0 || cfg.budgetBehindBreaker()) && cfg.hedge == nil && cfg.tracer == nil
 	if cfg.hedge != nil {
 		cfg.hedgeTimers = new(hedgeTimers)
 	}

@@ -109,7 +109,7 @@ func (c *call[T]) timed(ctx context.Context) (T, error) {
 // has admitted the call (in through): a rejected call makes no context and
 // no timer, and the budget, which a rejection takes nothing of, is the same.
 func (c *call[T]) budget(ctx context.Context) (T, error) {
-	if c.p.cfg.budget > 0 && !c.budgetBehindBreaker() {
+	if c.p.cfg.budget > 0 && !c.p.cfg.budgetBehindBreaker() {
 		var end *lazyCtx
 		if ctx, end = c.withBudget(ctx); end != nil {
 			defer end.end()
@@ -121,8 +121,8 @@ func (c *call[T]) budget(ctx context.Context) (T, error) {
 // budgetBehindBreaker reports whether the time budget is set once the
 // breaker has admitted the call: there is a breaker, and calls do not wait
 // for it (a wait is within the budget).
-func (c *call[T]) budgetBehindBreaker() bool {
-	return c.p.cfg.breaker != nil && !c.p.cfg.waitOpen
+func (cfg *config) budgetBehindBreaker() bool {
+	return cfg.breaker != nil && !cfg.waitOpen
 }
 
 // withBudget returns ctx capped at the time budget, and the cap for the
@@ -200,7 +200,7 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 // count it (it lets the next waiter probe).
 func (c *call[T]) inside(ctx context.Context) (err error) {
 	c.ran = true
-	if c.p.cfg.budget > 0 && c.budgetBehindBreaker() {
+	if c.p.cfg.budget > 0 && c.p.cfg.budgetBehindBreaker() {
 		var end *lazyCtx
 		if ctx, end = c.withBudget(ctx); end != nil {
 			defer end.end()
