@@ -1,5 +1,4 @@
-// Package breaker guards one dependency with a circuit breaker, built on
-// github.com/sony/gobreaker/v2.
+// Package breaker guards one dependency with a circuit breaker.
 //
 // A breaker is closed while the dependency is healthy and lets every call
 // through, counting failures over a rolling window. When the failures reach a
@@ -26,9 +25,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/sony/gobreaker/v2"
 
 	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -53,17 +49,6 @@ func IsRejection(err error) bool {
 		return true // a breaker's own, as it returns them: no chain to walk
 	}
 	return errors.Is(err, ErrOpen) || errors.Is(err, ErrTooManyRequests)
-}
-
-func fromGobreaker(s gobreaker.State) resilience.State {
-	switch s {
-	case gobreaker.StateOpen:
-		return resilience.StateOpen
-	case gobreaker.StateHalfOpen:
-		return resilience.StateHalfOpen
-	default:
-		return resilience.StateClosed
-	}
 }
 
 // Counts are the outcomes a breaker has seen in its current state (in the
@@ -98,8 +83,8 @@ func (r *rejection) Unwrap() error { return r.sentinel }
 
 func (r *rejection) ResilienceClass() resilience.Class { return resilience.ClassTerminal }
 
-// outcome sentinels tell gobreaker how to count a call; the caller's own
-// error is kept aside.
+// outcome sentinels say how a call counts; the caller's own error is kept
+// aside.
 var (
 	errFailure = errors.New("failure")
 	errIgnored = errors.New("ignored")
@@ -109,7 +94,8 @@ var (
 // concurrent use. The zero Breaker, and a nil *Breaker, is always closed and
 // counts nothing.
 type Breaker struct {
-	cb       *gobreaker.CircuitBreaker[struct{}]
+	name     string
+	cb       *core
 	cfg      config
 	listener *safe.Listener // WithListener's: hears everything, rejections included
 	audience audience       // Listen's: hear state changes
@@ -141,48 +127,28 @@ func New(name string, opts ...Option) *Breaker {
 	}
 
 	b := &Breaker{
+		name:    name,
 		cfg:     cfg,
 		errOpen: &rejection{name: name, sentinel: ErrOpen},
 		errBusy: &rejection{name: name, sentinel: ErrTooManyRequests},
 	}
 	b.listener = safe.New(name, cfg.listeners...)
-	st := b.settings(name)
-	b.cb = gobreaker.NewCircuitBreaker[struct{}](st)
+	b.cb = newCore(cfg.halfOpenRequests, cfg.openTimeout, cfg.window, cfg.buckets, func(n Counts) bool {
+		// A shared breaker applies the failure rate to its own calls only
+		// while it decides alone: the fleet's is the rule.
+		trip := cfg.readyToTrip(n, b.fleet == nil || b.fleet.local())
+		if trip {
+			b.history.trip = n // for the reason, under the core's lock
+		}
+		return trip
+	}, func(from, to resilience.State) {
+		b.state.Store(uint32(to))
+		b.changed(name, from, to, false)
+	})
 	if cfg.shared != nil {
 		b.startFleet()
 	}
 	return b
-}
-
-func (b *Breaker) settings(name string) gobreaker.Settings {
-	cfg := &b.cfg
-	st := gobreaker.Settings{
-		Name:        name,
-		MaxRequests: cfg.halfOpenRequests,
-		Timeout:     cfg.openTimeout,
-		ReadyToTrip: func(n gobreaker.Counts) bool {
-			// A shared breaker applies the failure rate to its own calls
-			// only while it decides alone: the fleet's is the rule.
-			trip := cfg.readyToTrip(n, b.fleet == nil || b.fleet.local())
-			if trip {
-				b.history.trip = Counts(n) // for the reason, under gobreaker's lock
-			}
-			return trip
-		},
-		OnStateChange: func(name string, from, to gobreaker.State) {
-			b.state.Store(uint32(fromGobreaker(to)))
-			b.changed(name, fromGobreaker(from), fromGobreaker(to), false)
-		},
-		IsSuccessful: func(err error) bool { return err == nil },
-		IsExcluded:   func(err error) bool { return err == errIgnored },
-	}
-	if cfg.window > 0 {
-		st.Interval = cfg.window
-		if cfg.buckets > 1 {
-			st.BucketPeriod = cfg.window / time.Duration(cfg.buckets)
-		}
-	}
-	return st
 }
 
 // changed reports a change of state of the breaker called name.
@@ -204,7 +170,7 @@ func (b *Breaker) Name() string {
 	if b == nil || b.cb == nil {
 		return ""
 	}
-	return b.cb.Name()
+	return b.name
 }
 
 // State returns the current state, moving from open to half-open if the
@@ -226,7 +192,7 @@ func (b *Breaker) State() resilience.State {
 			return st
 		}
 	}
-	return fromGobreaker(b.cb.State())
+	return b.cb.State()
 }
 
 // Counts returns the outcomes this breaker counted in its current state
@@ -235,7 +201,7 @@ func (b *Breaker) Counts() Counts {
 	if b == nil || b.cb == nil {
 		return Counts{}
 	}
-	return Counts(b.cb.Counts())
+	return b.cb.Counts()
 }
 
 // Check returns nil if the breaker was closed when it last changed state
@@ -284,63 +250,41 @@ func (b *Breaker) executeNormal(ctx context.Context, op func(ctx context.Context
 	if b.fleet != nil {
 		return b.executeShared(ctx, op)
 	}
-	return b.executeOn(b.cb, ctx, op)
+	return b.executeOn(ctx, op)
 }
 
-// goexit is the panic that stands for runtime.Goexit while it passes
-// through gobreaker, which counts a failure only for a panic.
-type goexit struct{}
-
-// executeOn runs op through cb.
-func (b *Breaker) executeOn(cb *gobreaker.CircuitBreaker[struct{}], ctx context.Context, op func(ctx context.Context) error) error {
-	defer func() {
-		if r := recover(); r != nil {
-			if _, ok := r.(goexit); !ok {
-				panic(r)
-			}
-			// Recovering the stand-in lets the Goexit that it interrupted go on.
-		}
-	}()
-	var opErr error
-	out := errFailure
-	_, err := cb.Execute(func() (struct{}, error) {
-		returned := false
-		defer func() {
-			if !returned {
-				if r := recover(); r != nil {
-					panic(r) // a panic: gobreaker counts it
-				}
-				panic(goexit{}) // runtime.Goexit, which gobreaker would not see
-			}
-		}()
-		opErr = op(ctx)
-		returned = true
-		if opErr != nil {
-			out = b.outcome(ctx, opErr)
-		} else {
-			out = nil
-		}
-		return struct{}{}, out
-	})
-	if err == nil {
-		return opErr // as result would, without the call
-	}
-	if out == errIgnored {
-		b.probeIgnored()
-	}
-	return b.result(err, opErr)
-}
-
-// result maps what gobreaker returned to the caller's error: op's own
-// error, or a rejection.
-func (b *Breaker) result(err, opErr error) error {
-	switch err {
-	case gobreaker.ErrOpenState:
+// executeOn runs op through b's own breaker, counting a panic or
+// runtime.Goexit in op as a failure.
+func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) error) error {
+	v, gen, age := b.cb.admit()
+	switch v {
+	case refusedOpen:
 		return b.reject(b.errOpen)
-	case gobreaker.ErrTooManyRequests:
+	case refusedBusy:
 		return b.reject(b.errBusy)
 	}
-	return opErr
+	returned := false
+	defer func() {
+		if !returned {
+			b.cb.done(gen, age, failed) // a panic or Goexit, which goes on
+		}
+	}()
+	err := op(ctx)
+	returned = true
+	if err == nil {
+		b.cb.done(gen, age, counted)
+		return nil
+	}
+	switch b.outcome(ctx, err) {
+	case errFailure:
+		b.cb.done(gen, age, failed)
+	case errIgnored:
+		b.cb.done(gen, age, excluded)
+		b.probeIgnored()
+	default:
+		b.cb.done(gen, age, counted)
+	}
+	return err
 }
 
 // reject reports a rejection to b's own listener (the caller's hears of
@@ -352,7 +296,7 @@ func (b *Breaker) reject(err error) error {
 	return err
 }
 
-// outcome maps a call's error to how gobreaker counts it.
+// outcome maps a call's error to how it counts: nil for a success.
 func (b *Breaker) outcome(ctx context.Context, err error) error {
 	if err == nil {
 		return nil

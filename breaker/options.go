@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
-	"github.com/sony/gobreaker/v2"
 )
 
 // Option configures a [Breaker].
@@ -46,7 +45,7 @@ func defaults() config {
 // readyToTrip opens the breaker when either configured threshold is met;
 // the failure rate only if rate (a shared breaker's is the fleet's, except
 // while it decides alone).
-func (c *config) readyToTrip(n gobreaker.Counts, rate bool) bool {
+func (c *config) readyToTrip(n Counts, rate bool) bool {
 	if c.consecutive > 0 && n.ConsecutiveFailures >= c.consecutive {
 		return true
 	}

@@ -667,7 +667,7 @@ func (b *Breaker) ownOpen() bool {
 	if resilience.State(b.state.Load()) != resilience.StateOpen {
 		return false
 	}
-	return fromGobreaker(b.cb.State()) == resilience.StateOpen
+	return b.cb.State() == resilience.StateOpen
 }
 
 // record counts a call's outcome for the fleet, in the tally of the
@@ -731,7 +731,7 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 			f.mu.Unlock()
 		}
 	}()
-	return b.executeOn(b.cb, ctx, func(ctx context.Context) error {
+	return b.executeOn(ctx, func(ctx context.Context) error {
 		ran = true
 		opErr := op(ctx)
 		outcome = b.outcome(ctx, opErr)

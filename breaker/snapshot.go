@@ -80,7 +80,7 @@ type history struct {
 	ring [MaxTransitions]Transition
 	n    int // changes ever
 	// trip holds the counts that opened the breaker, written and read
-	// under gobreaker's lock (ReadyToTrip, then OnStateChange).
+	// under the core's lock (when it trips, then as it reports the change).
 	trip Counts
 }
 
@@ -103,7 +103,7 @@ func (h *history) list() []Transition {
 }
 
 // record notes a change of state with why it happened; for a local one it
-// runs under gobreaker's lock.
+// runs under the core's lock.
 func (b *Breaker) record(from, to resilience.State, fleet bool) {
 	t := Transition{At: time.Now(), From: from, To: to, Fleet: fleet}
 	switch {
@@ -156,7 +156,7 @@ func (b *Breaker) Snapshot() Snapshot {
 	s := Snapshot{
 		Name:   b.Name(),
 		State:  b.State(),
-		Own:    fromGobreaker(b.cb.State()),
+		Own:    b.cb.State(),
 		Mode:   b.Mode(),
 		Counts: b.Counts(),
 		Policy: Policy{

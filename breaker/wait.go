@@ -39,7 +39,7 @@ type waiter struct {
 }
 
 // changedWaiting is called on every change of state, local or of the
-// fleet, with gobreaker's lock held for a local one: it must not ask for
+// fleet, with the core's lock held for a local one: it must not ask for
 // the state. NextProbe is the local breaker's, so only its opening sets
 // openedAt; the fleet, opening, probes an open timeout later too.
 func (b *Breaker) changedWaiting(to resilience.State, fleet bool) {
@@ -157,7 +157,7 @@ func (b *Breaker) enqueue(ctx context.Context) *waiter {
 	w := &b.wait
 	wt := &waiter{ch: make(chan struct{})}
 	wt.deadline, _ = ctx.Deadline()
-	after := b.tickAfter() // before the lock: gobreaker's is taken first
+	after := b.tickAfter() // before the lock: the core's is taken first
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.freed > 0 { // a probe slot came free just before: take it
@@ -190,7 +190,8 @@ func (w *waiting) leave(wt *waiter) bool {
 // tickAfter is how long the queue's timer waits from now.
 func (b *Breaker) tickAfter() time.Duration {
 	if next := b.NextProbe(); !next.IsZero() && (b.fleet == nil || b.fleet.view() != resilience.StateOpen) {
-		// Open until just past its next probe (gobreaker's own rule).
+		// Open until just past its next probe (the core's rule: open while
+		// no more than the open timeout has passed).
 		d := max(time.Until(next), 0)
 		if d < math.MaxInt64 {
 			d++ // saturated: a probe in 292 years

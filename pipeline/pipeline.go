@@ -43,10 +43,9 @@
 //
 // One Pipeline serves every call to its dependency, whatever their result
 // types: [Do] and [DoStream] take the type from the operation. The breaker
-// stage runs the rest of the call inside the breaker's Execute, rather than
-// gobreaker's two-step Allow and done: the two-step form allocates a
-// closure per call and does not see a panic; this way a successful call
-// allocates nothing, and a panic or runtime.Goexit counts as a failure.
+// stage runs the rest of the call inside the breaker's Execute: a
+// successful call allocates nothing, and a panic or runtime.Goexit counts
+// as a failure.
 //
 // The stages are the methods of one value per call, in the order above,
 // in stages.go; docs/architecture.md follows one call through them and

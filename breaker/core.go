@@ -1,0 +1,217 @@
+package breaker
+
+import (
+	"sync"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// core is a breaker's state machine, under one mutex: the state, its
+// generation (bumped on every change, so an outcome counts only in the
+// state its call was admitted in) and the counts of the closed state's
+// rolling window.
+//
+// A call reads the monotonic clock once, as it is admitted: for the end of
+// the open state and the window's current bucket. Its outcome counts in
+// the bucket it was admitted in, so a success reads no clock as it ends (a
+// success whose bucket left the window since the last call was admitted
+// still counts, until the next admission drops that bucket). A failure,
+// which may trip the breaker, reads it again to judge the window as it is
+// then, as does any change of state.
+type core struct {
+	maxRequests uint32        // probes let through when half-open, at least 1
+	timeout     time.Duration // how long the open state lasts
+	period      time.Duration // a bucket's span; 0: no window
+	readyToTrip func(Counts) bool
+	changed     func(from, to resilience.State) // under mu
+
+	mu      sync.Mutex
+	state   resilience.State
+	gen     uint64
+	start   monotime.Reading // of the state; buckets are counted from it
+	age     uint64           // the current bucket, counted from start
+	win     Counts           // the sum of buckets
+	buckets []Counts         // indexed by age modulo their number
+}
+
+// verdict is what admit says of a call.
+type verdict uint8
+
+const (
+	admitted verdict = iota
+	refusedOpen
+	refusedBusy
+)
+
+// outcome is how a finished call counts.
+type outcome uint8
+
+const (
+	counted outcome = iota // a success
+	failed
+	excluded
+)
+
+// newCore returns a closed core; window 0 keeps counts until the state
+// changes, else they are kept over window in n buckets.
+func newCore(maxRequests uint32, timeout, window time.Duration, n int, readyToTrip func(Counts) bool, changed func(from, to resilience.State)) *core {
+	c := &core{maxRequests: max(maxRequests, 1), timeout: timeout, readyToTrip: readyToTrip, changed: changed}
+	n = max(n, 1)
+	if window > 0 && window/time.Duration(n) > 0 {
+		c.period = window / time.Duration(n)
+	} else {
+		n = 1
+	}
+	c.buckets = make([]Counts, n)
+	c.start = monotime.Now()
+	return c
+}
+
+// admit decides whether a call may go, and returns the generation and
+// bucket its outcome counts in.
+func (c *core) admit() (v verdict, gen, age uint64) {
+	now := monotime.Now()
+	c.mu.Lock()
+	st := c.current(now)
+	switch {
+	case st == resilience.StateOpen:
+		v = refusedOpen
+	case st == resilience.StateHalfOpen && c.win.Requests-min(c.win.TotalExclusions, c.win.Requests) >= c.maxRequests:
+		v = refusedBusy
+	default:
+		c.win.Requests++
+		c.buckets[c.age%uint64(len(c.buckets))].Requests++
+	}
+	gen, age = c.gen, c.age
+	c.mu.Unlock()
+	return v, gen, age
+}
+
+// done counts the outcome of a call that admit let go.
+func (c *core) done(gen, age uint64, o outcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen {
+		return // admitted in a state that has gone
+	}
+	if o == failed && c.period > 0 {
+		c.current(monotime.Now()) // a failure may trip: judged on the window as it is now
+	}
+	if age+uint64(len(c.buckets)) <= c.age {
+		return // its bucket has left the window
+	}
+	b := &c.buckets[age%uint64(len(c.buckets))]
+	switch o {
+	case excluded:
+		c.win.TotalExclusions++
+		b.TotalExclusions++
+	case counted:
+		c.win.TotalSuccesses++
+		b.TotalSuccesses++
+		c.win.ConsecutiveSuccesses++
+		c.win.ConsecutiveFailures = 0
+		if c.state == resilience.StateHalfOpen && c.win.ConsecutiveSuccesses >= c.maxRequests {
+			c.set(resilience.StateClosed, monotime.Now())
+		}
+	case failed:
+		c.win.TotalFailures++
+		b.TotalFailures++
+		c.win.ConsecutiveFailures++
+		c.win.ConsecutiveSuccesses = 0
+		if c.state == resilience.StateHalfOpen || (c.state == resilience.StateClosed && c.readyToTrip(c.win)) {
+			c.set(resilience.StateOpen, monotime.Now())
+		}
+	}
+}
+
+// State returns the state at now, moving from open to half-open once the
+// open timeout has passed.
+func (c *core) State() resilience.State {
+	now := monotime.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.current(now)
+}
+
+// Counts returns the counts of the current state (closed: of the window).
+func (c *core) Counts() Counts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.win
+}
+
+// current brings the state up to now, under mu: an open state whose timeout
+// has passed turns half-open; a closed one drops the buckets older than the
+// window (with one bucket, a window that has passed starts anew). now may
+// be a little behind start (read before the lock).
+func (c *core) current(now monotime.Reading) resilience.State {
+	elapsed := time.Duration(now - c.start)
+	switch c.state {
+	case resilience.StateOpen:
+		if elapsed > c.timeout {
+			c.set(resilience.StateHalfOpen, now)
+		}
+	case resilience.StateClosed:
+		switch {
+		case c.period == 0 || elapsed < 0:
+		case len(c.buckets) == 1:
+			if elapsed > c.period {
+				c.renew(now) // one bucket: a new window from now, as gobreaker's Interval
+			}
+		default:
+			c.advance(uint64(elapsed / c.period))
+		}
+	}
+	return c.state
+}
+
+// advance moves the window to bucket age, dropping what falls out of it.
+// A run of successes or failures keeps only the part still in the window:
+// the run is the latest outcomes, so if it began in a bucket that fell out,
+// every outcome of its kind still in the window belongs to it.
+func (c *core) advance(age uint64) {
+	if age <= c.age {
+		return
+	}
+	n := uint64(len(c.buckets))
+	if age-c.age >= n {
+		clear(c.buckets)
+		c.win = Counts{}
+	} else {
+		for a := c.age + 1; a <= age; a++ {
+			b := &c.buckets[a%n]
+			c.win.Requests -= b.Requests
+			c.win.TotalSuccesses -= b.TotalSuccesses
+			c.win.TotalFailures -= b.TotalFailures
+			c.win.TotalExclusions -= b.TotalExclusions
+			*b = Counts{}
+		}
+		c.win.ConsecutiveSuccesses = min(c.win.ConsecutiveSuccesses, c.win.TotalSuccesses)
+		c.win.ConsecutiveFailures = min(c.win.ConsecutiveFailures, c.win.TotalFailures)
+	}
+	c.age = age
+}
+
+// set moves to state to as of now, under mu, in a new generation with
+// empty counts, and reports the change.
+func (c *core) set(to resilience.State, now monotime.Reading) {
+	from := c.state
+	if from == to {
+		return
+	}
+	c.state = to
+	c.renew(now)
+	c.changed(from, to)
+}
+
+// renew starts a new generation as of now, under mu, with empty counts:
+// the outcomes of calls admitted before it do not count.
+func (c *core) renew(now monotime.Reading) {
+	c.gen++
+	c.start = now
+	c.age = 0
+	c.win = Counts{}
+	clear(c.buckets)
+}
