@@ -24,6 +24,7 @@ import (
 // so that asking it costs no dynamic call.
 type Listener struct {
 	ls       []resilience.Listener
+	fs       []resilience.Filter // fs[i] is ls[i] as a Filter; nil: it wants every event
 	keepers  []keeper        // called unguarded, after ls
 	counts   []*tally.Counts // the keepers', and those of the *Listeners in ls
 	name     string
@@ -42,6 +43,7 @@ func New(name string, ls ...resilience.Listener) *Listener {
 			s.filtered = true
 			continue
 		}
+		var f resilience.Filter
 		switch l := l.(type) {
 		case nil:
 			continue
@@ -51,10 +53,15 @@ func New(name string, ls ...resilience.Listener) *Listener {
 			}
 			s.filtered = s.filtered || l.filtered
 			s.counts = append(s.counts, l.counts...)
+			if l.filtered {
+				f = l
+			}
 		case resilience.Filter:
 			s.filtered = true
+			f = l
 		}
 		s.ls = append(s.ls, l)
+		s.fs = append(s.fs, f) // asserted once here, not on every event
 	}
 	switch {
 	case len(s.ls) == 0 && len(s.keepers) == 0:
@@ -72,8 +79,8 @@ func (s *Listener) OnEvent(e resilience.Event) {
 	if e.Name == "" {
 		e.Name = s.name
 	}
-	for _, l := range s.ls {
-		deliver(l, e, s.filtered)
+	for i, l := range s.ls {
+		deliver(l, s.fs[i], e)
 	}
 	for _, k := range s.keepers {
 		if e.Kind == resilience.EventCallDone || k.wants(e.Kind) { // a call timed: the one a keeper claimed, or every call
@@ -119,12 +126,10 @@ func (s *Listener) Attempt(n int, err error) {
 		return
 	}
 	s.Count(n, err)
-	if len(s.ls) == 0 {
-		return
-	}
-	e := resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err}
-	for _, l := range s.ls {
-		deliver(l, e, s.filtered)
+	for i, l := range s.ls {
+		if f := s.fs[i]; f == nil || wants(f, resilience.EventAttempt) { // no event built for none
+			deliver(l, nil, resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err})
+		}
 	}
 }
 
@@ -138,23 +143,21 @@ func (s *Listener) Wanted(e resilience.Event) {
 	if e.Name == "" {
 		e.Name = s.name
 	}
-	deliver(s.ls[0], e, false)
+	deliver(s.ls[0], nil, e)
 }
 
-// deliver passes e to l if l wants it (asked only if filtered); a panic in
-// l's Wants counts as no, and one in its OnEvent is logged: neither goes
-// further.
-func deliver(l resilience.Listener, e resilience.Event, filtered bool) {
-	what := "listener's Wants"
-	defer func() {
-		if r := recover(); r != nil {
-			logPanic(what, e.Kind, r)
-		}
-	}()
-	if filtered && !resilience.Wants(l, e.Kind) {
+// deliver passes e to l if f, l as a Filter, wants it (a nil f wants
+// everything); a panic in f's Wants counts as no, and one in l's OnEvent
+// is logged: neither goes further.
+func deliver(l resilience.Listener, f resilience.Filter, e resilience.Event) {
+	if f != nil && !wants(f, e.Kind) {
 		return
 	}
-	what = "listener"
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic("listener", e.Kind, r)
+		}
+	}()
 	l.OnEvent(e)
 }
 
@@ -179,8 +182,8 @@ func (s *Listener) someWants(k resilience.EventKind) bool {
 			return true
 		}
 	}
-	for _, l := range s.ls {
-		if wants(l, k) {
+	for _, f := range s.fs {
+		if f == nil || wants(f, k) {
 			return true
 		}
 	}
@@ -195,19 +198,20 @@ func (s *Listener) callStarts() bool {
 	for _, kp := range s.keepers {
 		yes = kp.c.Call() || yes
 	}
-	for _, l := range s.ls {
-		yes = wants(l, resilience.EventCallDone) || yes
+	for _, f := range s.fs {
+		yes = f == nil || wants(f, resilience.EventCallDone) || yes
 	}
 	return yes
 }
 
-func wants(l resilience.Listener, k resilience.EventKind) (yes bool) {
+// wants asks f whether it wants events of kind k; a panic counts as no.
+func wants(f resilience.Filter, k resilience.EventKind) (yes bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			logPanic("listener's Wants", k, r)
 		}
 	}()
-	return resilience.Wants(l, k)
+	return f.Wants(k)
 }
 
 // Emit passes e to the listeners that want it; a nil s does nothing. Each
@@ -306,7 +310,8 @@ func Fan(e resilience.Event, ls ...resilience.Listener) {
 				continue
 			}
 			seen = append(seen, m)
-			deliver(m, e, true)
+			f, _ := m.(resilience.Filter)
+			deliver(m, f, e)
 		}
 	}
 }
