@@ -25,8 +25,8 @@ import (
 type Listener struct {
 	ls       []resilience.Listener
 	fs       []resilience.Filter // fs[i] is ls[i] as a Filter; nil: it wants every event
-	keepers  []keeper        // called unguarded, after ls
-	counts   []*tally.Counts // the keepers', and those of the *Listeners in ls
+	keepers  []keeper            // called unguarded, after ls
+	counts   []*tally.Counts     // the keepers', and those of the *Listeners in ls
 	name     string
 	filtered bool // some listener is a Filter or a keeper
 }
