@@ -75,9 +75,9 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 	if r == nil {
 		r = new(race[T])
 	}
-	c.race = nil                                         // the next race's is its own
+	c.race = nil                                                                    // the next race's is its own
 	r.c, r.ctx, r.delay, r.extra = *c, ctx, delay, int32(min(extra, math.MaxInt32)) // into zeroed memory: no copy of the rest
-	c.spare, c.now = nil, time.Time{}                    // the race's first attempt's, not a later race's
+	c.spare, c.now = nil, time.Time{}                                               // the race's first attempt's, not a later race's
 	return r
 }
 
