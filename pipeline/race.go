@@ -69,15 +69,15 @@ type outcome[T any] struct {
 }
 
 func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[T] {
-	extra := c.p.cfg.hedge.Extra()
+	extra := int32(min(c.p.cfg.hedge.Extra(), math.MaxInt32))
 	c.p.cfg.hedge.Called()
 	r := c.race
 	if r == nil {
 		r = new(race[T])
 	}
-	c.race = nil                                                                    // the next race's is its own
-	r.c, r.ctx, r.delay, r.extra = *c, ctx, delay, int32(min(extra, math.MaxInt32)) // into zeroed memory: no copy of the rest
-	c.spare, c.now = nil, time.Time{}                                               // the race's first attempt's, not a later race's
+	c.race = nil                                         // the next race's is its own
+	r.c, r.ctx, r.delay, r.extra = *c, ctx, delay, extra // into zeroed memory: no copy of the rest
+	c.spare, c.now = nil, time.Time{}                    // the race's first attempt's, not a later race's
 	return r
 }
 

@@ -2,9 +2,10 @@ package pipeline
 
 import (
 	"errors"
+	"sync"
+
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
-	"sync"
 )
 
 // state is what the stages inside the retry stage keep of one call: a
