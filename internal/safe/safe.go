@@ -148,9 +148,10 @@ func (s *Listener) Wanted(e resilience.Event) {
 
 // deliver passes e to l if f, l as a Filter, wants it (a nil f wants
 // everything); a panic in f's Wants counts as no, and one in l's OnEvent
-// is logged: neither goes further.
+// is logged: neither goes further. A *Listener is not asked: its OnEvent
+// asks its own, and its Wants of a call's end counts the call.
 func deliver(l resilience.Listener, f resilience.Filter, e resilience.Event) {
-	if f != nil && !wants(f, e.Kind) {
+	if _, fan := l.(*Listener); !fan && f != nil && !wants(f, e.Kind) {
 		return
 	}
 	defer func() {
