@@ -435,12 +435,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // its response.
 func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	cfg := t.config()
-	key := req.Header.Get(idempotencykey.Header)
+	var key string
+	if v := req.Header[idempotencykey.Header]; len(v) > 0 { // as Get, without canonicalizing a canonical key
+		key = v[0]
+	}
 	if key == "" && cfg.autoKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		key = uuid.NewString()
 	}
 	retryable := cfg.retryMethods[req.Method] || key != ""
-	a := attempt{cfg: cfg, req: req, key: key}
+	a := &attempt{cfg: cfg, req: req, key: [1]string{key}}
 	if err := a.bufferBody(retryable); err != nil {
 		return nil, err
 	}
@@ -520,7 +523,7 @@ func authority(u *url.URL) string {
 type attempt struct {
 	cfg        *config
 	req        *http.Request
-	key        string
+	key        [1]string // the Idempotency-Key, if any: every attempt's header value
 	hasBody    bool
 	rewindable bool
 	tooLong    bool
@@ -533,7 +536,8 @@ type attempt struct {
 	last *http.Response // the last failed answer, body not yet closed
 	done bool           // the request has returned: answers that come late are closed
 
-	body releaseBody // the body of the answer returned
+	body  releaseBody // the body of the answer returned
+	first [1]string   // the first attempt's Request-Attempt header value
 }
 
 // finish marks the request as returned and takes the last failed answer.
@@ -600,12 +604,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if prev != nil {
 		drain(ctx, prev.Body)
 	}
-	r := a.request(ctx)
-	if a.key != "" {
-		r.Header.Set(idempotencykey.Header, a.key)
-	}
-	deadline.Inject(ctx, r.Header)
-	r.Header.Set(retrysignal.AttemptHeader, retrysignal.Attempt{N: n, Max: a.max, Hedge: hedge}.String())
+	r := a.request(ctx, n, hedge)
 	if a.hasBody {
 		body, err := a.getBody()
 		if err != nil {
@@ -638,17 +637,29 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	return nil, err
 }
 
-// request returns the caller's request for one attempt, with ctx and a
-// header of its own to set the attempt's headers in: the caller's request
-// is not changed. The rest is shared, as nothing an attempt does changes
-// it; the header's values are shared too, each capped at its length so
-// that a header added to one attempt's request is not written into
-// another's.
-func (a *attempt) request(ctx context.Context) *http.Request {
+// request returns the caller's request for attempt n (or its hedge), with
+// ctx and a header of its own with the attempt's headers: the caller's
+// request is not changed. The rest is shared, as nothing an attempt does
+// changes it; the header's values are shared too, each capped at its
+// length so that a header added to one attempt's request is not written
+// into another's.
+func (a *attempt) request(ctx context.Context, n int, hedge bool) *http.Request {
 	r := a.req.WithContext(ctx)
 	h := make(http.Header, len(a.req.Header)+3)
 	for k, v := range a.req.Header {
 		h[k] = v[:len(v):len(v)]
+	}
+	// The keys set here are canonical: set without Set's canonicalizing.
+	if a.key[0] != "" {
+		h[idempotencykey.Header] = a.key[:]
+	}
+	deadline.Inject(ctx, h)
+	v := retrysignal.Attempt{N: n, Max: a.max, Hedge: hedge}.String()
+	if n == 1 && !hedge { // the first attempt's value is kept in a, allocated with it
+		a.first[0] = v
+		h[retrysignal.AttemptHeader] = a.first[:]
+	} else {
+		h[retrysignal.AttemptHeader] = []string{v}
 	}
 	r.Header = h
 	return r
