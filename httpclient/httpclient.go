@@ -161,7 +161,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	base         http.RoundTripper
 	pipeline     *pipeline.Pipeline
-	retryMethods map[string]bool
+	retryMethods methodSet
 	classes      [600]resilience.Class // by status, 100 to 599
 	autoKey      bool
 	maxErrorBody int
@@ -228,10 +228,30 @@ func MaxBreakers(n int) Option {
 	return optionFunc(func(c *config) { c.maxBreakers = n })
 }
 
+// methodSet is a set of the methods of net/http's Method constants.
+type methodSet uint16
+
+// httpMethods are net/http's Method constants, by their bit in a methodSet.
+var httpMethods = [...]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace}
+
+// methodOf returns the set of m alone, or the empty set if m is not one of
+// net/http's Method constants.
+func methodOf(m string) methodSet {
+	if i := slices.Index(httpMethods[:], m); i >= 0 {
+		return 1 << i
+	}
+	return 0
+}
+
+// has reports whether m is in s.
+func (s methodSet) has(m string) bool { return s&methodOf(m) != 0 }
+
 // defaultRetryMethods are the methods retried without an idempotency key
 // unless [RetryMethods] adds more: those RFC 9110 calls idempotent, but
 // TRACE.
-var defaultRetryMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete}
+var defaultRetryMethods = methodOf(http.MethodGet) | methodOf(http.MethodHead) | methodOf(http.MethodOptions) |
+	methodOf(http.MethodPut) | methodOf(http.MethodDelete)
 
 // RetryMethods adds methods, such as "PATCH" for a service whose PATCH is
 // idempotent, to those retried without an idempotency key: GET, HEAD,
@@ -240,20 +260,15 @@ var defaultRetryMethods = []string{http.MethodGet, http.MethodHead, http.MethodO
 // method that is not one of net/http's Method constants (GET, HEAD, POST,
 // PUT, PATCH, DELETE, CONNECT, OPTIONS, TRACE), in upper case.
 func RetryMethods(methods ...string) Option {
+	var set methodSet
 	for _, m := range methods {
-		switch m {
-		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-			http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
-		default:
+		bit := methodOf(m)
+		if bit == 0 {
 			panic(fmt.Sprintf("httpclient: RetryMethods(%q): not an HTTP method", m))
 		}
+		set |= bit
 	}
-	methods = slices.Clone(methods)
-	return optionFunc(func(c *config) {
-		for _, m := range methods {
-			c.retryMethods[m] = true
-		}
-	})
+	return optionFunc(func(c *config) { c.retryMethods |= set })
 }
 
 // ClassifyStatus sets the class of the HTTP status status: transient
@@ -358,11 +373,8 @@ func newConfig(opts []Option) *config {
 		maxErrorBody: 64 << 10,
 		maxBuffered:  1 << 20,
 		maxBreakers:  1024,
-		retryMethods: make(map[string]bool, len(defaultRetryMethods)),
+		retryMethods: defaultRetryMethods,
 		trustNoRetry: sameNetwork,
-	}
-	for _, m := range defaultRetryMethods {
-		c.retryMethods[m] = true
 	}
 	for status := 400; status < len(c.classes); status++ {
 		c.classes[status] = resilience.ClassPermanent
@@ -442,7 +454,7 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	if key == "" && cfg.autoKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		key = uuid.NewString()
 	}
-	retryable := cfg.retryMethods[req.Method] || key != ""
+	retryable := cfg.retryMethods.has(req.Method) || key != ""
 	a := &attempt{cfg: cfg, req: req, key: [1]string{key}}
 	if err := a.bufferBody(retryable); err != nil {
 		return nil, err
