@@ -665,7 +665,12 @@ func (a *attempt) request(ctx context.Context, n int, hedge bool) *http.Request 
 	if a.key[0] != "" {
 		h[idempotencykey.Header] = a.key[:]
 	}
-	deadline.Inject(ctx, h)
+	// Without a deadline, Inject only removes the caller's header: it is
+	// skipped, with its key's canonicalizing, when there is none.
+	_, forwarded := h[deadline.Header]
+	if _, ok := ctx.Deadline(); ok || forwarded {
+		deadline.Inject(ctx, h)
+	}
 	v := retrysignal.Attempt{N: n, Max: a.max, Hedge: hedge}.String()
 	if n == 1 && !hedge { // the first attempt's value is kept in a, allocated with it
 		a.first[0] = v
