@@ -161,7 +161,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	base         http.RoundTripper
 	pipeline     *pipeline.Pipeline
-	retryMethods map[string]bool
+	retryMethods methodSet
 	classes      [600]resilience.Class // by status, 100 to 599
 	autoKey      bool
 	maxErrorBody int
@@ -228,10 +228,30 @@ func MaxBreakers(n int) Option {
 	return optionFunc(func(c *config) { c.maxBreakers = n })
 }
 
+// methodSet is a set of the methods of net/http's Method constants.
+type methodSet uint16
+
+// httpMethods are net/http's Method constants, by their bit in a methodSet.
+var httpMethods = [...]string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+	http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace}
+
+// methodOf returns the set of m alone, or the empty set if m is not one of
+// net/http's Method constants.
+func methodOf(m string) methodSet {
+	if i := slices.Index(httpMethods[:], m); i >= 0 {
+		return 1 << i
+	}
+	return 0
+}
+
+// has reports whether m is in s.
+func (s methodSet) has(m string) bool { return s&methodOf(m) != 0 }
+
 // defaultRetryMethods are the methods retried without an idempotency key
 // unless [RetryMethods] adds more: those RFC 9110 calls idempotent, but
 // TRACE.
-var defaultRetryMethods = []string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete}
+var defaultRetryMethods = methodOf(http.MethodGet) | methodOf(http.MethodHead) | methodOf(http.MethodOptions) |
+	methodOf(http.MethodPut) | methodOf(http.MethodDelete)
 
 // RetryMethods adds methods, such as "PATCH" for a service whose PATCH is
 // idempotent, to those retried without an idempotency key: GET, HEAD,
@@ -240,20 +260,15 @@ var defaultRetryMethods = []string{http.MethodGet, http.MethodHead, http.MethodO
 // method that is not one of net/http's Method constants (GET, HEAD, POST,
 // PUT, PATCH, DELETE, CONNECT, OPTIONS, TRACE), in upper case.
 func RetryMethods(methods ...string) Option {
+	var set methodSet
 	for _, m := range methods {
-		switch m {
-		case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-			http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
-		default:
+		bit := methodOf(m)
+		if bit == 0 {
 			panic(fmt.Sprintf("httpclient: RetryMethods(%q): not an HTTP method", m))
 		}
+		set |= bit
 	}
-	methods = slices.Clone(methods)
-	return optionFunc(func(c *config) {
-		for _, m := range methods {
-			c.retryMethods[m] = true
-		}
-	})
+	return optionFunc(func(c *config) { c.retryMethods |= set })
 }
 
 // ClassifyStatus sets the class of the HTTP status status: transient
@@ -358,11 +373,8 @@ func newConfig(opts []Option) *config {
 		maxErrorBody: 64 << 10,
 		maxBuffered:  1 << 20,
 		maxBreakers:  1024,
-		retryMethods: make(map[string]bool, len(defaultRetryMethods)),
+		retryMethods: defaultRetryMethods,
 		trustNoRetry: sameNetwork,
-	}
-	for _, m := range defaultRetryMethods {
-		c.retryMethods[m] = true
 	}
 	for status := 400; status < len(c.classes); status++ {
 		c.classes[status] = resilience.ClassPermanent
@@ -435,12 +447,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // its response.
 func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	cfg := t.config()
-	key := req.Header.Get(idempotencykey.Header)
+	var key string
+	if v := req.Header[idempotencykey.Header]; len(v) > 0 { // as Get, without canonicalizing a canonical key
+		key = v[0]
+	}
 	if key == "" && cfg.autoKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		key = uuid.NewString()
 	}
-	retryable := cfg.retryMethods[req.Method] || key != ""
-	a := attempt{cfg: cfg, req: req, key: key}
+	retryable := cfg.retryMethods.has(req.Method) || key != ""
+	a := &attempt{cfg: cfg, req: req, key: [1]string{key}}
 	if err := a.bufferBody(retryable); err != nil {
 		return nil, err
 	}
@@ -520,7 +535,7 @@ func authority(u *url.URL) string {
 type attempt struct {
 	cfg        *config
 	req        *http.Request
-	key        string
+	key        [1]string // the Idempotency-Key, if any: every attempt's header value
 	hasBody    bool
 	rewindable bool
 	tooLong    bool
@@ -533,7 +548,8 @@ type attempt struct {
 	last *http.Response // the last failed answer, body not yet closed
 	done bool           // the request has returned: answers that come late are closed
 
-	body releaseBody // the body of the answer returned
+	body  releaseBody // the body of the answer returned
+	first [1]string   // the first attempt's Request-Attempt header value
 }
 
 // finish marks the request as returned and takes the last failed answer.
@@ -600,12 +616,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if prev != nil {
 		drain(ctx, prev.Body)
 	}
-	r := a.request(ctx)
-	if a.key != "" {
-		r.Header.Set(idempotencykey.Header, a.key)
-	}
-	deadline.Inject(ctx, r.Header)
-	r.Header.Set(retrysignal.AttemptHeader, retrysignal.Attempt{N: n, Max: a.max, Hedge: hedge}.String())
+	r := a.request(ctx, n, hedge)
 	if a.hasBody {
 		body, err := a.getBody()
 		if err != nil {
@@ -638,17 +649,34 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	return nil, err
 }
 
-// request returns the caller's request for one attempt, with ctx and a
-// header of its own to set the attempt's headers in: the caller's request
-// is not changed. The rest is shared, as nothing an attempt does changes
-// it; the header's values are shared too, each capped at its length so
-// that a header added to one attempt's request is not written into
-// another's.
-func (a *attempt) request(ctx context.Context) *http.Request {
+// request returns the caller's request for attempt n (or its hedge), with
+// ctx and a header of its own with the attempt's headers: the caller's
+// request is not changed. The rest is shared, as nothing an attempt does
+// changes it; the header's values are shared too, each capped at its
+// length so that a header added to one attempt's request is not written
+// into another's.
+func (a *attempt) request(ctx context.Context, n int, hedge bool) *http.Request {
 	r := a.req.WithContext(ctx)
 	h := make(http.Header, len(a.req.Header)+3)
 	for k, v := range a.req.Header {
 		h[k] = v[:len(v):len(v)]
+	}
+	// The keys set here are canonical: set without Set's canonicalizing.
+	if a.key[0] != "" {
+		h[idempotencykey.Header] = a.key[:]
+	}
+	// Without a deadline, Inject only removes the caller's header: it is
+	// skipped, with its key's canonicalizing, when there is none.
+	_, forwarded := h[deadline.Header]
+	if _, ok := ctx.Deadline(); ok || forwarded {
+		deadline.Inject(ctx, h)
+	}
+	v := retrysignal.Attempt{N: n, Max: a.max, Hedge: hedge}.String()
+	if n == 1 && !hedge { // the first attempt's value is kept in a, allocated with it
+		a.first[0] = v
+		h[retrysignal.AttemptHeader] = a.first[:]
+	} else {
+		h[retrysignal.AttemptHeader] = []string{v}
 	}
 	r.Header = h
 	return r

@@ -10,10 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/resiliencekit/resiliencekit/deadline"
 	"github.com/resiliencekit/resiliencekit/hedge"
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/retrysignal"
 )
 
 // addsHeader is a base that adds a header to the request, as some
@@ -61,4 +63,52 @@ func TestAttemptsDoNotShareWhatTheyAdd(t *testing.T) {
 		}
 		assert.Equal(t, []string{"caller", "", "", "", "", "", "", ""}, values[:8], "nothing written past the caller's values")
 	})
+}
+
+// recordsHeader is a base that keeps the header of each request it gets.
+type recordsHeader struct {
+	mu   sync.Mutex
+	seen []http.Header
+}
+
+func (b *recordsHeader) RoundTrip(r *http.Request) (*http.Response, error) {
+	b.mu.Lock()
+	b.seen = append(b.seen, r.Header.Clone())
+	b.mu.Unlock()
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+}
+
+// TestAStaleBudgetHeaderIsNotForwarded: a caller's deadline.Header (one
+// it was sent, say) is replaced by the time left of the attempt's context,
+// or removed when it has no deadline; the caller's request keeps it.
+func TestAStaleBudgetHeaderIsNotForwarded(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		budget time.Duration
+		want   []string
+	}{
+		{"no deadline", 0, nil},
+		{"a deadline", time.Hour, []string{"3600000"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				base := &recordsHeader{}
+				p := pipeline.New(pipeline.WithRetry(retrypolicy.New()))
+				if tc.budget > 0 {
+					p = p.With(pipeline.WithTimeBudget(tc.budget))
+				}
+				hc := &http.Client{Transport: httpclient.NewTransport(httpclient.Base(base), httpclient.WithPipeline(p))}
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://dep.test/", nil)
+				require.NoError(t, err)
+				req.Header.Set(deadline.Header, "5")
+				resp, err := hc.Do(req)
+				require.NoError(t, err)
+				resp.Body.Close()
+				require.Len(t, base.seen, 1)
+				assert.Equal(t, tc.want, base.seen[0][deadline.Header])
+				assert.Equal(t, []string{"1/4"}, base.seen[0][retrysignal.AttemptHeader])
+				assert.Equal(t, []string{"5"}, req.Header[deadline.Header], "the caller's request is unchanged")
+			})
+		})
+	}
 }
