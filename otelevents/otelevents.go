@@ -154,11 +154,17 @@ func newDep(name string) *dep {
 	return d
 }
 
-// of returns the dependency called name.
+// of returns the dependency called name: inlined, most often the last
+// one looked up.
 func (l *Listener) of(name string) *dep {
 	if d := l.last.Load(); d != nil && d.name == name {
 		return d
 	}
+	return l.lookup(name)
+}
+
+// lookup returns the dependency called name, made if it is new.
+func (l *Listener) lookup(name string) *dep {
 	if m := l.deps.Load(); m != nil {
 		if d, ok := (*m)[name]; ok {
 			l.last.Store(d)
@@ -270,26 +276,27 @@ func (l *Listener) Wants(k resilience.EventKind) bool {
 	return false
 }
 
-// OnEvent records e.
+// OnEvent records e. Each kind is tested once, in the switch: an event
+// of a kind the Listener does not record falls through it, so a wanted one
+// is not asked about again.
 func (l *Listener) OnEvent(e resilience.Event) {
-	if !l.Wants(e.Kind) {
-		return
-	}
-	d := l.of(e.Name)
 	switch e.Kind {
 	case resilience.EventCallDone:
+		d := l.of(e.Name)
 		c := classOf(e.Err)
 		d.calls[c].Add(1)
 		l.duration.Record(context.Background(), e.Duration.Seconds(), d.duration[c]...)
 	case resilience.EventAttempt:
-		d.attempts[classOf(e.Err)].Add(1)
+		l.of(e.Name).attempts[classOf(e.Err)].Add(1)
 	case resilience.EventRetry:
-		d.retries.Add(1)
+		l.of(e.Name).retries.Add(1)
 	case resilience.EventRejected:
-		d.rejections.Add(1)
+		l.of(e.Name).rejections.Add(1)
 	case resilience.EventStateChange:
-		l.state.Record(context.Background(), stateValue(e.To), d.state...)
-	default:
+		l.state.Record(context.Background(), stateValue(e.To), l.of(e.Name).state...)
+	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted, resilience.EventTimeBudgetExceeded,
+		resilience.EventNotRetried:
+		d := l.of(e.Name)
 		for i, k := range giveupKinds {
 			if k == e.Kind {
 				d.giveups[i].Add(1)
@@ -302,6 +309,9 @@ func (l *Listener) OnEvent(e resilience.Event) {
 // own ResilienceClass past ClassRejected) counted as transient, as
 // Classify counts an error without a class.
 func classOf(err error) resilience.Class {
+	if err == nil { // most calls: no call of Classify
+		return resilience.ClassSuccess
+	}
 	if c := resilience.Classify(err); int(c) < classes {
 		return c
 	}
