@@ -224,7 +224,9 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 		var zero T
 		return zero, p.outOfTime(ctx, 0, nil)
 	}
-	c.done = p.cfg.listener.Wants(resilience.EventCallDone) // asked once a call
+	if l := p.cfg.listener; l != nil { // no call without a listener
+		c.done, c.clock = l.CallStarts() // asked once a call
+	}
 	if p.cfg.intoBreaker && !c.done {
 		return c.breaker(ctx) // the stages before it would only pass the call on
 	}

@@ -24,8 +24,9 @@ import (
 // so that asking it costs no dynamic call.
 type Listener struct {
 	ls       []resilience.Listener
-	keepers  []keeper        // called unguarded, after ls
-	counts   []*tally.Counts // the keepers', and those of the *Listeners in ls
+	timers   []resilience.CallTimer // timers[i] is ls[i] if it is one, else nil
+	keepers  []keeper               // called unguarded, after ls
+	counts   []*tally.Counts        // the keepers', and those of the *Listeners in ls
 	name     string
 	filtered bool // some listener is a Filter or a keeper
 }
@@ -54,7 +55,9 @@ func New(name string, ls ...resilience.Listener) *Listener {
 		case resilience.Filter:
 			s.filtered = true
 		}
+		t, _ := l.(resilience.CallTimer)
 		s.ls = append(s.ls, l)
+		s.timers = append(s.timers, t)
 	}
 	switch {
 	case len(s.ls) == 0 && len(s.keepers) == 0:
@@ -67,16 +70,21 @@ func New(name string, ls ...resilience.Listener) *Listener {
 	return s
 }
 
-// OnEvent passes e, named, to every listener that wants it.
+// OnEvent passes e, named, to every listener that wants it. The end of a
+// call that was not timed goes only to the CallTimers, the listeners that
+// can have declined to time it.
 func (s *Listener) OnEvent(e resilience.Event) {
 	if e.Name == "" {
 		e.Name = s.name
 	}
-	for _, l := range s.ls {
+	for i, l := range s.ls {
+		if e.Untimed && s.timers[i] == nil {
+			continue
+		}
 		deliver(l, e, s.filtered)
 	}
 	for _, k := range s.keepers {
-		if e.Kind == resilience.EventCallDone || k.wants(e.Kind) { // a call timed: the one a keeper claimed, or every call
+		if e.Kind == resilience.EventCallDone && !e.Untimed || e.Kind != resilience.EventCallDone && k.wants(e.Kind) { // a call timed: the one a keeper claimed, or every call
 			k.l.OnEvent(e)
 		}
 	}
@@ -159,12 +167,25 @@ func deliver(l resilience.Listener, e resilience.Event, filtered bool) {
 }
 
 // Wants reports whether any listener wants events of kind k; a panic in a
-// listener's Wants counts as no. A pipeline asks it of
-// [resilience.EventCallDone] once a call, as the call starts, and only
-// then: that question counts the call in the keepers' counts, and is
-// where a keeper claims the call to be timed ([tally.Counts.Call]).
+// listener's Wants counts as no. Of [resilience.EventCallDone], it is
+// [Listener.CallStarts]'s done.
 func (s *Listener) Wants(k resilience.EventKind) bool {
 	return s != nil && (!s.filtered || s.someWants(k)) // inlined: a call without a listener pays no call
+}
+
+// CallStarts reports whether a listener wants the end of a call
+// ([resilience.EventCallDone]) that starts, and whether the call is to be
+// timed for it: a keeper claimed it to be timed ([tally.Counts.Call]), or
+// a listener that wants its end is not a [resilience.CallTimer] or is one
+// that wants it timed. A pipeline asks it once a call, as the call starts,
+// and only then: it counts the call in the keepers' counts. A nil s wants
+// nothing; a caller that checks for nil first pays no call without a
+// listener.
+func (s *Listener) CallStarts() (done, timed bool) {
+	if s == nil || !s.filtered {
+		return s != nil, s != nil
+	}
+	return s.callStarts(false)
 }
 
 // someWants reports whether some keeper or listener says yes to k. Of
@@ -172,7 +193,8 @@ func (s *Listener) Wants(k resilience.EventKind) bool {
 // counts the call.
 func (s *Listener) someWants(k resilience.EventKind) bool {
 	if k == resilience.EventCallDone {
-		return s.callStarts()
+		done, _ := s.callStarts(false)
+		return done
 	}
 	for _, kp := range s.keepers {
 		if kp.wants(k) {
@@ -189,16 +211,46 @@ func (s *Listener) someWants(k resilience.EventKind) bool {
 
 // callStarts counts a call in every keeper's counts (those of the
 // *Listeners s was made of too) and reports whether a keeper claimed it
-// to be timed or a listener wants its end.
-func (s *Listener) callStarts() bool {
-	yes := false
+// to be timed or a listener wants its end (done), and whether it is to be
+// timed (timed, already if a listener before s had it timed): a CallTimer
+// is asked only while no keeper or listener before it has had the call
+// timed.
+func (s *Listener) callStarts(already bool) (done, timed bool) {
+	timed = already
 	for _, kp := range s.keepers {
-		yes = kp.c.Call() || yes
+		if kp.c.Call() {
+			done, timed = true, true
+		}
 	}
-	for _, l := range s.ls {
-		yes = wants(l, resilience.EventCallDone) || yes
+	for i, l := range s.ls {
+		if n, ok := l.(*Listener); ok { // a stage's own: its keepers count the call too
+			d, t := true, true
+			if n.filtered {
+				d, t = n.callStarts(timed)
+			}
+			done, timed = done || d, t
+			continue
+		}
+		if !wants(l, resilience.EventCallDone) {
+			continue
+		}
+		done = true
+		if !timed {
+			timed = s.timers[i] == nil || timeCall(s.timers[i])
+		}
 	}
-	return yes
+	return done, timed
+}
+
+// timeCall asks t whether it wants a call timed; a panic counts as yes.
+func timeCall(t resilience.CallTimer) (yes bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic("listener's TimeCall", resilience.EventCallDone, r)
+			yes = true
+		}
+	}()
+	return t.TimeCall()
 }
 
 func wants(l resilience.Listener, k resilience.EventKind) (yes bool) {
