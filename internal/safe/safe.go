@@ -24,6 +24,7 @@ import (
 // so that asking it costs no dynamic call.
 type Listener struct {
 	ls       []resilience.Listener
+	filters  []resilience.Filter    // filters[i] is ls[i] if it is one, else nil: asked without a type assertion
 	timers   []resilience.CallTimer // timers[i] is ls[i] if it is one, else nil
 	keepers  []keeper               // called unguarded, after ls
 	counts   []*tally.Counts        // the keepers', and those of the *Listeners in ls
@@ -55,8 +56,10 @@ func New(name string, ls ...resilience.Listener) *Listener {
 		case resilience.Filter:
 			s.filtered = true
 		}
+		f, _ := l.(resilience.Filter)
 		t, _ := l.(resilience.CallTimer)
 		s.ls = append(s.ls, l)
+		s.filters = append(s.filters, f)
 		s.timers = append(s.timers, t)
 	}
 	switch {
@@ -81,7 +84,7 @@ func (s *Listener) OnEvent(e resilience.Event) {
 		if e.Untimed && s.timers[i] == nil {
 			continue
 		}
-		deliver(l, e, s.filtered)
+		deliver(l, s.filters[i], e)
 	}
 	for _, k := range s.keepers {
 		if e.Kind == resilience.EventCallDone && !e.Untimed || e.Kind != resilience.EventCallDone && k.wants(e.Kind) { // a call timed: the one a keeper claimed, or every call
@@ -131,8 +134,8 @@ func (s *Listener) Attempt(n int, err error) {
 		return
 	}
 	e := resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err}
-	for _, l := range s.ls {
-		deliver(l, e, s.filtered)
+	for i, l := range s.ls {
+		deliver(l, s.filters[i], e)
 	}
 }
 
@@ -146,20 +149,20 @@ func (s *Listener) Wanted(e resilience.Event) {
 	if e.Name == "" {
 		e.Name = s.name
 	}
-	deliver(s.ls[0], e, false)
+	deliver(s.ls[0], nil, e)
 }
 
-// deliver passes e to l if l wants it (asked only if filtered); a panic in
-// l's Wants counts as no, and one in its OnEvent is logged: neither goes
-// further.
-func deliver(l resilience.Listener, e resilience.Event, filtered bool) {
+// deliver passes e to l if l wants it (asked of f, l as a Filter, unless
+// nil); a panic in f's Wants counts as no, and one in l's OnEvent is
+// logged: neither goes further.
+func deliver(l resilience.Listener, f resilience.Filter, e resilience.Event) {
 	what := "listener's Wants"
 	defer func() {
 		if r := recover(); r != nil {
 			logPanic(what, e.Kind, r)
 		}
 	}()
-	if filtered && !resilience.Wants(l, e.Kind) {
+	if f != nil && !f.Wants(e.Kind) {
 		return
 	}
 	what = "listener"
@@ -201,8 +204,8 @@ func (s *Listener) someWants(k resilience.EventKind) bool {
 			return true
 		}
 	}
-	for _, l := range s.ls {
-		if wants(l, k) {
+	for i := range s.ls {
+		if wants(s.filters[i], k) {
 			return true
 		}
 	}
@@ -231,35 +234,48 @@ func (s *Listener) callStarts(already bool) (done, timed bool) {
 			done, timed = done || d, t
 			continue
 		}
-		if !wants(l, resilience.EventCallDone) {
-			continue
-		}
-		done = true
-		if !timed {
-			timed = s.timers[i] == nil || timeCall(s.timers[i])
-		}
+		d, t := callWanted(s.filters[i], s.timers[i], timed)
+		done, timed = done || d, timed || t
 	}
 	return done, timed
 }
 
-// timeCall asks t whether it wants a call timed; a panic counts as yes.
-func timeCall(t resilience.CallTimer) (yes bool) {
+// callWanted asks a listener, as f (a Filter, or nil if it is none) and
+// t (a CallTimer, or nil), whether it wants the end of a call that starts,
+// and, if it does and the call is not timed already, whether it wants the
+// call timed: a listener that is no CallTimer does. A panic in Wants
+// counts as no, one in TimeCall as yes.
+func callWanted(f resilience.Filter, t resilience.CallTimer, already bool) (done, timed bool) {
+	what := "listener's Wants"
 	defer func() {
 		if r := recover(); r != nil {
-			logPanic("listener's TimeCall", resilience.EventCallDone, r)
-			yes = true
+			logPanic(what, resilience.EventCallDone, r)
+			timed = done
 		}
 	}()
-	return t.TimeCall()
+	if f != nil && !f.Wants(resilience.EventCallDone) {
+		return false, false
+	}
+	done = true
+	if already || t == nil {
+		return true, true
+	}
+	what = "listener's TimeCall"
+	return true, t.TimeCall()
 }
 
-func wants(l resilience.Listener, k resilience.EventKind) (yes bool) {
+// wants asks f, a listener as a Filter (nil if it is none, which wants
+// every kind), whether it wants k; a panic counts as no.
+func wants(f resilience.Filter, k resilience.EventKind) (yes bool) {
+	if f == nil {
+		return true
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			logPanic("listener's Wants", k, r)
 		}
 	}()
-	return resilience.Wants(l, k)
+	return f.Wants(k)
 }
 
 // Emit passes e to the listeners that want it; a nil s does nothing. Each
@@ -358,7 +374,8 @@ func Fan(e resilience.Event, ls ...resilience.Listener) {
 				continue
 			}
 			seen = append(seen, m)
-			deliver(m, e, true)
+			f, _ := m.(resilience.Filter)
+			deliver(m, f, e)
 		}
 	}
 }
