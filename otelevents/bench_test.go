@@ -48,7 +48,8 @@ func BenchmarkTracer(b *testing.B) {
 // Listener recording to an SDK meter provider, and with it recording to
 // OpenTelemetry's no-op provider (the Listener's own share: timing the
 // call, counting it and its attempt; the rest of the SDK row is the SDK's
-// histogram taking the call's duration):
+// histogram taking the call's duration); then both with the durations of
+// one call in about 64 recorded (SampleDurations(64)), the counts exact:
 //
 //	cd benchmarks && go run ./ratios -pkg ../otelevents -bench Listener -baseline none -cpu 1
 func BenchmarkListener(b *testing.B) {
@@ -60,6 +61,15 @@ func BenchmarkListener(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	sampled, err := otelevents.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())),
+		otelevents.SampleDurations(64))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ownSampled, err := otelevents.New(noop.NewMeterProvider(), otelevents.SampleDurations(64))
+	if err != nil {
+		b.Fatal(err)
+	}
 	op := func(context.Context) (int, error) { return 1, nil }
 	for _, bc := range []struct {
 		name string
@@ -68,6 +78,8 @@ func BenchmarkListener(b *testing.B) {
 		{"none", nil},
 		{"metrics", []pipeline.Option{pipeline.WithListener(l)}},
 		{"noopprovider", []pipeline.Option{pipeline.WithListener(own)}},
+		{"metricsSampled", []pipeline.Option{pipeline.WithListener(sampled)}},
+		{"noopproviderSampled", []pipeline.Option{pipeline.WithListener(ownSampled)}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			p := pipeline.New(append(bc.opts, pipeline.WithBreaker(breaker.New("stock")), pipeline.WithRetry(retrypolicy.New()))...)
