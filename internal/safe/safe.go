@@ -149,24 +149,38 @@ func (s *Listener) Wanted(e resilience.Event) {
 	if e.Name == "" {
 		e.Name = s.name
 	}
-	deliver(s.ls[0], nil, e)
+	defer recovered(listenerPanicked, e.Kind)
+	s.ls[0].OnEvent(e)
 }
 
 // deliver passes e to l if l wants it (asked of f, l as a Filter, unless
 // nil); a panic in f's Wants counts as no, and one in l's OnEvent is
 // logged: neither goes further.
 func deliver(l resilience.Listener, f resilience.Filter, e resilience.Event) {
-	what := "listener's Wants"
-	defer func() {
-		if r := recover(); r != nil {
-			logPanic(what, e.Kind, r)
-		}
-	}()
-	if f != nil && !f.Wants(e.Kind) {
+	if f != nil && !wants(f, e.Kind) {
 		return
 	}
-	what = "listener"
+	defer recovered(listenerPanicked, e.Kind)
 	l.OnEvent(e)
+}
+
+// What panicked, for recovered.
+const (
+	listenerPanicked = iota
+	wantsPanicked
+	timeCallPanicked
+)
+
+var panicked = [...]string{"listener", "listener's Wants", "listener's TimeCall"}
+
+// recovered, deferred, logs a panic of what, in a listener told of or
+// asked about an event of kind k, and stops it. A deferred function of its
+// own, not a closure, so that the frame it guards keeps nothing in memory
+// for it.
+func recovered(what int, k resilience.EventKind) {
+	if r := recover(); r != nil {
+		logPanic(panicked[what], k, r)
+	}
 }
 
 // Wants reports whether any listener wants events of kind k; a panic in a
@@ -246,10 +260,10 @@ func (s *Listener) callStarts(already bool) (done, timed bool) {
 // call timed: a listener that is no CallTimer does. A panic in Wants
 // counts as no, one in TimeCall as yes.
 func callWanted(f resilience.Filter, t resilience.CallTimer, already bool) (done, timed bool) {
-	what := "listener's Wants"
+	what := wantsPanicked
 	defer func() {
 		if r := recover(); r != nil {
-			logPanic(what, resilience.EventCallDone, r)
+			logPanic(panicked[what], resilience.EventCallDone, r)
 			timed = done
 		}
 	}()
@@ -260,7 +274,7 @@ func callWanted(f resilience.Filter, t resilience.CallTimer, already bool) (done
 	if already || t == nil {
 		return true, true
 	}
-	what = "listener's TimeCall"
+	what = timeCallPanicked
 	return true, t.TimeCall()
 }
 
@@ -270,11 +284,7 @@ func wants(f resilience.Filter, k resilience.EventKind) (yes bool) {
 	if f == nil {
 		return true
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			logPanic("listener's Wants", k, r)
-		}
-	}()
+	defer recovered(wantsPanicked, k)
 	return f.Wants(k)
 }
 
