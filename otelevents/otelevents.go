@@ -118,7 +118,7 @@ type Listener struct {
 	calls, attempts, retries, giveups, rejections metric.Int64ObservableCounter
 	duration                                      metric.Float64Histogram
 	state                                         metric.Int64Gauge
-	every                                         uint32 // SampleDurations' n; 0 or 1: every call is timed
+	below                                         uint64 // SampleDurations: a call is timed if a random uint64 is below; 0: every call
 
 	mu   sync.Mutex                      // adds a dependency
 	deps atomic.Pointer[map[string]*dep] // by name; copied on write
@@ -222,7 +222,10 @@ type Option func(*Listener)
 // the rest of the call through a pipeline (see BenchmarkListener).
 func SampleDurations(n int) Option {
 	return func(l *Listener) {
-		l.every = uint32(min(max(n, 1), math.MaxInt32))
+		l.below = 0
+		if n > 1 {
+			l.below = math.MaxUint64/uint64(n) + 1 // P(below) = 1/n, to within 2^-64
+		}
 	}
 }
 
@@ -321,7 +324,7 @@ func (l *Listener) Wants(k resilience.EventKind) bool {
 // (see [resilience.CallTimer]); the end of a call it declined comes
 // Untimed, and is counted but not recorded on the histogram.
 func (l *Listener) TimeCall() bool {
-	return l.every <= 1 || rand.Uint32N(l.every) == 0
+	return l.below == 0 || rand.Uint64() < l.below
 }
 
 // OnEvent records e. Each kind is tested once, in the switch: an event
