@@ -199,7 +199,13 @@ func (l *Listener) lookup(name string) *dep {
 }
 
 // Option configures a [Listener].
-type Option func(*Listener)
+type Option interface {
+	apply(*Listener)
+}
+
+type optionFunc func(*Listener)
+
+func (f optionFunc) apply(l *Listener) { f(l) }
 
 // SampleDurations has about one call in every n timed, chosen at random
 // as each call starts, whatever it then takes and however it ends, and
@@ -221,12 +227,12 @@ type Option func(*Listener)
 // a call and the SDK histogram's Record, which alone can cost more than
 // the rest of the call through a pipeline (see BenchmarkListener).
 func SampleDurations(n int) Option {
-	return func(l *Listener) {
+	return optionFunc(func(l *Listener) {
 		l.below = 0
 		if n > 1 {
 			l.below = math.MaxUint64/uint64(n) + 1 // P(below) = 1/n, to within 2^-64
 		}
-	}
+	})
 }
 
 // New returns a Listener whose instruments come from mp's meter
@@ -235,7 +241,9 @@ func New(mp metric.MeterProvider, opts ...Option) (*Listener, error) {
 	m := mp.Meter(scope)
 	var l Listener
 	for _, o := range opts {
-		o(&l)
+		if o != nil {
+			o.apply(&l)
+		}
 	}
 	var err error
 	counter := func(name, desc string) metric.Int64ObservableCounter {

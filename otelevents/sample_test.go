@@ -66,7 +66,8 @@ func run(t *testing.T, l resilience.Listener, n, fail int) {
 }
 
 func TestEveryCallIsTimedByDefault(t *testing.T) {
-	for _, opts := range [][]otelevents.Option{nil, {otelevents.SampleDurations(1)}, {otelevents.SampleDurations(-5)}} {
+	for _, opts := range [][]otelevents.Option{nil, {otelevents.SampleDurations(1)}, {otelevents.SampleDurations(-5)}, {nil},
+		{otelevents.SampleDurations(10), otelevents.SampleDurations(1)}} { // the last one given counts
 		reader := sdkmetric.NewManualReader()
 		l, err := otelevents.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), opts...)
 		require.NoError(t, err)
