@@ -30,6 +30,11 @@ type Listener struct {
 	counts   []*tally.Counts        // the keepers', and those of the *Listeners in ls
 	name     string
 	filtered bool // some listener is a Filter or a keeper
+
+	// The one listener, if it is the only one (no keeper), a Filter and
+	// no *Listener: asked without a loop.
+	one      resilience.Filter
+	oneTimer resilience.CallTimer
 }
 
 // New returns a Listener of ls (nil ones skipped) that names unnamed
@@ -61,6 +66,11 @@ func New(name string, ls ...resilience.Listener) *Listener {
 		s.ls = append(s.ls, l)
 		s.filters = append(s.filters, f)
 		s.timers = append(s.timers, t)
+	}
+	if len(s.ls) == 1 && len(s.keepers) == 0 {
+		if _, nested := s.ls[0].(*Listener); !nested {
+			s.one, s.oneTimer = s.filters[0], s.timers[0]
+		}
 	}
 	switch {
 	case len(s.ls) == 0 && len(s.keepers) == 0:
@@ -202,6 +212,9 @@ func (s *Listener) CallStarts() (done, timed bool) {
 	if s == nil || !s.filtered {
 		return s != nil, s != nil
 	}
+	if s.one != nil {
+		return callWanted(s.one, s.oneTimer, false)
+	}
 	return s.callStarts(false)
 }
 
@@ -210,8 +223,11 @@ func (s *Listener) CallStarts() (done, timed bool) {
 // counts the call.
 func (s *Listener) someWants(k resilience.EventKind) bool {
 	if k == resilience.EventCallDone {
-		done, _ := s.callStarts(false)
+		done, _ := s.CallStarts()
 		return done
+	}
+	if s.one != nil {
+		return wants(s.one, k)
 	}
 	for _, kp := range s.keepers {
 		if kp.wants(k) {

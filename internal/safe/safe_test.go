@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -267,4 +268,23 @@ func TestNoListenerWantsNoCall(t *testing.T) {
 	done, timed = safe.New("db", &recorder{}).CallStarts()
 	assert.True(t, done)
 	assert.True(t, timed)
+}
+
+// panickyWants is a Filter whose Wants panics.
+type panickyWants struct{ recorder }
+
+func (*panickyWants) Wants(resilience.EventKind) bool { panic("Wants") }
+
+// A lone Filter, asked without the loop over listeners, is guarded too: a
+// panic in its Wants counts as no.
+func TestALoneFiltersPanicCountsAsNo(t *testing.T) {
+	var logged bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	l := safe.New("db", &panickyWants{})
+	assert.False(t, l.Wants(resilience.EventAttempt))
+	done, timed := l.CallStarts()
+	assert.False(t, done)
+	assert.False(t, timed)
+	assert.Equal(t, 2, strings.Count(logged.String(), "listener's Wants panicked"))
 }
