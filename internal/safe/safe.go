@@ -85,14 +85,16 @@ func New(name string, ls ...resilience.Listener) *Listener {
 
 // OnEvent passes e, named, to every listener that wants it. The end of a
 // call that was not timed goes only to the CallTimers, the listeners that
-// can have declined to time it.
+// can have declined to time it (through the Listeners s was made of too).
 func (s *Listener) OnEvent(e resilience.Event) {
 	if e.Name == "" {
 		e.Name = s.name
 	}
 	for i, l := range s.ls {
 		if e.Untimed && s.timers[i] == nil {
-			continue
+			if _, nested := l.(*Listener); !nested { // a nested one tells its own CallTimers
+				continue
+			}
 		}
 		deliver(l, s.filters[i], e)
 	}

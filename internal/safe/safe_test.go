@@ -288,3 +288,15 @@ func TestALoneFiltersPanicCountsAsNo(t *testing.T) {
 	assert.False(t, timed)
 	assert.Equal(t, 2, strings.Count(logged.String(), "listener's Wants panicked"))
 }
+
+// A CallTimer in a nested Listener hears of the call it declined to time.
+func TestANestedCallTimerHearsOfItsUntimedCall(t *testing.T) {
+	tm := &timer{}
+	l := safe.New("db", safe.New("inner", tm), &keeper{})
+	l.CallStarts() // the keeper's first call: timed
+	done, timed := l.CallStarts()
+	require.True(t, done)
+	require.False(t, timed)
+	l.Emit(resilience.Event{Kind: resilience.EventCallDone, Untimed: true})
+	assert.Equal(t, []resilience.Event{{Kind: resilience.EventCallDone, Name: "db", Untimed: true}}, tm.heard)
+}
