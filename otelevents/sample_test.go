@@ -3,6 +3,7 @@ package otelevents_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/otelevents"
 	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/registry"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -129,4 +131,24 @@ func TestTimeCallSamples(t *testing.T) {
 		}
 	}
 	assert.InDelta(t, 1000, yes, 200) // sd 31
+}
+
+// Beside the registry's listener, which times about one call in 64 for
+// its quantiles: a Listener that would time none still counts every call,
+// and records the durations of the calls the registry had timed.
+func TestSampledBesideARegistry(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	l, err := otelevents.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), otelevents.SampleDurations(math.MaxInt))
+	require.NoError(t, err)
+	p, err := registry.New().AddPipeline(pipeline.New(pipeline.WithName("stock"), pipeline.WithListener(l),
+		pipeline.WithRetry(retrypolicy.New())))
+	require.NoError(t, err)
+	for range 6400 {
+		_, err := pipeline.Do(context.Background(), p, func(context.Context) (int, error) { return 1, nil })
+		require.NoError(t, err)
+	}
+	calls, attempts, durations := counts(t, reader)
+	assert.Equal(t, map[string]int64{"success": 6400}, calls)
+	assert.Equal(t, calls, attempts)
+	assert.InDelta(t, 100, durations["success"], 60, "the registry's sample") // about 6400/64
 }
