@@ -270,12 +270,14 @@ func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) er
 		}
 	}()
 	err := op(ctx)
-	returned = true
 	if err == nil {
+		returned = true
 		b.cb.done(gen, age, counted)
 		return nil
 	}
-	switch b.outcome(ctx, err) {
+	out := b.outcome(ctx, err) // may panic (a FailIf's, an Unwrap's): a failure, as a panic in op
+	returned = true
+	switch out {
 	case errFailure:
 		b.cb.done(gen, age, failed)
 	case errIgnored:

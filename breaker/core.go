@@ -15,11 +15,15 @@ import (
 //
 // A call reads the monotonic clock once, as it is admitted: for the end of
 // the open state and the window's current bucket. Its outcome counts in
-// the bucket it was admitted in, so a success reads no clock as it ends (a
-// success whose bucket left the window since the last call was admitted
-// still counts, until the next admission drops that bucket). A failure,
-// which may trip the breaker, reads it again to judge the window as it is
-// then, as does any change of state.
+// the bucket it was admitted in. A success while no failure is counted
+// reads no clock as it ends: if its bucket left the window since the last
+// call was admitted, it still counts until the next admission drops that
+// bucket, and changes no decision meanwhile (it breaks no run of failures,
+// and only a failure asks whether to trip). A failure, or a success that
+// would break a run of failures, reads the clock again to judge the window
+// as it is then, as gobreaker does for every outcome; so does any outcome
+// with a window of one bucket, which starts anew at the first admission or
+// outcome after it passed, and any change of state.
 type core struct {
 	maxRequests uint32        // probes let through when half-open, at least 1
 	timeout     time.Duration // how long the open state lasts
@@ -74,6 +78,7 @@ func newCore(maxRequests uint32, timeout, window time.Duration, n int, readyToTr
 func (c *core) admit() (v verdict, gen, age uint64) {
 	now := monotime.Now()
 	c.mu.Lock()
+	defer c.mu.Unlock() // a state change is reported under it, and may panic
 	st := c.current(now)
 	switch {
 	case st == resilience.StateOpen:
@@ -84,23 +89,29 @@ func (c *core) admit() (v verdict, gen, age uint64) {
 		c.win.Requests++
 		c.buckets[c.age%uint64(len(c.buckets))].Requests++
 	}
-	gen, age = c.gen, c.age
-	c.mu.Unlock()
-	return v, gen, age
+	return v, c.gen, c.age
 }
 
 // done counts the outcome of a call that admit let go.
 func (c *core) done(gen, age uint64, o outcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if gen != c.gen {
-		return // admitted in a state that has gone
+	if c.state == resilience.StateClosed && c.period > 0 && (o == failed || c.win.ConsecutiveFailures > 0 || len(c.buckets) == 1) {
+		// An outcome that may trip the breaker, or break a run of
+		// failures, is judged on the window as it is now; with one
+		// bucket, any outcome, which may start the next window.
+		c.current(monotime.Now())
 	}
-	if o == failed && c.period > 0 {
-		c.current(monotime.Now()) // a failure may trip: judged on the window as it is now
+	if gen != c.gen {
+		return // admitted in a state, or one bucket's window, that has gone
 	}
 	if age+uint64(len(c.buckets)) <= c.age {
-		return // its bucket has left the window
+		// Its bucket has left the window: it does not count, but a
+		// failure asks whether the window as it is now trips the breaker.
+		if o == failed && c.readyToTrip(c.win) {
+			c.set(resilience.StateOpen, monotime.Now())
+		}
+		return
 	}
 	b := &c.buckets[age%uint64(len(c.buckets))]
 	switch o {

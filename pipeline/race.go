@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"log/slog"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -23,26 +24,30 @@ import (
 // caller returns the winner's answer once the first attempt has returned:
 // an operation that ignores its context's cancellation holds the answer
 // until it does.
+//
+// A call that never hedges allocates one race with its state (hedged): it
+// is kept within 512 bytes, the largest objects the allocator and the
+// collector handle without a header, hence the narrow counts.
 type race[T any] struct {
 	c        call[T] // a copy: each attempt runs a copy of it with its own keeper
 	ctx      context.Context
 	delay    time.Duration
-	extra    int // most hedges
 	first    keeper
 	firstCtx lazyCtx
 	phase    atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
+	over     bool         // no more hedges; under mu
+	have     bool         // last is set
 
 	mu      sync.Mutex      // between the caller and the timer, which sends the hedges
+	extra   int32           // most hedges (the policy's, up to math.MaxInt32)
+	sent    int32           // attempts sent, hedges included
+	running int32           // hedges sent whose outcome is not yet taken
 	due     hedgeDue        // in the pipeline's hedgeTimers while a hedge is due
 	timer   *time.Timer     // instead, in a testing/synctest bubble
 	results chan outcome[T] // made with the first hedge
 	keepers []*keeper       // the hedges'
-	sent    int             // attempts sent, hedges included
-	running int             // hedges sent whose outcome is not yet taken
-	over    bool            // no more hedges
 
 	last outcome[T] // the answer to return if no attempt wins; the caller's
-	have bool       // last is set
 }
 
 // The phases of a race's first attempt: it runs, it has returned, or a
@@ -64,7 +69,7 @@ type outcome[T any] struct {
 }
 
 func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[T] {
-	extra := c.p.cfg.hedge.Extra()
+	extra := int32(min(c.p.cfg.hedge.Extra(), math.MaxInt32))
 	c.p.cfg.hedge.Called()
 	r := c.race
 	if r == nil {
@@ -202,7 +207,7 @@ func (r *race[T]) fire() {
 // launch starts hedge n (the race's n-th attempt) on a goroutine of its
 // own, which tells the listener first: a slow listener holds up its own
 // hedge, not the timer, which other calls' hedges wait for; r.mu is held.
-func (r *race[T]) launch(n int) {
+func (r *race[T]) launch(n int32) {
 	if r.results == nil {
 		r.results = make(chan outcome[T], r.extra)
 	}
@@ -232,7 +237,7 @@ func (r *race[T]) launch(n int) {
 			}
 			results <- o
 		}()
-		a.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: n, Delay: r.delay})
+		a.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(n), Delay: r.delay})
 		o.res, o.err = a.attempt(actx, true, r)
 		returned = true
 	}()

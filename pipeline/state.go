@@ -3,8 +3,8 @@ package pipeline
 import (
 	"errors"
 	"sync"
-	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -12,13 +12,13 @@ import (
 // call has one only for hedging or a tracer. Its methods do nothing on a
 // nil *state.
 type state struct {
-	p      *Pipeline
-	single bool
-	trace  resilience.CallTrace
+	p     *Pipeline
+	trace resilience.CallTrace
 
-	mu      sync.Mutex // hedged attempts run at once
-	n       int        // attempts started
-	lastEnd time.Time  // when the last attempt ended, while tracing
+	mu      sync.Mutex       // hedged attempts run at once
+	n       int32            // attempts started
+	hasEnd  bool             // an attempt ended, while tracing: lastEnd is set
+	lastEnd monotime.Reading // when the last attempt ended, while tracing
 	lastErr error
 }
 
@@ -30,11 +30,11 @@ func (s *state) start(hedge bool) resilience.AttemptInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.n++
-	a := resilience.AttemptInfo{Number: s.n, Hedge: hedge}
+	a := resilience.AttemptInfo{Number: int(s.n), Hedge: hedge}
 	if s.trace != nil {
 		a.State = s.p.cfg.breaker.State()
-		if !hedge && !s.lastEnd.IsZero() {
-			a.Delay = time.Since(s.lastEnd)
+		if !hedge && s.hasEnd {
+			a.Delay = monotime.Since(s.lastEnd)
 			if hint, ok := resilience.RetryAfterHint(s.lastErr); ok && s.p.cfg.retry != nil {
 				a.RetryAfter = min(hint, s.p.cfg.retry.MaxDelay()) // as the retry used it
 			}
@@ -49,7 +49,7 @@ func (s *state) ended(err error) {
 		return
 	}
 	s.mu.Lock()
-	s.lastEnd, s.lastErr = time.Now(), err
+	s.lastEnd, s.lastErr, s.hasEnd = monotime.Now(), err, true
 	s.mu.Unlock()
 }
 

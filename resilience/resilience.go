@@ -105,8 +105,19 @@ type classer interface {
 // chain is [ClassCanceled], and anything else non-nil is [ClassTransient].
 // A [context.DeadlineExceeded] is a timeout, hence transient.
 func Classify(err error) Class {
-	if err == nil {
+	switch e := err.(type) {
+	case nil:
 		return ClassSuccess
+	case classer:
+		return e.ResilienceClass()
+	case interface{ Is(error) bool }, interface{ Unwrap() error }, interface{ Unwrap() []error }:
+	default:
+		// An error with nothing to ask, as most are: one type switch, whose
+		// answer the runtime keeps for its type, instead of two walks.
+		if err == context.Canceled {
+			return ClassCanceled
+		}
+		return ClassTransient
 	}
 	if c, ok := ClassOf(err); ok {
 		return c

@@ -19,6 +19,18 @@ type selfClassed struct{}
 func (selfClassed) Error() string                     { return "self" }
 func (selfClassed) ResilienceClass() resilience.Class { return resilience.ClassPermanent }
 
+// isCanceled says it is context.Canceled without wrapping it.
+type isCanceled struct{}
+
+func (isCanceled) Error() string        { return "is canceled" }
+func (isCanceled) Is(target error) bool { return target == context.Canceled }
+
+// notComparable is an error type that == would panic on, if compared with
+// one of its own type.
+type notComparable struct{ parts []string }
+
+func (notComparable) Error() string { return "parts" }
+
 func TestClassify(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -37,6 +49,12 @@ func TestClassify(t *testing.T) {
 		{"self-classed", selfClassed{}, resilience.ClassPermanent, true},
 		{"retry-after keeps the class", resilience.RetryAfter(resilience.Permanent(errBase), time.Second), resilience.ClassPermanent, true},
 		{"outermost mark wins", resilience.Terminal(resilience.Permanent(errBase)), resilience.ClassTerminal, false},
+		{"a mark beats canceled", errors.Join(context.Canceled, resilience.Permanent(errBase)), resilience.ClassPermanent, true},
+		{"joined canceled", errors.Join(errBase, context.Canceled), resilience.ClassCanceled, false},
+		{"canceled by its Is method", isCanceled{}, resilience.ClassCanceled, false},
+		{"wrapped Is method", fmt.Errorf("op: %w", isCanceled{}), resilience.ClassCanceled, false},
+		{"not comparable", notComparable{}, resilience.ClassTransient, false},
+		{"a new error with canceled's text", errors.New(context.Canceled.Error()), resilience.ClassTransient, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

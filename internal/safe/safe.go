@@ -24,7 +24,7 @@ import (
 // so that asking it costs no dynamic call.
 type Listener struct {
 	ls       []resilience.Listener
-	filters  []resilience.Filter    // filters[i] is ls[i] if it is one, else nil: asked without a type assertion
+	fs       []resilience.Filter    // fs[i] is ls[i] as a Filter; nil: it wants every event
 	timers   []resilience.CallTimer // timers[i] is ls[i] if it is one, else nil
 	keepers  []keeper               // called unguarded, after ls
 	counts   []*tally.Counts        // the keepers', and those of the *Listeners in ls
@@ -49,6 +49,7 @@ func New(name string, ls ...resilience.Listener) *Listener {
 			s.filtered = true
 			continue
 		}
+		var f resilience.Filter
 		switch l := l.(type) {
 		case nil:
 			continue
@@ -58,18 +59,21 @@ func New(name string, ls ...resilience.Listener) *Listener {
 			}
 			s.filtered = s.filtered || l.filtered
 			s.counts = append(s.counts, l.counts...)
+			if l.filtered {
+				f = l
+			}
 		case resilience.Filter:
 			s.filtered = true
+			f = l
 		}
-		f, _ := l.(resilience.Filter)
 		t, _ := l.(resilience.CallTimer)
 		s.ls = append(s.ls, l)
-		s.filters = append(s.filters, f)
+		s.fs = append(s.fs, f) // asserted once here, not on every event
 		s.timers = append(s.timers, t)
 	}
 	if len(s.ls) == 1 && len(s.keepers) == 0 {
 		if _, nested := s.ls[0].(*Listener); !nested {
-			s.one, s.oneTimer = s.filters[0], s.timers[0]
+			s.one, s.oneTimer = s.fs[0], s.timers[0]
 		}
 	}
 	switch {
@@ -96,7 +100,7 @@ func (s *Listener) OnEvent(e resilience.Event) {
 				continue
 			}
 		}
-		deliver(l, s.filters[i], e)
+		deliver(l, s.fs[i], e)
 	}
 	for _, k := range s.keepers {
 		if e.Kind == resilience.EventCallDone && !e.Untimed || e.Kind != resilience.EventCallDone && k.wants(e.Kind) { // a call timed: the one a keeper claimed, or every call
@@ -142,12 +146,10 @@ func (s *Listener) Attempt(n int, err error) {
 		return
 	}
 	s.Count(n, err)
-	if len(s.ls) == 0 {
-		return
-	}
-	e := resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err}
 	for i, l := range s.ls {
-		deliver(l, s.filters[i], e)
+		if f := s.fs[i]; f == nil || wants(f, resilience.EventAttempt) { // no event built for none
+			deliver(l, nil, resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err})
+		}
 	}
 }
 
@@ -165,11 +167,12 @@ func (s *Listener) Wanted(e resilience.Event) {
 	s.ls[0].OnEvent(e)
 }
 
-// deliver passes e to l if l wants it (asked of f, l as a Filter, unless
-// nil); a panic in f's Wants counts as no, and one in l's OnEvent is
-// logged: neither goes further.
+// deliver passes e to l if f, l as a Filter, wants it (a nil f wants
+// everything); a panic in f's Wants counts as no, and one in l's OnEvent
+// is logged: neither goes further. A *Listener is not asked: its OnEvent
+// asks its own, and its Wants of a call's end counts the call.
 func deliver(l resilience.Listener, f resilience.Filter, e resilience.Event) {
-	if f != nil && !wants(f, e.Kind) {
+	if _, fan := l.(*Listener); !fan && f != nil && !wants(f, e.Kind) {
 		return
 	}
 	defer recovered(listenerPanicked, e.Kind)
@@ -236,8 +239,8 @@ func (s *Listener) someWants(k resilience.EventKind) bool {
 			return true
 		}
 	}
-	for i := range s.ls {
-		if wants(s.filters[i], k) {
+	for _, f := range s.fs {
+		if wants(f, k) {
 			return true
 		}
 	}
@@ -266,7 +269,7 @@ func (s *Listener) callStarts(already bool) (done, timed bool) {
 			done, timed = done || d, t
 			continue
 		}
-		d, t := callWanted(s.filters[i], s.timers[i], timed)
+		d, t := callWanted(s.fs[i], s.timers[i], timed)
 		done, timed = done || d, timed || t
 	}
 	return done, timed
