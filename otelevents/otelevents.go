@@ -11,6 +11,7 @@
 //     of the error: success, transient, permanent, terminal, canceled,
 //     rejected)
 //   - resilience.call.duration: their duration in seconds, by outcome
+//     (of a sample of them with [SampleDurations])
 //   - resilience.attempts: attempts, by outcome
 //   - resilience.retries: scheduled retries
 //   - resilience.giveups: calls that stopped retrying, by "reason"
@@ -23,7 +24,10 @@
 // The five counts are asynchronous (observable) counters: the Listener
 // counts in atomic counters of its own, and a reader collects their
 // totals, so that an event costs one atomic addition; the duration is a
-// synchronous histogram, recorded as each call ends.
+// synchronous histogram, recorded as each call ends. Timing a call (two
+// clock reads) and recording it on an SDK histogram cost more than the
+// rest of a pipeline's call: [SampleDurations] has only a sample of the
+// calls timed, and the counts stay exact.
 //
 // # Traces
 //
@@ -92,6 +96,8 @@ package otelevents
 
 import (
 	"context"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 
@@ -104,13 +110,15 @@ import (
 // Listener records events as metrics. The counts are kept in counters of
 // its own, one atomic addition an event, and handed to OpenTelemetry as
 // asynchronous (observable) counters when a reader collects; a call's
-// duration is recorded on the histogram as it ends, with an attribute
-// set made once per dependency and outcome. Recording an event allocates
-// nothing. It is safe for concurrent use.
+// duration is recorded on the histogram as it ends (every call's, or a
+// sample's: [SampleDurations]), with an attribute set made once per
+// dependency and outcome. Recording an event allocates nothing. It is
+// safe for concurrent use.
 type Listener struct {
 	calls, attempts, retries, giveups, rejections metric.Int64ObservableCounter
 	duration                                      metric.Float64Histogram
 	state                                         metric.Int64Gauge
+	below                                         uint64 // SampleDurations: a call is timed if a random uint64 is below; 0: every call
 
 	mu   sync.Mutex                      // adds a dependency
 	deps atomic.Pointer[map[string]*dep] // by name; copied on write
@@ -154,11 +162,17 @@ func newDep(name string) *dep {
 	return d
 }
 
-// of returns the dependency called name.
+// of returns the dependency called name: inlined, most often the last
+// one looked up.
 func (l *Listener) of(name string) *dep {
 	if d := l.last.Load(); d != nil && d.name == name {
 		return d
 	}
+	return l.lookup(name)
+}
+
+// lookup returns the dependency called name, made if it is new.
+func (l *Listener) lookup(name string) *dep {
 	if m := l.deps.Load(); m != nil {
 		if d, ok := (*m)[name]; ok {
 			l.last.Store(d)
@@ -184,11 +198,53 @@ func (l *Listener) of(name string) *dep {
 	return d
 }
 
+// Option configures a [Listener].
+type Option interface {
+	apply(*Listener)
+}
+
+type optionFunc func(*Listener)
+
+func (f optionFunc) apply(l *Listener) { f(l) }
+
+// SampleDurations has about one call in every n timed, chosen at random
+// as each call starts, whatever it then takes and however it ends, and
+// records only those on resilience.call.duration; the other calls read no
+// clock and record nothing on the histogram. n of 1 or less times every
+// call, the default.
+//
+// What it gives up: the histogram is of a sample. Its count is about 1/n
+// of the calls, and its sum about 1/n of the time they took: take rates
+// and totals from resilience.calls, which, like every other counter, still
+// counts every call; the histogram gives the distribution, its quantiles
+// estimated from the sample, less exact the fewer calls were sampled (a
+// rare outcome's, or a quiet dependency's, may have no point at all in an
+// export interval). A call that another listener of the same pipeline has
+// timed (one that wants the end of every call, for instance) is recorded
+// too, sampled or not.
+//
+// What it saves, on the calls not sampled: the two clock reads that time
+// a call and the SDK histogram's Record, which alone can cost more than
+// the rest of the call through a pipeline (see BenchmarkListener).
+func SampleDurations(n int) Option {
+	return optionFunc(func(l *Listener) {
+		l.below = 0
+		if n > 1 {
+			l.below = math.MaxUint64/uint64(n) + 1 // P(below) = 1/n, to within 2^-64
+		}
+	})
+}
+
 // New returns a Listener whose instruments come from mp's meter
 // "github.com/resiliencekit/resiliencekit".
-func New(mp metric.MeterProvider) (*Listener, error) {
+func New(mp metric.MeterProvider, opts ...Option) (*Listener, error) {
 	m := mp.Meter(scope)
 	var l Listener
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&l)
+		}
+	}
 	var err error
 	counter := func(name, desc string) metric.Int64ObservableCounter {
 		c, e := m.Int64ObservableCounter(name, metric.WithDescription(desc), metric.WithUnit("{call}"))
@@ -270,26 +326,38 @@ func (l *Listener) Wants(k resilience.EventKind) bool {
 	return false
 }
 
-// OnEvent records e.
+// TimeCall reports whether a call that starts is to be timed for
+// resilience.call.duration: every call, or, with [SampleDurations](n),
+// one at random in about every n. A pipeline asks it as a call starts
+// (see [resilience.CallTimer]); the end of a call it declined comes
+// Untimed, and is counted but not recorded on the histogram.
+func (l *Listener) TimeCall() bool {
+	return l.below == 0 || rand.Uint64() < l.below
+}
+
+// OnEvent records e. Each kind is tested once, in the switch: an event
+// of a kind the Listener does not record falls through it, so a wanted one
+// is not asked about again.
 func (l *Listener) OnEvent(e resilience.Event) {
-	if !l.Wants(e.Kind) {
-		return
-	}
-	d := l.of(e.Name)
 	switch e.Kind {
 	case resilience.EventCallDone:
+		d := l.of(e.Name)
 		c := classOf(e.Err)
 		d.calls[c].Add(1)
-		l.duration.Record(context.Background(), e.Duration.Seconds(), d.duration[c]...)
+		if !e.Untimed {
+			l.duration.Record(context.Background(), e.Duration.Seconds(), d.duration[c]...)
+		}
 	case resilience.EventAttempt:
-		d.attempts[classOf(e.Err)].Add(1)
+		l.of(e.Name).attempts[classOf(e.Err)].Add(1)
 	case resilience.EventRetry:
-		d.retries.Add(1)
+		l.of(e.Name).retries.Add(1)
 	case resilience.EventRejected:
-		d.rejections.Add(1)
+		l.of(e.Name).rejections.Add(1)
 	case resilience.EventStateChange:
-		l.state.Record(context.Background(), stateValue(e.To), d.state...)
-	default:
+		l.state.Record(context.Background(), stateValue(e.To), l.of(e.Name).state...)
+	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted, resilience.EventTimeBudgetExceeded,
+		resilience.EventNotRetried:
+		d := l.of(e.Name)
 		for i, k := range giveupKinds {
 			if k == e.Kind {
 				d.giveups[i].Add(1)
@@ -302,6 +370,9 @@ func (l *Listener) OnEvent(e resilience.Event) {
 // own ResilienceClass past ClassRejected) counted as transient, as
 // Classify counts an error without a class.
 func classOf(err error) resilience.Class {
+	if err == nil { // most calls: no call of Classify
+		return resilience.ClassSuccess
+	}
 	if c := resilience.Classify(err); int(c) < classes {
 		return c
 	}

@@ -213,7 +213,10 @@ func DoStream[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T
 	return res, kept.release, err
 }
 
-// start makes the value of one call and runs it through the stages.
+// start makes the value of one call and runs it through the stages. A call
+// that is not timed goes straight into the breaker when the stages before
+// it would only pass it on (config.intoBreaker); the end of it, if wanted,
+// is told as it returns.
 func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], k *keeper, opts []CallOption) (T, error) {
 	if p == nil {
 		p = &zero
@@ -224,9 +227,16 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 		var zero T
 		return zero, p.outOfTime(ctx, 0, nil)
 	}
-	c.done = p.cfg.listener.Wants(resilience.EventCallDone) // asked once a call
-	if p.cfg.intoBreaker && !c.done {
-		return c.breaker(ctx) // the stages before it would only pass the call on
+	if l := p.cfg.listener; l != nil { // no call without a listener
+		c.done, c.clock = l.CallStarts() // asked once a call
+	}
+	if p.cfg.intoBreaker && !c.clock { // the stages before it would only pass the call on
+		if !c.done {
+			return c.breaker(ctx)
+		}
+		res, err := c.breaker(ctx)
+		p.cfg.listener.Wanted(resilience.Event{Kind: resilience.EventCallDone, Err: err, Untimed: true})
+		return res, err
 	}
 	return c.run(ctx)
 }

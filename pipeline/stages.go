@@ -49,10 +49,11 @@ type call[T any] struct {
 	now   time.Time
 	spare *lazyCtx
 
-	done bool     // the listener wants EventCallDone: the call is timed
-	ran  bool     // the breaker admitted the call: inside ran
-	res  T        // what inside leaves for through
-	race *race[T] // for the call's first race, allocated with c.s; nil once used
+	done  bool     // the listener wants EventCallDone
+	clock bool     // and its Duration: the call is timed
+	ran   bool     // the breaker admitted the call: inside ran
+	res   T        // what inside leaves for through
+	race  *race[T] // for the call's first race, allocated with c.s; nil once used
 }
 
 // hedged is the state of a hedged call with the memory of its first race.
@@ -93,8 +94,15 @@ func (c *call[T]) traced(ctx context.Context) (res T, err error) {
 	return res, err
 }
 
-// timed runs the call, timed for the listener if it wants EventCallDone.
+// timed runs the call, timed for the listener if it wants EventCallDone
+// with its Duration; a CallTimer that declined to time it gets it Untimed,
+// with no clock read.
 func (c *call[T]) timed(ctx context.Context) (T, error) {
+	if c.done && !c.clock {
+		res, err := c.budget(ctx)
+		c.p.cfg.listener.Wanted(resilience.Event{Kind: resilience.EventCallDone, Err: err, Untimed: true})
+		return res, err
+	}
 	if c.done {
 		start := monotime.Now()
 		res, err := c.budget(ctx)

@@ -124,13 +124,18 @@ type Event struct {
 	Attempt int
 	// Delay is the wait before a retry.
 	Delay time.Duration
-	// Duration is how long a call took.
+	// Duration is how long a call took; zero if Untimed.
 	Duration time.Duration
 	// Err is the error of the attempt or call, or why a call was rejected.
 	Err error
 	// From and To are the breaker's states before and after an
 	// EventStateChange.
 	From, To State
+	// Untimed marks an EventCallDone of a call that was not timed: its
+	// Duration is zero. Only a [CallTimer] that declined to time the call
+	// gets one; every other listener that wants the end of a call gets it
+	// timed.
+	Untimed bool
 }
 
 // State is a circuit breaker's state. The zero State is [StateClosed].
@@ -178,9 +183,24 @@ type Listener interface {
 // listener that does not want it. Wants may be called on every call, and
 // must be quick and safe for concurrent use. A pipeline asks it once a
 // call for each kind it may emit many of ([EventAttempt], [EventCallDone]),
-// at the start: its answer holds for that call.
+// at the start: its answer holds for that call. A Filter that wants the
+// end of every call but not every call timed is a [CallTimer].
 type Filter interface {
 	Wants(EventKind) bool
+}
+
+// CallTimer is implemented by a [Filter] that wants the end of every call
+// ([EventCallDone]) but its Duration of only some, such as a sample, so
+// that the other calls pay for no clock read. A pipeline that asked
+// Wants(EventCallDone) as a call started and heard yes then asks TimeCall,
+// unless another listener has already had the call timed: if it says no
+// and no other listener wants the call timed, the call is not timed, and
+// its EventCallDone has Untimed set and a zero Duration. A call that
+// another listener has timed comes timed to it too. TimeCall must be
+// quick and safe for concurrent use.
+type CallTimer interface {
+	Filter
+	TimeCall() bool
 }
 
 // Wants reports whether l wants events of kind k: true unless l is a

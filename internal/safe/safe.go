@@ -24,11 +24,17 @@ import (
 // so that asking it costs no dynamic call.
 type Listener struct {
 	ls       []resilience.Listener
-	fs       []resilience.Filter // fs[i] is ls[i] as a Filter; nil: it wants every event
-	keepers  []keeper            // called unguarded, after ls
-	counts   []*tally.Counts     // the keepers', and those of the *Listeners in ls
+	fs       []resilience.Filter    // fs[i] is ls[i] as a Filter; nil: it wants every event
+	timers   []resilience.CallTimer // timers[i] is ls[i] if it is one, else nil
+	keepers  []keeper               // called unguarded, after ls
+	counts   []*tally.Counts        // the keepers', and those of the *Listeners in ls
 	name     string
 	filtered bool // some listener is a Filter or a keeper
+
+	// The one listener, if it is the only one (no keeper), a Filter and
+	// no *Listener: asked without a loop.
+	one      resilience.Filter
+	oneTimer resilience.CallTimer
 }
 
 // New returns a Listener of ls (nil ones skipped) that names unnamed
@@ -60,8 +66,15 @@ func New(name string, ls ...resilience.Listener) *Listener {
 			s.filtered = true
 			f = l
 		}
+		t, _ := l.(resilience.CallTimer)
 		s.ls = append(s.ls, l)
 		s.fs = append(s.fs, f) // asserted once here, not on every event
+		s.timers = append(s.timers, t)
+	}
+	if len(s.ls) == 1 && len(s.keepers) == 0 {
+		if _, nested := s.ls[0].(*Listener); !nested {
+			s.one, s.oneTimer = s.fs[0], s.timers[0]
+		}
 	}
 	switch {
 	case len(s.ls) == 0 && len(s.keepers) == 0:
@@ -74,16 +87,23 @@ func New(name string, ls ...resilience.Listener) *Listener {
 	return s
 }
 
-// OnEvent passes e, named, to every listener that wants it.
+// OnEvent passes e, named, to every listener that wants it. The end of a
+// call that was not timed goes only to the CallTimers, the listeners that
+// can have declined to time it (through the Listeners s was made of too).
 func (s *Listener) OnEvent(e resilience.Event) {
 	if e.Name == "" {
 		e.Name = s.name
 	}
 	for i, l := range s.ls {
+		if e.Untimed && s.timers[i] == nil {
+			if _, nested := l.(*Listener); !nested { // a nested one tells its own CallTimers
+				continue
+			}
+		}
 		deliver(l, s.fs[i], e)
 	}
 	for _, k := range s.keepers {
-		if e.Kind == resilience.EventCallDone || k.wants(e.Kind) { // a call timed: the one a keeper claimed, or every call
+		if e.Kind == resilience.EventCallDone && !e.Untimed || e.Kind != resilience.EventCallDone && k.wants(e.Kind) { // a call timed: the one a keeper claimed, or every call
 			k.l.OnEvent(e)
 		}
 	}
@@ -143,7 +163,8 @@ func (s *Listener) Wanted(e resilience.Event) {
 	if e.Name == "" {
 		e.Name = s.name
 	}
-	deliver(s.ls[0], nil, e)
+	defer recovered(listenerPanicked, e.Kind)
+	s.ls[0].OnEvent(e)
 }
 
 // deliver passes e to l if f, l as a Filter, wants it (a nil f wants
@@ -154,21 +175,52 @@ func deliver(l resilience.Listener, f resilience.Filter, e resilience.Event) {
 	if _, fan := l.(*Listener); !fan && f != nil && !wants(f, e.Kind) {
 		return
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			logPanic("listener", e.Kind, r)
-		}
-	}()
+	defer recovered(listenerPanicked, e.Kind)
 	l.OnEvent(e)
 }
 
+// What panicked, for recovered.
+const (
+	listenerPanicked = iota
+	wantsPanicked
+	timeCallPanicked
+)
+
+var panicked = [...]string{"listener", "listener's Wants", "listener's TimeCall"}
+
+// recovered, deferred, logs a panic of what, in a listener told of or
+// asked about an event of kind k, and stops it. A deferred function of its
+// own, not a closure, so that the frame it guards keeps nothing in memory
+// for it.
+func recovered(what int, k resilience.EventKind) {
+	if r := recover(); r != nil {
+		logPanic(panicked[what], k, r)
+	}
+}
+
 // Wants reports whether any listener wants events of kind k; a panic in a
-// listener's Wants counts as no. A pipeline asks it of
-// [resilience.EventCallDone] once a call, as the call starts, and only
-// then: that question counts the call in the keepers' counts, and is
-// where a keeper claims the call to be timed ([tally.Counts.Call]).
+// listener's Wants counts as no. Of [resilience.EventCallDone], it is
+// [Listener.CallStarts]'s done.
 func (s *Listener) Wants(k resilience.EventKind) bool {
 	return s != nil && (!s.filtered || s.someWants(k)) // inlined: a call without a listener pays no call
+}
+
+// CallStarts reports whether a listener wants the end of a call
+// ([resilience.EventCallDone]) that starts, and whether the call is to be
+// timed for it: a keeper claimed it to be timed ([tally.Counts.Call]), or
+// a listener that wants its end is not a [resilience.CallTimer] or is one
+// that wants it timed. A pipeline asks it once a call, as the call starts,
+// and only then: it counts the call in the keepers' counts. A nil s wants
+// nothing; a caller that checks for nil first pays no call without a
+// listener.
+func (s *Listener) CallStarts() (done, timed bool) {
+	if s == nil || !s.filtered {
+		return s != nil, s != nil
+	}
+	if s.one != nil {
+		return callWanted(s.one, s.oneTimer, false)
+	}
+	return s.callStarts(false)
 }
 
 // someWants reports whether some keeper or listener says yes to k. Of
@@ -176,7 +228,11 @@ func (s *Listener) Wants(k resilience.EventKind) bool {
 // counts the call.
 func (s *Listener) someWants(k resilience.EventKind) bool {
 	if k == resilience.EventCallDone {
-		return s.callStarts()
+		done, _ := s.CallStarts()
+		return done
+	}
+	if s.one != nil {
+		return wants(s.one, k)
 	}
 	for _, kp := range s.keepers {
 		if kp.wants(k) {
@@ -184,7 +240,7 @@ func (s *Listener) someWants(k resilience.EventKind) bool {
 		}
 	}
 	for _, f := range s.fs {
-		if f == nil || wants(f, k) {
+		if wants(f, k) {
 			return true
 		}
 	}
@@ -193,25 +249,63 @@ func (s *Listener) someWants(k resilience.EventKind) bool {
 
 // callStarts counts a call in every keeper's counts (those of the
 // *Listeners s was made of too) and reports whether a keeper claimed it
-// to be timed or a listener wants its end.
-func (s *Listener) callStarts() bool {
-	yes := false
+// to be timed or a listener wants its end (done), and whether it is to be
+// timed (timed, already if a listener before s had it timed): a CallTimer
+// is asked only while no keeper or listener before it has had the call
+// timed.
+func (s *Listener) callStarts(already bool) (done, timed bool) {
+	timed = already
 	for _, kp := range s.keepers {
-		yes = kp.c.Call() || yes
+		if kp.c.Call() {
+			done, timed = true, true
+		}
 	}
-	for _, f := range s.fs {
-		yes = f == nil || wants(f, resilience.EventCallDone) || yes
+	for i, l := range s.ls {
+		if n, ok := l.(*Listener); ok { // a stage's own: its keepers count the call too
+			d, t := true, true
+			if n.filtered {
+				d, t = n.callStarts(timed)
+			}
+			done, timed = done || d, t
+			continue
+		}
+		d, t := callWanted(s.fs[i], s.timers[i], timed)
+		done, timed = done || d, timed || t
 	}
-	return yes
+	return done, timed
 }
 
-// wants asks f whether it wants events of kind k; a panic counts as no.
-func wants(f resilience.Filter, k resilience.EventKind) (yes bool) {
+// callWanted asks a listener, as f (a Filter, or nil if it is none) and
+// t (a CallTimer, or nil), whether it wants the end of a call that starts,
+// and, if it does and the call is not timed already, whether it wants the
+// call timed: a listener that is no CallTimer does. A panic in Wants
+// counts as no, one in TimeCall as yes.
+func callWanted(f resilience.Filter, t resilience.CallTimer, already bool) (done, timed bool) {
+	what := wantsPanicked
 	defer func() {
 		if r := recover(); r != nil {
-			logPanic("listener's Wants", k, r)
+			logPanic(panicked[what], resilience.EventCallDone, r)
+			timed = done
 		}
 	}()
+	if f != nil && !f.Wants(resilience.EventCallDone) {
+		return false, false
+	}
+	done = true
+	if already || t == nil {
+		return true, true
+	}
+	what = timeCallPanicked
+	return true, t.TimeCall()
+}
+
+// wants asks f, a listener as a Filter (nil if it is none, which wants
+// every kind), whether it wants k; a panic counts as no.
+func wants(f resilience.Filter, k resilience.EventKind) (yes bool) {
+	if f == nil {
+		return true
+	}
+	defer recovered(wantsPanicked, k)
 	return f.Wants(k)
 }
 

@@ -1,8 +1,12 @@
 package safe_test
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -161,4 +165,138 @@ func TestFanTellsEachListenerOnce(t *testing.T) {
 	assert.Nil(t, safe.Members(nil))
 	assert.Nil(t, safe.Members((*safe.Listener)(nil)))
 	assert.Equal(t, []resilience.Listener{r}, safe.Members(forwarder{r}))
+}
+
+// timer is a CallTimer that wants every event and says time to TimeCall,
+// counting how often it was asked; a timer with panics set panics there.
+type timer struct {
+	recorder
+	time   bool
+	panics bool
+	asked  int
+}
+
+func (*timer) Wants(resilience.EventKind) bool { return true }
+
+func (t *timer) TimeCall() bool {
+	t.asked++
+	if t.panics {
+		panic("TimeCall")
+	}
+	return t.time
+}
+
+func TestACallTimerThatDeclinesLeavesTheCallUntimed(t *testing.T) {
+	tm := &timer{}
+	l := safe.New("db", tm)
+	done, timed := l.CallStarts()
+	assert.True(t, done)
+	assert.False(t, timed)
+	assert.Equal(t, 1, tm.asked)
+	tm.time = true
+	done, timed = l.CallStarts()
+	assert.True(t, done)
+	assert.True(t, timed)
+}
+
+// A listener that is no CallTimer wants every call it wants the end of
+// timed: the CallTimer is not asked then, and hears of the call timed.
+func TestAnotherListenerHasTheCallTimed(t *testing.T) {
+	tm, r := &timer{}, &recorder{}
+	l := safe.New("db", r, tm)
+	done, timed := l.CallStarts()
+	assert.True(t, done)
+	assert.True(t, timed)
+	assert.Zero(t, tm.asked, "the call is timed already")
+	l.Emit(resilience.Event{Kind: resilience.EventCallDone, Duration: time.Second})
+	assert.Equal(t, []resilience.Event{{Kind: resilience.EventCallDone, Name: "db", Duration: time.Second}}, tm.heard)
+}
+
+// The end of an untimed call goes to the CallTimers alone: a keeper that
+// did not claim the call, and a listener that would take its zero
+// Duration for one, do not hear of it.
+func TestAnUntimedCallIsToldOnlyToCallTimers(t *testing.T) {
+	k, r, tm := &keeper{}, &recorder{}, &timer{}
+	l := safe.New("db", k, tm, r)
+	require.True(t, l.Wants(resilience.EventCallDone), "the keeper's first call is timed")
+	untimed := resilience.Event{Kind: resilience.EventCallDone, Err: errDown, Untimed: true}
+	l.Emit(untimed)
+	untimed.Name = "db"
+	assert.Equal(t, []resilience.Event{untimed}, tm.heard)
+	assert.Empty(t, r.heard)
+	assert.Empty(t, k.heard)
+	l.Emit(resilience.Event{Kind: resilience.EventCallDone, Duration: time.Second})
+	assert.Len(t, tm.heard, 2)
+	assert.Len(t, r.heard, 1)
+	assert.Len(t, k.heard, 1)
+}
+
+// A keeper's claim times the call: the CallTimer is not asked, and the
+// keeper still counts every call; a nested Listener's answer counts as
+// its members'.
+func TestAKeepersClaimTimesTheCall(t *testing.T) {
+	k, tm := &keeper{}, &timer{}
+	l := safe.New("db", k, safe.New("inner", tm))
+	done, timed := l.CallStarts()
+	assert.True(t, done)
+	assert.True(t, timed, "the keeper's first call is timed")
+	assert.Zero(t, tm.asked)
+	done, timed = l.CallStarts()
+	assert.True(t, done, "the timer wants every call's end")
+	assert.False(t, timed, "neither the keeper nor the timer wants it timed")
+	assert.Equal(t, 1, tm.asked)
+	calls, _, _, _, _, _, _ := k.Load()
+	assert.EqualValues(t, 2, calls)
+}
+
+func TestAPanickingTimeCallTimesTheCall(t *testing.T) {
+	var logged bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	l := safe.New("db", &timer{panics: true})
+	done, timed := l.CallStarts()
+	assert.True(t, done)
+	assert.True(t, timed)
+	assert.Contains(t, logged.String(), "listener's TimeCall panicked")
+}
+
+func TestNoListenerWantsNoCall(t *testing.T) {
+	var l *safe.Listener
+	done, timed := l.CallStarts()
+	assert.False(t, done)
+	assert.False(t, timed)
+	done, timed = safe.New("db", &recorder{}).CallStarts()
+	assert.True(t, done)
+	assert.True(t, timed)
+}
+
+// panickyWants is a Filter whose Wants panics.
+type panickyWants struct{ recorder }
+
+func (*panickyWants) Wants(resilience.EventKind) bool { panic("Wants") }
+
+// A lone Filter, asked without the loop over listeners, is guarded too: a
+// panic in its Wants counts as no.
+func TestALoneFiltersPanicCountsAsNo(t *testing.T) {
+	var logged bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	l := safe.New("db", &panickyWants{})
+	assert.False(t, l.Wants(resilience.EventAttempt))
+	done, timed := l.CallStarts()
+	assert.False(t, done)
+	assert.False(t, timed)
+	assert.Equal(t, 2, strings.Count(logged.String(), "listener's Wants panicked"))
+}
+
+// A CallTimer in a nested Listener hears of the call it declined to time.
+func TestANestedCallTimerHearsOfItsUntimedCall(t *testing.T) {
+	tm := &timer{}
+	l := safe.New("db", safe.New("inner", tm), &keeper{})
+	l.CallStarts() // the keeper's first call: timed
+	done, timed := l.CallStarts()
+	require.True(t, done)
+	require.False(t, timed)
+	l.Emit(resilience.Event{Kind: resilience.EventCallDone, Untimed: true})
+	assert.Equal(t, []resilience.Event{{Kind: resilience.EventCallDone, Name: "db", Untimed: true}}, tm.heard)
 }
