@@ -12,6 +12,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/idempotencykey"
 	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrysignal"
 )
 
 // Client is a small JSON client: an *http.Client on a [Transport], so
@@ -138,7 +139,8 @@ func unwrapURLError(err error) error {
 // error if the transport made one (it tells why the retries stopped), with
 // the start of the body read into its StatusError.
 func (c *config) failed(resp *http.Response) error {
-	err := c.statusError(resp.Request, resp)
+	sent, _ := retrysignal.ParseAttempt(resp.Request.Header.Get(retrysignal.AttemptHeader)) // a hedge's, as the Transport marked it
+	err := c.statusError(resp.Request, resp, sent.Hedge)
 	if rb, ok := resp.Body.(*releaseBody); ok && rb.err != nil {
 		err = rb.err
 	}

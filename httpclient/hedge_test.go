@@ -1,6 +1,7 @@
 package httpclient_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -99,4 +100,47 @@ func TestHedgeSaysItIsAHedge(t *testing.T) {
 	defer mu.Unlock()
 	require.GreaterOrEqual(t, len(seen), 3)
 	assert.Equal(t, []string{"1/2 parsed=true", "1/2; hedge parsed=true", "2/2 parsed=true"}, seen[:3])
+}
+
+// TestAnOuterHedgeIsNotThisTransports: a hedge of an outer pipeline (a
+// handler's own call, hedged) whose operation makes a request through a
+// Transport of its own pipeline: that request's attempts are numbered as
+// its own, not marked as hedges of the outer call's.
+func TestAnOuterHedgeIsNotThisTransports(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get(retrysignal.AttemptHeader))
+		mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	client := &http.Client{Transport: httpclient.NewTransport(httpclient.WithPipeline(pipeline.New(
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3))))))}
+	outer := pipeline.New(pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond), hedge.MaxShare(1))))
+	var first sync.Once
+	_, err := pipeline.Do(t.Context(), outer, func(ctx context.Context) (string, error) {
+		hung := false
+		first.Do(func() { hung = true })
+		if hung { // the outer call's first attempt: it hangs until the hedge wins
+			<-ctx.Done()
+			return "", ctx.Err()
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		if err != nil {
+			return "", err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"1/3"}, seen, "the inner request's first attempt, not a hedge")
 }

@@ -464,7 +464,7 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 		opts = append(opts, pipeline.SingleAttempt())
 	}
 	p := t.pipelineFor(req.URL)
-	a.max = p.MaxAttempts(opts...)
+	a.p, a.max = p, p.MaxAttempts(opts...)
 	resp, release, err := pipeline.DoStream(req.Context(), p, a.run, opts...)
 	if a.hasBody {
 		req.Body.Close() // a RoundTripper always closes the body; the attempts sent copies
@@ -541,7 +541,8 @@ type attempt struct {
 	tooLong    bool
 	buffered   bool // getBody gives copies of our own, which cannot fail
 	getBody    func() (io.ReadCloser, error)
-	max        int // the most attempts there will be
+	max        int                // the most attempts there will be
+	p          *pipeline.Pipeline // the one the attempts run through: it tells its hedges
 
 	mu   sync.Mutex     // hedged attempts run at once
 	n    int            // attempts made
@@ -604,7 +605,7 @@ func onceBody(body io.ReadCloser) func() (io.ReadCloser, error) {
 }
 
 func (a *attempt) run(ctx context.Context) (*http.Response, error) {
-	hedge := pipeline.IsHedge(ctx) // a twin of attempt n: its number, marked
+	hedge := a.p.IsHedge(ctx) // a twin of attempt n: its number, marked
 	a.mu.Lock()
 	prev := a.last
 	a.last = nil
@@ -635,7 +636,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if a.cfg.class(resp.StatusCode) == resilience.ClassSuccess {
 		return resp, nil
 	}
-	err = a.cfg.statusError(r, resp)
+	err = a.cfg.statusError(r, resp, hedge)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.done {
@@ -788,7 +789,7 @@ func (c *config) class(status int) resilience.Class {
 
 // statusError returns the error for a failed answer, without reading its
 // body.
-func (c *config) statusError(req *http.Request, resp *http.Response) error {
+func (c *config) statusError(req *http.Request, resp *http.Response, hedge bool) error {
 	class := c.class(resp.StatusCode)
 	u := *req.URL
 	u.User, u.RawQuery, u.Fragment = nil, "", ""
@@ -817,7 +818,7 @@ func (c *config) statusError(req *http.Request, resp *http.Response) error {
 			se.class = resilience.ClassTransient
 			return resilience.RetryAfter(se, d)
 		}
-		if pipeline.IsHedge(req.Context()) {
+		if hedge {
 			se.class = resilience.ClassTransient
 		}
 	case class == resilience.ClassSuccess:

@@ -21,7 +21,7 @@ func TestHedgeSentAfterFirstSucceeded(t *testing.T) {
 			p := New(WithLimit(limit.NewFixed(1, limit.MaxWaiting(5))),
 				WithHedging(hedge.New(hedge.Delay(10*time.Millisecond), hedge.MaxShare(1))))
 			_, err := Do(context.Background(), p, func(ctx context.Context) (int, error) {
-				if IsHedge(ctx) {
+				if p.IsHedge(ctx) {
 					sentAny.Add(1)
 					if ctx.Err() == nil {
 						sentLive.Add(1)

@@ -46,7 +46,7 @@ func TestOutageNoSendWhileOpen(t *testing.T) {
 				case resilience.StateOpen:
 					if since := time.Now().UnixNano() - openedAt.Load(); since > 0 {
 						whileOpen.Add(1)
-						t.Logf("sent while open at %v, %v after it opened: hedge=%v", time.Since(start), time.Duration(since), IsHedge(ctx))
+						t.Logf("sent while open at %v, %v after it opened: hedge=%v", time.Since(start), time.Duration(since), p.IsHedge(ctx))
 					}
 				case resilience.StateHalfOpen:
 					if inHalf.Add(1) > 2 {

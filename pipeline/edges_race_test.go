@@ -25,7 +25,7 @@ func TestHedgeSentAfterRaceWon(t *testing.T) {
 		p := New(WithHedging(hedge.New(hedge.Delay(10*time.Millisecond), hedge.MaxExtra(3), hedge.MaxShare(1))))
 		var hedges atomic.Int32
 		res, err := Do(context.Background(), p, func(ctx context.Context) (string, error) {
-			if IsHedge(ctx) {
+			if p.IsHedge(ctx) {
 				hedges.Add(1)
 				return "hedge", nil
 			}
@@ -52,7 +52,7 @@ func TestLosingHedgesLatePanicIsLogged(t *testing.T) {
 			slog.SetDefault(slog.New(slog.NewTextHandler(logged, nil)))
 			p := New(WithHedging(hedge.New(hedge.Delay(10*time.Millisecond), hedge.MaxShare(1))))
 			_, err := Do(context.Background(), p, func(ctx context.Context) (int, error) {
-				if IsHedge(ctx) {
+				if p.IsHedge(ctx) {
 					time.Sleep(50 * time.Millisecond)
 					if bug {
 						panic("hedge bug")
@@ -86,7 +86,7 @@ func TestFirstGoexitWithHedgeOut(t *testing.T) {
 			defer wg.Done()
 			defer func() { exited = true }()
 			Do(context.Background(), p, func(ctx context.Context) (int, error) {
-				if IsHedge(ctx) {
+				if p.IsHedge(ctx) {
 					<-ctx.Done()
 					return 0, ctx.Err()
 				}
@@ -112,7 +112,7 @@ func TestHedgeGoexitWins(t *testing.T) {
 			returned := false
 			defer func() { done <- returned }()
 			Do(context.Background(), p, func(ctx context.Context) (int, error) {
-				if IsHedge(ctx) {
+				if p.IsHedge(ctx) {
 					runtimeGoexit()
 				}
 				<-ctx.Done()
@@ -136,7 +136,7 @@ func TestCallerCancelsMidRace(t *testing.T) {
 		time.AfterFunc(15*time.Millisecond, cancel)
 		start := time.Now()
 		_, err := Do(ctx, p, func(ctx context.Context) (int, error) {
-			if IsHedge(ctx) {
+			if p.IsHedge(ctx) {
 				time.Sleep(time.Second)
 				return 0, errors.New("late")
 			}

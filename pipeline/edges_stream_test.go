@@ -20,7 +20,7 @@ func TestDoStreamHedgeContexts(t *testing.T) {
 				var mu sync.Mutex
 				ctxs := map[bool]context.Context{}
 				res, release, err := DoStream(context.Background(), p, func(ctx context.Context) (string, error) {
-					h := IsHedge(ctx)
+					h := p.IsHedge(ctx)
 					mu.Lock()
 					ctxs[h] = ctx
 					mu.Unlock()

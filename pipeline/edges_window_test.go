@@ -36,7 +36,7 @@ func TestHedgeOverridesFirstSuccess(t *testing.T) {
 		p := New(WithHedging(hedge.New(hedge.Delay(10*time.Millisecond), hedge.MaxShare(1))), WithTracer(slowEndTracer{}))
 		bad := resilience.Permanent(errors.New("409 conflict"))
 		res, err := Do(context.Background(), p, func(ctx context.Context) (string, error) {
-			if IsHedge(ctx) {
+			if p.IsHedge(ctx) {
 				time.Sleep(10 * time.Millisecond)
 				return "", bad
 			}

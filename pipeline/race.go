@@ -212,7 +212,7 @@ func (r *race[T]) launch(n int32) {
 		r.results = make(chan outcome[T], r.extra)
 	}
 	hk := new(keeper)
-	actx, cancel := context.WithCancel(context.WithValue(r.ctx, hedgeKey{}, true))
+	actx, cancel := context.WithCancel(context.WithValue(r.ctx, hedgeKey{}, r.c.p))
 	hk.budget = cancel
 	r.keepers = append(r.keepers, hk)
 	a := r.c
@@ -331,16 +331,20 @@ func (r *race[T]) abandon(winner *keeper) {
 	}()
 }
 
+// hedgeKey marks a hedge's context with the Pipeline that sent it.
 type hedgeKey struct{}
 
-// IsHedge reports whether ctx is the context of a hedge: a twin of the
-// attempt before it, sent while that one still ran ([WithHedging]). An
+// IsHedge reports whether ctx is the context of one of p's hedges: a twin
+// of the attempt before it, sent while that one still ran ([WithHedging]).
+// The context of a call through p that a hedge of another pipeline makes
+// (its operation calls through p) is not: each pipeline tells its own. An
 // integration that numbers its attempts on the wire, as httpclient does in
 // retrysignal's header, gives a hedge the number of its twin, marked as a
-// hedge, not a number of its own past the most attempts.
-func IsHedge(ctx context.Context) bool {
-	hedge, _ := ctx.Value(hedgeKey{}).(bool)
-	return hedge
+// hedge, not a number of its own past the most attempts. It is safe for
+// concurrent use; a nil p has no hedges.
+func (p *Pipeline) IsHedge(ctx context.Context) bool {
+	by, _ := ctx.Value(hedgeKey{}).(*Pipeline)
+	return p != nil && by == p
 }
 
 // retryAfter returns err's retry-after hint, 0 if none.
