@@ -201,6 +201,11 @@ func Do[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], opt
 // whatever the error; release may be called more than once. If op panics or
 // calls runtime.Goexit, every context is canceled at once.
 func DoStream[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], opts ...CallOption) (res T, release func(), err error) {
+	if p == nil || p.cfg.budget == 0 && p.cfg.attemptTimeout == 0 && p.cfg.hedge == nil {
+		// The call makes no context of its own: nothing to keep.
+		res, err = start(ctx, p, op, nil, opts)
+		return res, keepsNothing, err
+	}
 	kept := new(keeper)
 	returned := false
 	defer func() {
@@ -212,6 +217,9 @@ func DoStream[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T
 	returned = true
 	return res, kept.release, err
 }
+
+// keepsNothing is the release of a streamed call that made no context.
+func keepsNothing() {}
 
 // start makes the value of one call and runs it through the stages. A call
 // that is not timed goes straight into the breaker when the stages before
