@@ -116,7 +116,7 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 	defer resp.Body.Close()
 	defer func() { _, _ = io.CopyN(io.Discard, resp.Body, DrainLimit) }() // lets the connection be reused
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return c.cfg.failed(resp)
+		return c.cfg.failed(req, resp)
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
@@ -138,9 +138,12 @@ func unwrapURLError(err error) error {
 // failed returns the error for a final answer outside 2xx: the pipeline's
 // error if the transport made one (it tells why the retries stopped), with
 // the start of the body read into its StatusError.
-func (c *config) failed(resp *http.Response) error {
-	sent, _ := retrysignal.ParseAttempt(resp.Request.Header.Get(retrysignal.AttemptHeader)) // a hedge's, as the Transport marked it
-	err := c.statusError(resp.Request, resp, sent.Hedge)
+func (c *config) failed(req *http.Request, resp *http.Response) error {
+	if resp.Request != nil { // the last attempt's, as the Transport sent it; a Base may leave it out
+		req = resp.Request
+	}
+	sent, _ := retrysignal.ParseAttempt(req.Header.Get(retrysignal.AttemptHeader)) // a hedge's, as the Transport marked it
+	err := c.statusError(req, resp, sent.Hedge)
 	if rb, ok := resp.Body.(*releaseBody); ok && rb.err != nil {
 		err = rb.err
 	}

@@ -231,12 +231,16 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 	}
 	var c call[T] // zeroed in place: a literal is built, then copied
 	c.p, c.op, c.k, c.opts = p, op, k, callOf(opts)
-	if ctx.Err() != nil {
-		var zero T
-		return zero, p.outOfTime(ctx, 0, nil)
-	}
 	if l := p.cfg.listener; l != nil { // no call without a listener
-		c.done, c.clock = l.CallStarts() // asked once a call
+		c.done, c.clock = l.CallStarts() // asked once a call: it counts the call
+	}
+	if ctx.Err() != nil { // over before it started: counted, and told as ended at once
+		var zero T
+		err := p.outOfTime(ctx, 0, nil)
+		if c.done {
+			p.cfg.listener.Wanted(resilience.Event{Kind: resilience.EventCallDone, Err: err, Untimed: !c.clock})
+		}
+		return zero, err
 	}
 	if p.cfg.intoBreaker && !c.clock { // the stages before it would only pass the call on
 		if !c.done {

@@ -68,6 +68,9 @@ func (c *call[T]) run(ctx context.Context) (T, error) {
 	cfg := &c.p.cfg
 	switch {
 	case cfg.hedge != nil:
+		if by, _ := ctx.Value(hedgeKey{}).(*Pipeline); by == c.p {
+			ctx = context.WithValue(ctx, hedgeKey{}, (*Pipeline)(nil)) // a call that a hedge of p's makes through p is a call of its own
+		}
 		h := &hedged[T]{state: state{p: c.p}} // the state and the call's first race, in one allocation
 		c.s, c.race = &h.state, &h.race
 	case cfg.tracer != nil:

@@ -384,13 +384,28 @@ func Members(l resilience.Listener) []resilience.Listener {
 		}
 		return l.members()
 	case interface{ Members() []resilience.Listener }:
+		ms, ok := members(l)
+		if !ok {
+			return []resilience.Listener{l.(resilience.Listener)}
+		}
 		var out []resilience.Listener
-		for _, m := range l.Members() {
+		for _, m := range ms {
 			out = append(out, Members(m)...)
 		}
 		return out
 	}
 	return []resilience.Listener{l}
+}
+
+// members returns l's Members, or false if Members panics (the panic is
+// logged): a listener's fault changes no call.
+func members(l interface{ Members() []resilience.Listener }) (ms []resilience.Listener, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			logPanic("listener's Members", 0, r)
+		}
+	}()
+	return l.Members(), true
 }
 
 // Fan passes e once to each listener among the members of ls that wants
