@@ -24,7 +24,9 @@ type r2doneFilter struct {
 	done     atomic.Int64
 }
 
-func (f *r2doneFilter) Wants(k resilience.EventKind) bool { return k == resilience.EventCallDone && f.wantDone }
+func (f *r2doneFilter) Wants(k resilience.EventKind) bool {
+	return k == resilience.EventCallDone && f.wantDone
+}
 func (f *r2doneFilter) OnEvent(e resilience.Event) {
 	if e.Kind == resilience.EventCallDone {
 		f.done.Add(1)

@@ -82,12 +82,12 @@ func (p r2plain) OnEvent(e resilience.Event) { p.onEvent(e) }
 
 type r2filter struct{ *r2rec }
 
-func (p r2filter) OnEvent(e resilience.Event)          { p.onEvent(e) }
+func (p r2filter) OnEvent(e resilience.Event)        { p.onEvent(e) }
 func (p r2filter) Wants(k resilience.EventKind) bool { return p.wantsKind(k) }
 
 type r2timer struct{ *r2rec }
 
-func (p r2timer) OnEvent(e resilience.Event)          { p.onEvent(e) }
+func (p r2timer) OnEvent(e resilience.Event)        { p.onEvent(e) }
 func (p r2timer) Wants(k resilience.EventKind) bool { return p.wantsKind(k) }
 func (p r2timer) TimeCall() bool {
 	if p.panicTime {
