@@ -15,15 +15,17 @@ import (
 //
 // A call reads the monotonic clock once, as it is admitted: for the end of
 // the open state and the window's current bucket. Its outcome counts in
-// the bucket it was admitted in. A success while no failure is counted
-// reads no clock as it ends: if its bucket left the window since the last
-// call was admitted, it still counts until the next admission drops that
-// bucket, and changes no decision meanwhile (it breaks no run of failures,
-// and only a failure asks whether to trip). A failure, or a success that
-// would break a run of failures, reads the clock again to judge the window
-// as it is then, as gobreaker does for every outcome; so does any outcome
-// with a window of one bucket, which starts anew at the first admission or
-// outcome after it passed, and any change of state.
+// the bucket it was admitted in. A success while no run of failures is
+// counted, the common case, reads no clock as it ends: if its bucket left
+// the window since the last call was admitted, it still counts until the
+// next admission drops that bucket, and changes no decision meanwhile (it
+// breaks no run of failures, and only a failure asks whether to trip). A
+// failure, or a success that would break a run of failures, reads the
+// clock again to judge the window as it is then, as gobreaker does for
+// every outcome; so does any outcome with a window of one bucket, which
+// starts anew at the first admission or outcome after it passed, and any
+// change of state. It keeps gobreaker's model (TestCoreAgreesWithGobreaker
+// holds it to gobreaker v2's).
 type core struct {
 	maxRequests uint32        // probes let through when half-open, at least 1
 	timeout     time.Duration // how long the open state lasts
