@@ -130,6 +130,8 @@ func TestWhatCountsAsFailure(t *testing.T) {
 		{"canceled is ignored", fmt.Errorf("call: %w", context.Canceled), nil, false, true},
 		{"FailIf overrides", errDown, []breaker.Option{breaker.FailIf(func(error) bool { return false })}, false, false},
 		{"IgnoreIf overrides", errDown, []breaker.Option{breaker.IgnoreIf(func(error) bool { return true })}, false, true},
+		{"what IgnoreIf keeps counts by its class", errDown, []breaker.Option{breaker.IgnoreIf(func(error) bool { return false })}, true, false},
+		{"what IgnoreIf keeps, permanent, is a success", resilience.Permanent(errDown), []breaker.Option{breaker.IgnoreIf(func(error) bool { return false })}, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
