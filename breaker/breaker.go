@@ -83,13 +83,6 @@ func (r *rejection) Unwrap() error { return r.sentinel }
 
 func (r *rejection) ResilienceClass() resilience.Class { return resilience.ClassTerminal }
 
-// outcome sentinels say how a call counts; the caller's own error is kept
-// aside.
-var (
-	errFailure = errors.New("failure")
-	errIgnored = errors.New("ignored")
-)
-
 // Breaker is a circuit breaker for one dependency. It is safe for
 // concurrent use. The zero Breaker, and a nil *Breaker, is always closed and
 // counts nothing.
@@ -250,18 +243,20 @@ func (b *Breaker) executeNormal(ctx context.Context, op func(ctx context.Context
 	if b.fleet != nil {
 		return b.executeShared(ctx, op)
 	}
-	return b.executeOn(ctx, op)
+	_, err := b.executeOn(ctx, op)
+	return err
 }
 
 // executeOn runs op through b's own breaker, counting a panic or
-// runtime.Goexit in op as a failure.
-func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) error) error {
+// runtime.Goexit in op as a failure, and returns how the call counted (a
+// refusal's is never read) and op's error.
+func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) error) (outcome, error) {
 	v, gen, age := b.cb.admit()
 	switch v {
 	case refusedOpen:
-		return b.reject(b.errOpen)
+		return failed, b.reject(b.errOpen)
 	case refusedBusy:
-		return b.reject(b.errBusy)
+		return failed, b.reject(b.errBusy)
 	}
 	returned := false
 	defer func() {
@@ -270,23 +265,16 @@ func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) er
 		}
 	}()
 	err := op(ctx)
-	if err == nil {
-		returned = true
-		b.cb.done(gen, age, counted)
-		return nil
+	out := counted
+	if err != nil {
+		out = b.judge(ctx, err) // may panic (a FailIf's, an Unwrap's): a failure, as a panic in op
 	}
-	out := b.outcome(ctx, err) // may panic (a FailIf's, an Unwrap's): a failure, as a panic in op
 	returned = true
-	switch out {
-	case errFailure:
-		b.cb.done(gen, age, failed)
-	case errIgnored:
-		b.cb.done(gen, age, excluded)
+	b.cb.done(gen, age, out)
+	if out == excluded {
 		b.probeIgnored()
-	default:
-		b.cb.done(gen, age, counted)
 	}
-	return err
+	return out, err
 }
 
 // reject reports a rejection to b's own listener (the caller's hears of
@@ -298,30 +286,30 @@ func (b *Breaker) reject(err error) error {
 	return err
 }
 
-// outcome maps a call's error to how it counts: nil for a success.
-func (b *Breaker) outcome(ctx context.Context, err error) error {
+// judge says how a call that ended with err counts.
+func (b *Breaker) judge(ctx context.Context, err error) outcome {
 	if err == nil {
-		return nil
+		return counted
 	}
 	c := resilience.ClassSuccess // not classified yet: err is not nil
 	if b.cfg.ignoreIf != nil {
 		if b.cfg.ignoreIf(err) {
-			return errIgnored
+			return excluded
 		}
 	} else if c = resilience.Classify(err); c == resilience.ClassCanceled || c == resilience.ClassRejected || errors.Is(ctx.Err(), context.Canceled) {
-		return errIgnored
+		return excluded
 	}
 	if b.cfg.failIf != nil {
 		if b.cfg.failIf(err) {
-			return errFailure
+			return failed
 		}
-		return nil
+		return counted
 	}
 	if c == resilience.ClassSuccess {
 		c = resilience.Classify(err)
 	}
 	if c.Failure() {
-		return errFailure
+		return failed
 	}
-	return nil
+	return counted
 }

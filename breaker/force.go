@@ -364,7 +364,7 @@ func (b *Breaker) executeForced(ctx context.Context, f *forcing, op func(ctx con
 	case ForcedClosed:
 		err := op(ctx)
 		f.requests.Add(1)
-		if b.outcome(ctx, err) == errFailure {
+		if b.judge(ctx, err) == failed {
 			f.failures.Add(1)
 		}
 		return err

@@ -673,12 +673,12 @@ func (b *Breaker) ownOpen() bool {
 // record counts a call's outcome for the fleet, in the tally of the
 // generation it was admitted under; a probe's outcome for the generation it
 // was granted in, or not at all.
-func (f *fleet) record(probe bool, gen uint64, c *tally, outcome error) {
+func (f *fleet) record(probe bool, gen uint64, c *tally, o outcome) {
 	if probe {
 		f.running.Add(-1)
 	}
-	switch outcome {
-	case errIgnored:
+	switch o {
+	case excluded:
 		if probe {
 			f.mu.Lock() // as below
 			if gen == f.gen.Load() {
@@ -687,7 +687,7 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, outcome error) {
 			f.mu.Unlock()
 		}
 		return
-	case errFailure:
+	case failed:
 		c.counts.Add(oneRequest + 1) // the request and its failure at once
 	default:
 		c.counts.Add(oneRequest)
@@ -698,7 +698,7 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, outcome error) {
 		// (one flush per interval, whatever happens).
 		f.mu.Lock()
 		if gen == f.gen.Load() {
-			if outcome == errFailure {
+			if o == failed {
 				f.probeBad.Add(1)
 			} else {
 				f.probeOK.Add(1)
@@ -716,12 +716,12 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 	if err != nil {
 		return err
 	}
-	outcome := errFailure // a panic or runtime.Goexit unless op returns
+	out := failed // a panic or runtime.Goexit unless op returns
 	ran := false
 	defer func() {
 		switch {
 		case ran:
-			f.record(probe, gen, c, outcome)
+			f.record(probe, gen, c, out)
 		case probe:
 			f.running.Add(-1)
 			f.mu.Lock() // as in record
@@ -731,12 +731,11 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 			f.mu.Unlock()
 		}
 	}()
-	return b.executeOn(ctx, func(ctx context.Context) error {
+	out, err = b.executeOn(ctx, func(ctx context.Context) error {
 		ran = true
-		opErr := op(ctx)
-		outcome = b.outcome(ctx, opErr)
-		return opErr
+		return op(ctx)
 	})
+	return err
 }
 
 // FleetState returns the fleet breaker's state as this replica goes by it
