@@ -184,9 +184,10 @@ const (
 	listenerPanicked = iota
 	wantsPanicked
 	timeCallPanicked
+	membersPanicked
 )
 
-var panicked = [...]string{"listener", "listener's Wants", "listener's TimeCall"}
+var panicked = [...]string{"listener", "listener's Wants", "listener's TimeCall", "listener's Members"}
 
 // recovered, deferred, logs a panic of what, in a listener told of or
 // asked about an event of kind k, and stops it. A deferred function of its
@@ -400,11 +401,7 @@ func Members(l resilience.Listener) []resilience.Listener {
 // members returns l's Members, or false if Members panics (the panic is
 // logged): a listener's fault changes no call.
 func members(l interface{ Members() []resilience.Listener }) (ms []resilience.Listener, ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			logPanic("listener's Members", 0, r)
-		}
-	}()
+	defer recovered(membersPanicked, 0)
 	return l.Members(), true
 }
 
