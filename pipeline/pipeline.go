@@ -238,7 +238,7 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 		var zero T
 		err := p.outOfTime(ctx, 0, nil)
 		if c.done {
-			p.cfg.listener.Wanted(resilience.Event{Kind: resilience.EventCallDone, Err: err, Untimed: !c.clock})
+			c.ended(err, 0)
 		}
 		return zero, err
 	}
@@ -247,7 +247,7 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 			return c.breaker(ctx)
 		}
 		res, err := c.breaker(ctx)
-		p.cfg.listener.Wanted(resilience.Event{Kind: resilience.EventCallDone, Err: err, Untimed: true})
+		c.ended(err, 0) // untimed: !c.clock
 		return res, err
 	}
 	return c.run(ctx)

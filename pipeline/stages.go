@@ -101,18 +101,26 @@ func (c *call[T]) traced(ctx context.Context) (res T, err error) {
 // with its Duration; a CallTimer that declined to time it gets it Untimed,
 // with no clock read.
 func (c *call[T]) timed(ctx context.Context) (T, error) {
-	if c.done && !c.clock {
-		res, err := c.budget(ctx)
-		c.p.cfg.listener.Wanted(resilience.Event{Kind: resilience.EventCallDone, Err: err, Untimed: true})
-		return res, err
+	if !c.done {
+		return c.budget(ctx)
 	}
-	if c.done {
-		start := monotime.Now()
-		res, err := c.budget(ctx)
-		c.p.cfg.listener.Wanted(resilience.Event{Kind: resilience.EventCallDone, Duration: monotime.Since(start), Err: err})
-		return res, err
+	var start monotime.Reading
+	if c.clock {
+		start = monotime.Now()
 	}
-	return c.budget(ctx)
+	res, err := c.budget(ctx)
+	var took time.Duration
+	if c.clock {
+		took = monotime.Since(start)
+	}
+	c.ended(err, took)
+	return res, err
+}
+
+// ended tells the listener, which wanted it, that the call ended with err
+// after took, or untimed if the call was not timed.
+func (c *call[T]) ended(err error, took time.Duration) {
+	c.p.cfg.listener.Wanted(resilience.Event{Kind: resilience.EventCallDone, Duration: took, Err: err, Untimed: !c.clock})
 }
 
 // budget caps the rest of the call at the time budget, if any. Behind a
