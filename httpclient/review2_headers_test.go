@@ -36,6 +36,30 @@ func (s *r2seen) add(r *http.Request) {
 	s.mu.Unlock()
 }
 
+// fromAHedge calls through outer an operation whose first attempt is slow
+// (until canceled, or 300 ms), so that a hedge goes, and whose other
+// attempts send req(ctx) with hc.
+func fromAHedge(outer *pipeline.Pipeline, hc *http.Client, req func(ctx context.Context) *http.Request) error {
+	var calls atomic.Int32
+	_, err := pipeline.Do(context.Background(), outer, func(ctx context.Context) (int, error) {
+		if calls.Add(1) == 1 {
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(300 * time.Millisecond):
+				return 1, nil
+			}
+		}
+		resp, err := hc.Do(req(ctx))
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return 2, nil
+	})
+	return err
+}
+
 // A request sent through a Transport from within a hedge of the
 // Transport's own pipeline (a wrapper that runs a client call through
 // the pipeline the client uses) goes out as a hedge numbered 0, which
@@ -51,23 +75,9 @@ func TestReview2TransportInsideHedgeOfSamePipeline(t *testing.T) {
 	p := pipeline.New(pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3))),
 		pipeline.WithHedging(hedge.New(hedge.Delay(2*time.Millisecond), hedge.MaxShare(1), hedge.MaxExtra(1))))
 	hc := &http.Client{Transport: httpclient.NewTransport(httpclient.WithPipeline(p))}
-	var calls atomic.Int32
-	_, err := pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
-		if calls.Add(1) == 1 { // the first attempt is slow: a hedge goes
-			select {
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			case <-time.After(300 * time.Millisecond):
-				return 1, nil
-			}
-		}
+	err := fromAHedge(p, hc, func(ctx context.Context) *http.Request {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		resp.Body.Close()
-		return 2, nil
+		return req
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -299,24 +309,10 @@ func TestReview2TransportInsideHedgeOfSamePipelineNumbering(t *testing.T) {
 		seen.mu.Lock()
 		seen.reqs, seen.body = nil, nil
 		seen.mu.Unlock()
-		var calls atomic.Int32
-		_, _ = pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
-			if calls.Add(1) == 1 {
-				select {
-				case <-ctx.Done():
-					return 0, ctx.Err()
-				case <-time.After(300 * time.Millisecond):
-					return 1, nil
-				}
-			}
+		_ = fromAHedge(p, hc, func(ctx context.Context) *http.Request {
 			req, _ := http.NewRequestWithContext(ctx, method, srv.URL, strings.NewReader("x"))
 			req.Header.Set("Idempotency-Key", "k")
-			resp, err := hc.Do(req)
-			if err != nil {
-				return 0, err
-			}
-			resp.Body.Close()
-			return 2, nil
+			return req
 		})
 		seen.mu.Lock()
 		var got []string
@@ -347,23 +343,9 @@ func TestReview2TransportInsideHedgeOfOtherPipeline(t *testing.T) {
 		pipeline.WithHedging(hedge.New(hedge.Delay(2*time.Millisecond), hedge.MaxShare(1), hedge.MaxExtra(1))))
 	p := q.With(pipeline.WithName("outer"))
 	hc := &http.Client{Transport: httpclient.NewTransport(httpclient.WithPipeline(q))}
-	var calls atomic.Int32
-	_, err := pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
-		if calls.Add(1) == 1 {
-			select {
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			case <-time.After(300 * time.Millisecond):
-				return 1, nil
-			}
-		}
+	err := fromAHedge(p, hc, func(ctx context.Context) *http.Request {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		resp.Body.Close()
-		return 2, nil
+		return req
 	})
 	if err != nil {
 		t.Fatal(err)
