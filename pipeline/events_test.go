@@ -420,4 +420,19 @@ func TestListenerAskedOnceAnEvent(t *testing.T) {
 			assert.Equal(t, 1, l.heard[k], "heard %v", k)
 		}
 	}
+	t.Run("three attempts", func(t *testing.T) {
+		l := &askCounter{asked: map[resilience.EventKind]int{}, heard: map[resilience.EventKind]int{}}
+		p := pipeline.New(pipeline.WithBreaker(breaker.New("b")), pipeline.WithListener(l),
+			pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Nanosecond), retrypolicy.MaxDelay(time.Nanosecond))))
+		n := 0
+		_, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) {
+			if n++; n < 3 {
+				return 0, fmt.Errorf("transient %d", n)
+			}
+			return 1, nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, 1, l.asked[resilience.EventAttempt], "asked once, as the call started")
+		assert.Equal(t, 3, l.heard[resilience.EventAttempt])
+	})
 }

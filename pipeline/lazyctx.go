@@ -2,35 +2,42 @@ package pipeline
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
 )
 
 // lazyCtx is a context capped at a deadline (a call's time budget, an
-// attempt's timeout), made at the cost of one allocation: it keeps the
-// deadline, and makes the timer and the channel that
-// context.WithDeadlineCause makes at once only when something asks for
-// them (Done, or a context derived from it). An operation that
-// answers without watching its context, as a cache or an in-process call
-// does, never pays for them; one that watches it, as any network client
-// does, pays what context.WithDeadline costs, and one allocation more.
+// attempt's timeout), made at the cost of one allocation of 64 bytes: it
+// keeps the deadline, as a reading of the monotonic clock, and makes the
+// timer and the channel that context.WithDeadlineCause makes at once only
+// when something asks for them (Done, or a context derived from it). An
+// operation that answers without watching its context, as a cache or an
+// in-process call does, never pays for them; one that watches it, as any
+// network client does, pays what context.WithDeadline costs, and one
+// allocation more.
 //
 // Deadline, Err, Value and context.Cause answer as
-// context.WithDeadlineCause's context would, with one difference: the
+// context.WithDeadlineCause's context would, with two differences. The
 // standard context's timer sees the deadline pass as it does, a lazy one
-// only when asked (Err reads the clock while nothing has asked for Done).
-// So after a deadline that passed unseen and then another end (the
+// only when asked (Err reads the clock while nothing has asked for Done):
+// so after a deadline that passed unseen and then another end (the
 // parent's, or the call's), it reports that end (Canceled, or the parent's
-// cause), where the standard context reports DeadlineExceeded. A zero
-// deadline sets none: it then stands for context.WithCancel(parent), made
-// as lazily. It is safe for concurrent use.
+// cause), where the standard context reports DeadlineExceeded. And the
+// deadline is set from a reading of the monotonic clock alone, half the
+// cost of time.Now: Deadline's time.Time measures from it exactly with
+// time.Until or any comparison, and its wall clock reading is that of
+// monotime.Reading.Time. No deadline (lazyTimed not set) stands for
+// context.WithCancel(parent), made as lazily. It is safe for concurrent
+// use.
 type lazyCtx struct {
-	context.Context // the caller's, until inner is made
-	deadline        time.Time
-	cause           error // of the deadline, as context.WithDeadlineCause's
+	context.Context                  // the caller's, until inner is made
+	at              monotime.Reading // the deadline, with lazyTimed
+	state           atomic.Uint32    // lazy* bits
 
-	state atomic.Uint32      // lazy* bits
 	mu    sync.Mutex         // makes inner
 	inner context.Context    // context.WithDeadlineCause, once asked for
 	stop  context.CancelFunc // inner's
@@ -49,6 +56,8 @@ const (
 	// stage's, or the breaker's) asks it first, before any operation sees
 	// it. An attempt's context, given to its operation at once, is not.
 	lazyFresh
+	lazyTimed   // c has a deadline, at
+	lazyAttempt // an attempt's: its deadline's cause is ErrAttemptTimeout
 )
 
 // freshMargin is how far a deadline must be from the reading it was set
@@ -56,12 +65,31 @@ const (
 // than that is checked on the clock at once, as any later one is.
 const freshMargin = time.Millisecond
 
-// setFresh marks c's deadline as not passed at now, the reading it was
-// set from, if it is far enough from it.
-func (c *lazyCtx) setFresh(now time.Time) {
-	if c.deadline.Sub(now) >= freshMargin {
-		c.state.Store(lazyFresh)
+// set makes c, in zeroed memory and not yet shared, parent capped at d
+// after now (an attempt's if attempt), and, for a budget, fresh if the
+// deadline is far enough from now.
+func (c *lazyCtx) set(parent context.Context, now monotime.Reading, d time.Duration, attempt bool) {
+	c.Context, c.at = parent, now+monotime.Reading(d)
+	if c.at < now {
+		c.at = math.MaxInt64 // a deadline past the end of time: none, as time.Time.Add saturates
 	}
+	bits := uint32(lazyTimed)
+	switch {
+	case attempt:
+		bits |= lazyAttempt
+	case d >= freshMargin:
+		bits |= lazyFresh
+	}
+	c.state.Store(bits)
+}
+
+// cause is what ends c at its deadline: ErrAttemptTimeout for an
+// attempt's, nil (DeadlineExceeded) for the budget's.
+func (c *lazyCtx) cause() error {
+	if c.state.Load()&lazyAttempt != 0 {
+		return ErrAttemptTimeout
+	}
+	return nil
 }
 
 // stale ends c's freshness: it was asked something else first.
@@ -74,10 +102,13 @@ func (c *lazyCtx) stale() {
 func (c *lazyCtx) Deadline() (time.Time, bool) {
 	c.stale()
 	d, ok := c.Context.Deadline()
-	if c.deadline.IsZero() || ok && d.Before(c.deadline) {
-		return d, ok // the parent's, as the standard context says
+	if c.state.Load()&lazyTimed == 0 {
+		return d, ok
 	}
-	return c.deadline, true
+	if at := c.at.Time(); !ok || !d.Before(at) {
+		return at, true
+	}
+	return d, ok // the parent's, as the standard context says
 }
 
 func (c *lazyCtx) Done() <-chan struct{} { return c.standard().Done() }
@@ -87,7 +118,7 @@ func (c *lazyCtx) Err() error {
 	if s&lazyMade != 0 {
 		return c.inner.Err()
 	}
-	if s&lazyEnded == 0 && c.Context.Err() == nil && (c.deadline.IsZero() || s&lazyFresh != 0 && c.state.CompareAndSwap(s, s&^lazyFresh) || time.Until(c.deadline) > 0) {
+	if s&lazyEnded == 0 && c.Context.Err() == nil && (s&lazyTimed == 0 || s&lazyFresh != 0 && c.state.CompareAndSwap(s, s&^lazyFresh) || monotime.Now() < c.at) {
 		return nil
 	}
 	// Ended, canceled or past the deadline: through the standard context,
@@ -120,10 +151,10 @@ func (c *lazyCtx) standard() context.Context {
 			// Canceled, as the standard context's cancel function would
 			// have left it, whatever ended after.
 			c.inner, c.stop = context.WithCancel(context.WithoutCancel(c.Context))
-		} else if c.deadline.IsZero() {
+		} else if s&lazyTimed == 0 {
 			c.inner, c.stop = context.WithCancel(c.Context)
 		} else {
-			c.inner, c.stop = context.WithDeadlineCause(c.Context, c.deadline, c.cause)
+			c.inner, c.stop = context.WithDeadlineCause(c.Context, c.at.Time(), c.cause())
 		}
 		if s&lazyEnded != 0 {
 			c.stop()
@@ -169,4 +200,9 @@ func endedQuietly(ctx context.Context) bool {
 	return ctx.Err() != nil
 }
 
-func (c *lazyCtx) String() string { return "pipeline.lazyCtx(" + c.deadline.String() + ")" }
+func (c *lazyCtx) String() string {
+	if c.state.Load()&lazyTimed == 0 {
+		return "pipeline.lazyCtx"
+	}
+	return "pipeline.lazyCtx(" + c.at.Time().String() + ")"
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/hedge"
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/limit"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -132,7 +133,16 @@ func TestLazyContextAllocatesOnceUnwatched(t *testing.T) {
 
 // newLazyCtx returns parent capped at deadline, which ends it with cause.
 func newLazyCtx(parent context.Context, deadline time.Time, cause error) *lazyCtx {
-	return &lazyCtx{Context: parent, deadline: deadline, cause: cause}
+	return lazyAfter(parent, time.Until(deadline), cause)
+}
+
+// lazyAfter returns parent capped at d from now, which ends it with cause
+// (nil or ErrAttemptTimeout), not fresh.
+func lazyAfter(parent context.Context, d time.Duration, cause error) *lazyCtx {
+	c := new(lazyCtx)
+	c.set(parent, monotime.Now(), d, cause == ErrAttemptTimeout)
+	c.stale()
+	return c
 }
 
 // TestFirstAttemptTimeoutRunsFromTheBudget: the first attempt's timeout
@@ -258,11 +268,10 @@ func TestBudgetsFirstAnswerIsThePipelines(t *testing.T) {
 	}
 	t.Run("fresh only far from its end", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			now := time.Now()
-			far := &lazyCtx{Context: t.Context(), deadline: now.Add(freshMargin)}
-			far.setFresh(now)
-			near := &lazyCtx{Context: t.Context(), deadline: now.Add(freshMargin - 1)}
-			near.setFresh(now)
+			now := monotime.Now()
+			far, near := new(lazyCtx), new(lazyCtx)
+			far.set(t.Context(), now, freshMargin, false)
+			near.set(t.Context(), now, freshMargin-1, false)
 			time.Sleep(time.Hour)
 			assert.NoError(t, far.Err(), "the first answer, from the reading")
 			assert.ErrorIs(t, far.Err(), context.DeadlineExceeded, "the next, from the clock")
@@ -276,9 +285,8 @@ func TestBudgetsFirstAnswerIsThePipelines(t *testing.T) {
 				func(c *lazyCtx) { c.Deadline() },
 				func(c *lazyCtx) { c.Done() },
 			} {
-				now := time.Now()
-				c := &lazyCtx{Context: t.Context(), deadline: now.Add(time.Second)}
-				c.setFresh(now)
+				c := new(lazyCtx)
+				c.set(t.Context(), monotime.Now(), time.Second, false)
 				ask(c)
 				time.Sleep(2 * time.Second)
 				assert.ErrorIs(t, c.Err(), context.DeadlineExceeded)
@@ -294,20 +302,19 @@ func TestBudgetsFirstAnswerIsThePipelines(t *testing.T) {
 // lazy context's documented difference); one the budget saw is seen.
 func TestAttemptEndsWithoutReadingTheClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		now := time.Now()
-		budget := &lazyCtx{Context: t.Context(), deadline: now.Add(time.Second)}
-		unseen := &lazyCtx{Context: budget, deadline: now.Add(time.Hour), cause: ErrAttemptTimeout}
+		budget := lazyAfter(t.Context(), time.Second, nil)
+		unseen := lazyAfter(budget, time.Hour, ErrAttemptTimeout)
 		time.Sleep(2 * time.Second)
 		unseen.end()
 		assert.ErrorIs(t, unseen.Err(), context.Canceled)
 
-		seen := &lazyCtx{Context: budget, deadline: now.Add(time.Hour), cause: ErrAttemptTimeout}
+		seen := lazyAfter(budget, time.Hour, ErrAttemptTimeout)
 		require.ErrorIs(t, budget.Err(), context.DeadlineExceeded)
 		seen.end()
 		assert.ErrorIs(t, seen.Err(), context.DeadlineExceeded)
 
-		ended := &lazyCtx{Context: t.Context(), deadline: now.Add(time.Hour)}
-		child := &lazyCtx{Context: ended, deadline: now.Add(time.Hour)}
+		ended := lazyAfter(t.Context(), time.Hour, nil)
+		child := lazyAfter(ended, time.Hour, nil)
 		ended.end()
 		child.end()
 		assert.ErrorIs(t, child.Err(), context.Canceled)

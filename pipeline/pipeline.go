@@ -89,7 +89,7 @@ func New(opts ...Option) *Pipeline {
 	cfg.listeners = nil
 	cfg.givenRetry = cfg.retry
 	if cfg.retry != nil && cfg.listener != nil {
-		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener))
+		cfg.retry = cfg.retry.With(retrypolicy.WithListener(cfg.listener.TellsNoAttempts())) // the call tells them: see call.told
 	}
 	cfg.gates = cfg.buildGates()
 	// The throttle refuses at once; a limit's queue or WaitWhenOpen may
@@ -232,7 +232,7 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 	var c call[T] // zeroed in place: a literal is built, then copied
 	c.p, c.op, c.k, c.opts = p, op, k, callOf(opts)
 	if l := p.cfg.listener; l != nil { // no call without a listener
-		c.done, c.clock = l.CallStarts() // asked once a call: it counts the call
+		c.done, c.clock, c.attempts = l.CallStarts() // asked once a call: it counts the call
 	}
 	if ctx.Err() != nil { // over before it started: counted, and told as ended at once
 		var zero T

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
 )
 
 // Concurrent end, Done, Err and Cause on a lazy context (with and
@@ -14,14 +16,14 @@ import (
 // agree.
 func TestEdges28LazyCtxConcurrentEndDoneErr(t *testing.T) {
 	for i := 0; i < 3000; i++ {
-		parent := &lazyCtx{Context: context.Background(), deadline: time.Now().Add(time.Hour)}
-		parent.setFresh(time.Now())
+		parent := new(lazyCtx)
+		parent.set(context.Background(), monotime.Now(), time.Hour, false)
 		var c *lazyCtx
 		switch i % 3 {
 		case 0:
-			c = &lazyCtx{Context: parent, deadline: time.Now().Add(time.Hour), cause: ErrAttemptTimeout}
+			c = lazyAfter(parent, time.Hour, ErrAttemptTimeout)
 		case 1:
-			c = &lazyCtx{Context: parent}
+			c = &lazyCtx{Context: parent} // no deadline
 		default:
 			c = parent
 		}

@@ -46,14 +46,17 @@ type call[T any] struct {
 	// The budget leaves these to the first attempt's timeout, which
 	// follows it at once: the clock reading the budget was set from, and
 	// the attempt's context, allocated with the budget's.
-	now   time.Time
-	spare *lazyCtx
+	now    monotime.Reading
+	hasNow bool // now is set
+	spare  *lazyCtx
 
-	done  bool     // the listener wants EventCallDone
-	clock bool     // and its Duration: the call is timed
-	ran   bool     // the breaker admitted the call: inside ran
-	res   T        // what inside leaves for through
-	race  *race[T] // for the call's first race, allocated with c.s; nil once used
+	done     bool     // the listener wants EventCallDone
+	clock    bool     // and its Duration: the call is timed
+	attempts bool     // the listener wants EventAttempt
+	n        int      // attempts told, with attempts
+	ran      bool     // the breaker admitted the call: inside ran
+	res      T        // what inside leaves for through
+	race     *race[T] // for the call's first race, allocated with c.s; nil once used
 }
 
 // hedged is the state of a hedged call with the memory of its first race.
@@ -150,8 +153,8 @@ func (cfg *config) budgetBehindBreaker() bool {
 // streamed call's cap is the keeper's to end.
 func (c *call[T]) withBudget(ctx context.Context) (context.Context, *lazyCtx) {
 	cfg := &c.p.cfg
-	now := time.Now()
-	if dl, ok := ctx.Deadline(); ok && dl.Sub(now) <= cfg.budget {
+	now := monotime.Now()
+	if dl, ok := ctx.Deadline(); ok && dl.Sub(now.Time()) <= cfg.budget {
 		return ctx, nil
 	}
 	var bc *lazyCtx
@@ -159,13 +162,12 @@ func (c *call[T]) withBudget(ctx context.Context) (context.Context, *lazyCtx) {
 		pair := new([2]lazyCtx)
 		bc, c.spare = &pair[0], &pair[1]
 		if cfg.attemptFollows {
-			c.now = now
+			c.now, c.hasNow = now, true
 		}
 	} else {
 		bc = new(lazyCtx)
 	}
-	bc.Context, bc.deadline = ctx, now.Add(cfg.budget) // into zeroed memory: no copy of the rest
-	bc.setFresh(now)
+	bc.set(ctx, now, cfg.budget, false)
 	if c.k != nil {
 		c.k.budget = bc.end
 		return bc, nil
@@ -274,6 +276,9 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 	if c.b != nil {
 		guard = c.b.Check
 	}
+	if c.attempts {
+		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.told)
+	}
 	switch c.firstInside() {
 	case viaHedge:
 		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.hedge)
@@ -281,6 +286,25 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.timeout)
 	}
 	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.op)
+}
+
+// told runs an attempt of the retry stage, from the first stage inside it
+// that does something for it, and tells the listener, which wants it, of
+// the attempt. The pipeline asks the listener once, as the call starts,
+// whether it wants attempts; the retry stage, which counts them, neither
+// asks nor tells (safe.Listener.TellsNoAttempts).
+func (c *call[T]) told(ctx context.Context) (res T, err error) {
+	switch c.firstInside() {
+	case viaHedge:
+		res, err = c.hedge(ctx)
+	case viaTimeout:
+		res, err = c.timeout(ctx)
+	default:
+		res, err = c.op(ctx)
+	}
+	c.n++
+	c.p.cfg.listener.Attempted(c.n, err)
+	return res, err
 }
 
 // The stage an attempt starts at, inside the retry stage.
@@ -333,7 +357,10 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 		res, err = c.op(ctx)
 	}
 	returned = true
-	l.Attempt(1, err)
+	l.Count(1, err)
+	if c.attempts {
+		l.Attempted(1, err)
+	}
 	if err != nil && ctx.Err() != nil {
 		err = c.p.outOfTime(ctx, 1, err)
 	} else if err != nil && c.p.cfg.retry != nil && (c.opts.single && resilience.Classify(err).Retryable() || resilience.IsUnrepeatable(err)) {
@@ -492,14 +519,14 @@ func (c *call[T]) timeout(ctx context.Context) (T, error) {
 // clock reading the budget left to the first attempt, or its own.
 func (c *call[T]) attemptCtx(ctx context.Context, d time.Duration) *lazyCtx {
 	lc, now := c.spare, c.now
-	c.spare, c.now = nil, time.Time{}
+	if !c.hasNow {
+		now = monotime.Now()
+	}
+	c.spare, c.hasNow = nil, false
 	if lc == nil {
 		lc = new(lazyCtx)
 	}
-	if now.IsZero() {
-		now = time.Now()
-	}
-	lc.Context, lc.deadline, lc.cause = ctx, now.Add(d), ErrAttemptTimeout // zeroed memory, as above
+	lc.set(ctx, now, d, true)
 	return lc
 }
 

@@ -19,3 +19,16 @@ func TestSinceMeasuresAsTimeSince(t *testing.T) {
 	time.Sleep(time.Millisecond)
 	assert.GreaterOrEqual(t, Since(r), time.Millisecond, "in real time too")
 }
+
+func TestTimeIsTheReadingsInstant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := Now()
+		assert.Equal(t, time.Now(), r.Time(), "in a bubble, the bubble's clock, with no monotonic reading")
+		time.Sleep(time.Second)
+		assert.Equal(t, time.Second, time.Since(r.Time()))
+		assert.Equal(t, -time.Minute, time.Until((r + Reading(time.Second-time.Minute)).Time()))
+	})
+	r, now := Now(), time.Now()
+	assert.InDelta(t, 0, float64(now.Sub(r.Time())), float64(time.Millisecond), "outside, the monotonic clock's")
+	assert.Equal(t, time.Hour, (r + Reading(time.Hour)).Time().Sub(r.Time()))
+}

@@ -30,6 +30,11 @@ type Listener struct {
 	counts   []*tally.Counts        // the keepers', and those of the *Listeners in ls
 	name     string
 	filtered bool // some listener is a Filter or a keeper
+	// attemptsTold: a pipeline tells its listeners of attempts itself,
+	// having asked them once as the call started ([Listener.CallStarts]);
+	// s is the copy its retry stage holds ([Listener.TellsNoAttempts]),
+	// which only counts them.
+	attemptsTold bool
 
 	// The one listener, if it is the only one (no keeper), a Filter and
 	// no *Listener: asked without a loop.
@@ -91,6 +96,9 @@ func New(name string, ls ...resilience.Listener) *Listener {
 // call that was not timed goes only to the CallTimers, the listeners that
 // can have declined to time it (through the Listeners s was made of too).
 func (s *Listener) OnEvent(e resilience.Event) {
+	if s.attemptsTold && e.Kind == resilience.EventAttempt {
+		return
+	}
 	if e.Name == "" {
 		e.Name = s.name
 	}
@@ -146,6 +154,9 @@ func (s *Listener) Attempt(n int, err error) {
 		return
 	}
 	s.Count(n, err)
+	if s.attemptsTold {
+		return
+	}
 	for i, l := range s.ls {
 		if f := s.fs[i]; f == nil || wants(f, resilience.EventAttempt) { // no event built for none
 			deliver(l, nil, resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err})
@@ -156,15 +167,17 @@ func (s *Listener) Attempt(n int, err error) {
 // Wanted is OnEvent for an event whose kind the caller has just asked
 // Wants about and heard yes: a single listener is not asked again.
 func (s *Listener) Wanted(e resilience.Event) {
-	if len(s.ls) != 1 || len(s.keepers) != 0 {
+	if len(s.ls) != 1 || len(s.keepers) != 0 || s.attemptsTold {
 		s.OnEvent(e)
 		return
 	}
 	if e.Name == "" {
 		e.Name = s.name
 	}
-	defer recovered(listenerPanicked, e.Kind)
+	returned := false
+	defer recovered(&returned, listenerPanicked, e.Kind)
 	s.ls[0].OnEvent(e)
+	returned = true
 }
 
 // deliver passes e to l if f, l as a Filter, wants it (a nil f wants
@@ -175,8 +188,10 @@ func deliver(l resilience.Listener, f resilience.Filter, e resilience.Event) {
 	if _, fan := l.(*Listener); !fan && f != nil && !wants(f, e.Kind) {
 		return
 	}
-	defer recovered(listenerPanicked, e.Kind)
+	returned := false
+	defer recovered(&returned, listenerPanicked, e.Kind)
 	l.OnEvent(e)
+	returned = true
 }
 
 // What panicked, for recovered.
@@ -190,10 +205,14 @@ const (
 var panicked = [...]string{"listener", "listener's Wants", "listener's TimeCall", "listener's Members"}
 
 // recovered, deferred, logs a panic of what, in a listener told of or
-// asked about an event of kind k, and stops it. A deferred function of its
-// own, not a closure, so that the frame it guards keeps nothing in memory
-// for it.
-func recovered(what int, k resilience.EventKind) {
+// asked about an event of kind k, and stops it, unless the guarded call
+// returned: recover is not free, and a call that returns never needs it.
+// A deferred function of its own, not a closure, so that the frame it
+// guards keeps nothing in memory for it.
+func recovered(returned *bool, what int, k resilience.EventKind) {
+	if *returned {
+		return
+	}
 	if r := recover(); r != nil {
 		logPanic(panicked[what], k, r)
 	}
@@ -201,24 +220,60 @@ func recovered(what int, k resilience.EventKind) {
 
 // Wants reports whether any listener wants events of kind k; a panic in a
 // listener's Wants counts as no. Of [resilience.EventCallDone], it is
-// [Listener.CallStarts]'s done.
+// [Listener.CallStarts]'s done; of [resilience.EventAttempt], always no
+// from a copy that [Listener.TellsNoAttempts] made.
 func (s *Listener) Wants(k resilience.EventKind) bool {
-	return s != nil && (!s.filtered || s.someWants(k)) // inlined: a call without a listener pays no call
+	if s == nil || s.attemptsTold && k == resilience.EventAttempt {
+		return false // inlined: a call without a listener, or a retry stage's question, pays no call
+	}
+	return !s.filtered || s.someWants(k)
+}
+
+// TellsNoAttempts returns a copy of s for a pipeline's retry stage: it
+// counts attempts ([Listener.Count]) but neither asks about nor passes on
+// [resilience.EventAttempt], which the pipeline tells itself, having asked
+// once as the call started ([Listener.CallStarts]). A nil s gives nil.
+func (s *Listener) TellsNoAttempts() *Listener {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.attemptsTold = true
+	return &c
+}
+
+// Attempted passes an attempt numbered n that ended with err, as an
+// EventAttempt, to the listeners other than keepers that want it, and
+// counts nothing: it is for a caller that [Listener.CallStarts] told that
+// some listener wants attempts (a single listener is not asked again) and
+// whose retry stage counts them.
+func (s *Listener) Attempted(n int, err error) {
+	e := resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err}
+	if s.one != nil {
+		returned := false
+		defer recovered(&returned, listenerPanicked, e.Kind)
+		s.ls[0].OnEvent(e)
+		returned = true
+		return
+	}
+	for i, l := range s.ls {
+		if f := s.fs[i]; f == nil || wants(f, resilience.EventAttempt) { // no event built for none
+			deliver(l, nil, e)
+		}
+	}
 }
 
 // CallStarts reports whether a listener wants the end of a call
-// ([resilience.EventCallDone]) that starts, and whether the call is to be
-// timed for it: a keeper claimed it to be timed ([tally.Counts.Call]), or
+// ([resilience.EventCallDone]) that starts, whether the call is to be
+// timed for it (a keeper claimed it to be timed ([tally.Counts.Call]), or
 // a listener that wants its end is not a [resilience.CallTimer] or is one
-// that wants it timed. A pipeline asks it once a call, as the call starts,
-// and only then: it counts the call in the keepers' counts. A nil s wants
-// nothing; a caller that checks for nil first pays no call without a
-// listener.
-func (s *Listener) CallStarts() (done, timed bool) {
-	if s == nil || !s.filtered {
-		return s != nil, s != nil
-	}
-	if s.one != nil {
+// that wants it timed), and whether a listener other than a keeper wants
+// its attempts ([resilience.EventAttempt]). A pipeline asks it once a
+// call, as the call starts, and only then: it counts the call in the
+// keepers' counts. A nil s wants nothing; a caller that checks for nil
+// first pays no call without a listener.
+func (s *Listener) CallStarts() (done, timed, attempts bool) {
+	if s != nil && s.one != nil { // inlined: one call on the common path
 		return callWanted(s.one, s.oneTimer, false)
 	}
 	return s.callStarts(false)
@@ -229,7 +284,7 @@ func (s *Listener) CallStarts() (done, timed bool) {
 // counts the call.
 func (s *Listener) someWants(k resilience.EventKind) bool {
 	if k == resilience.EventCallDone {
-		done, _ := s.CallStarts()
+		done, _, _ := s.CallStarts()
 		return done
 	}
 	if s.one != nil {
@@ -250,11 +305,14 @@ func (s *Listener) someWants(k resilience.EventKind) bool {
 
 // callStarts counts a call in every keeper's counts (those of the
 // *Listeners s was made of too) and reports whether a keeper claimed it
-// to be timed or a listener wants its end (done), and whether it is to be
+// to be timed or a listener wants its end (done), whether it is to be
 // timed (timed, already if a listener before s had it timed): a CallTimer
 // is asked only while no keeper or listener before it has had the call
-// timed.
-func (s *Listener) callStarts(already bool) (done, timed bool) {
+// timed; and whether a listener wants its attempts.
+func (s *Listener) callStarts(already bool) (done, timed, attempts bool) {
+	if s == nil || !s.filtered {
+		return s != nil, s != nil, s != nil
+	}
 	timed = already
 	for _, kp := range s.keepers {
 		if kp.c.Call() {
@@ -263,41 +321,50 @@ func (s *Listener) callStarts(already bool) (done, timed bool) {
 	}
 	for i, l := range s.ls {
 		if n, ok := l.(*Listener); ok { // a stage's own: its keepers count the call too
-			d, t := true, true
+			d, t, a := true, true, true
 			if n.filtered {
-				d, t = n.callStarts(timed)
+				d, t, a = n.callStarts(timed)
 			}
-			done, timed = done || d, t
+			done, timed, attempts = done || d, t, attempts || a
 			continue
 		}
-		d, t := callWanted(s.fs[i], s.timers[i], timed)
-		done, timed = done || d, timed || t
+		d, t, a := callWanted(s.fs[i], s.timers[i], timed)
+		done, timed, attempts = done || d, timed || t, attempts || a
 	}
-	return done, timed
+	return done, timed, attempts
 }
 
 // callWanted asks a listener, as f (a Filter, or nil if it is none) and
 // t (a CallTimer, or nil), whether it wants the end of a call that starts,
 // and, if it does and the call is not timed already, whether it wants the
-// call timed: a listener that is no CallTimer does. A panic in Wants
-// counts as no, one in TimeCall as yes.
-func callWanted(f resilience.Filter, t resilience.CallTimer, already bool) (done, timed bool) {
-	what := wantsPanicked
+// call timed: a listener that is no CallTimer does; and whether it wants
+// the call's attempts. A panic in Wants counts as no, one in TimeCall as
+// yes. One guard for the three questions: they are asked on every call.
+func callWanted(f resilience.Filter, t resilience.CallTimer, already bool) (done, timed, attempts bool) {
+	what, kind, returned := wantsPanicked, resilience.EventCallDone, false
 	defer func() {
+		if returned {
+			return
+		}
 		if r := recover(); r != nil {
-			logPanic(panicked[what], resilience.EventCallDone, r)
+			logPanic(panicked[what], kind, r)
 			timed = done
 		}
 	}()
-	if f != nil && !f.Wants(resilience.EventCallDone) {
-		return false, false
+	done = f == nil || f.Wants(kind)
+	kind = resilience.EventAttempt
+	attempts = f == nil || f.Wants(kind)
+	kind = resilience.EventCallDone
+	switch {
+	case !done:
+	case already || t == nil:
+		timed = true
+	default:
+		what = timeCallPanicked
+		timed = t.TimeCall()
 	}
-	done = true
-	if already || t == nil {
-		return true, true
-	}
-	what = timeCallPanicked
-	return true, t.TimeCall()
+	returned = true
+	return done, timed, attempts
 }
 
 // wants asks f, a listener as a Filter (nil if it is none, which wants
@@ -306,8 +373,11 @@ func wants(f resilience.Filter, k resilience.EventKind) (yes bool) {
 	if f == nil {
 		return true
 	}
-	defer recovered(wantsPanicked, k)
-	return f.Wants(k)
+	returned := false
+	defer recovered(&returned, wantsPanicked, k)
+	yes = f.Wants(k)
+	returned = true
+	return yes
 }
 
 // Emit passes e to the listeners that want it; a nil s does nothing. Each
@@ -401,8 +471,11 @@ func Members(l resilience.Listener) []resilience.Listener {
 // members returns l's Members, or false if Members panics (the panic is
 // logged): a listener's fault changes no call.
 func members(l interface{ Members() []resilience.Listener }) (ms []resilience.Listener, ok bool) {
-	defer recovered(membersPanicked, 0)
-	return l.Members(), true
+	returned := false
+	defer recovered(&returned, membersPanicked, 0)
+	ms = l.Members()
+	returned = true
+	return ms, true
 }
 
 // Fan passes e once to each listener among the members of ls that wants

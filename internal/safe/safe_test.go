@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,12 +190,12 @@ func (t *timer) TimeCall() bool {
 func TestACallTimerThatDeclinesLeavesTheCallUntimed(t *testing.T) {
 	tm := &timer{}
 	l := safe.New("db", tm)
-	done, timed := l.CallStarts()
+	done, timed, _ := l.CallStarts()
 	assert.True(t, done)
 	assert.False(t, timed)
 	assert.Equal(t, 1, tm.asked)
 	tm.time = true
-	done, timed = l.CallStarts()
+	done, timed, _ = l.CallStarts()
 	assert.True(t, done)
 	assert.True(t, timed)
 }
@@ -204,7 +205,7 @@ func TestACallTimerThatDeclinesLeavesTheCallUntimed(t *testing.T) {
 func TestAnotherListenerHasTheCallTimed(t *testing.T) {
 	tm, r := &timer{}, &recorder{}
 	l := safe.New("db", r, tm)
-	done, timed := l.CallStarts()
+	done, timed, _ := l.CallStarts()
 	assert.True(t, done)
 	assert.True(t, timed)
 	assert.Zero(t, tm.asked, "the call is timed already")
@@ -237,11 +238,11 @@ func TestAnUntimedCallIsToldOnlyToCallTimers(t *testing.T) {
 func TestAKeepersClaimTimesTheCall(t *testing.T) {
 	k, tm := &keeper{}, &timer{}
 	l := safe.New("db", k, safe.New("inner", tm))
-	done, timed := l.CallStarts()
+	done, timed, _ := l.CallStarts()
 	assert.True(t, done)
 	assert.True(t, timed, "the keeper's first call is timed")
 	assert.Zero(t, tm.asked)
-	done, timed = l.CallStarts()
+	done, timed, _ = l.CallStarts()
 	assert.True(t, done, "the timer wants every call's end")
 	assert.False(t, timed, "neither the keeper nor the timer wants it timed")
 	assert.Equal(t, 1, tm.asked)
@@ -254,7 +255,7 @@ func TestAPanickingTimeCallTimesTheCall(t *testing.T) {
 	defer slog.SetDefault(slog.Default())
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
 	l := safe.New("db", &timer{panics: true})
-	done, timed := l.CallStarts()
+	done, timed, _ := l.CallStarts()
 	assert.True(t, done)
 	assert.True(t, timed)
 	assert.Contains(t, logged.String(), "listener's TimeCall panicked")
@@ -262,10 +263,10 @@ func TestAPanickingTimeCallTimesTheCall(t *testing.T) {
 
 func TestNoListenerWantsNoCall(t *testing.T) {
 	var l *safe.Listener
-	done, timed := l.CallStarts()
+	done, timed, _ := l.CallStarts()
 	assert.False(t, done)
 	assert.False(t, timed)
-	done, timed = safe.New("db", &recorder{}).CallStarts()
+	done, timed, _ = safe.New("db", &recorder{}).CallStarts()
 	assert.True(t, done)
 	assert.True(t, timed)
 }
@@ -283,7 +284,7 @@ func TestALoneFiltersPanicCountsAsNo(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
 	l := safe.New("db", &panickyWants{})
 	assert.False(t, l.Wants(resilience.EventAttempt))
-	done, timed := l.CallStarts()
+	done, timed, _ := l.CallStarts()
 	assert.False(t, done)
 	assert.False(t, timed)
 	assert.Equal(t, 2, strings.Count(logged.String(), "listener's Wants panicked"))
@@ -294,9 +295,55 @@ func TestANestedCallTimerHearsOfItsUntimedCall(t *testing.T) {
 	tm := &timer{}
 	l := safe.New("db", safe.New("inner", tm), &keeper{})
 	l.CallStarts() // the keeper's first call: timed
-	done, timed := l.CallStarts()
+	done, timed, _ := l.CallStarts()
 	require.True(t, done)
 	require.False(t, timed)
 	l.Emit(resilience.Event{Kind: resilience.EventCallDone, Untimed: true})
 	assert.Equal(t, []resilience.Event{{Kind: resilience.EventCallDone, Name: "db", Untimed: true}}, tm.heard)
 }
+
+// panicsOn is a listener whose Wants panics for one kind.
+type panicsOn resilience.EventKind
+
+func (panicsOn) OnEvent(resilience.Event) {}
+func (p panicsOn) Wants(k resilience.EventKind) bool {
+	if k == resilience.EventKind(p) {
+		panic("wants " + k.String())
+	}
+	return true
+}
+
+// The three questions a call starts with share one guard: a panic in one
+// counts as no to it, and the answers before it stand.
+func TestCallStartsAsksAttemptsUnderItsGuard(t *testing.T) {
+	done, timed, attempts := safe.New("db", panicsOn(resilience.EventAttempt)).CallStarts()
+	assert.Equal(t, [3]bool{true, true, false}, [3]bool{done, timed, attempts})
+	done, timed, attempts = safe.New("db", panicsOn(resilience.EventCallDone)).CallStarts()
+	assert.Equal(t, [3]bool{false, false, false}, [3]bool{done, timed, attempts})
+	done, timed, attempts = safe.New("db", panicsOn(resilience.EventRetry)).CallStarts()
+	assert.Equal(t, [3]bool{true, true, true}, [3]bool{done, timed, attempts})
+}
+
+// A retry stage's copy neither asks about attempts nor passes them on,
+// and still counts them.
+func TestTellsNoAttempts(t *testing.T) {
+	l := &askCounter{}
+	s := safe.New("db", l)
+	c := s.TellsNoAttempts()
+	assert.False(t, c.Wants(resilience.EventAttempt))
+	c.Attempt(1, nil)
+	c.OnEvent(resilience.Event{Kind: resilience.EventAttempt})
+	c.Wanted(resilience.Event{Kind: resilience.EventAttempt})
+	assert.Zero(t, l.asked.Load(), "not asked")
+	assert.Zero(t, l.heard.Load(), "not told")
+	assert.True(t, c.Wants(resilience.EventRetry))
+	s.Attempted(2, nil)
+	assert.Equal(t, int64(1), l.heard.Load(), "the pipeline tells, without asking again")
+	assert.Nil(t, (*safe.Listener)(nil).TellsNoAttempts())
+}
+
+// askCounter counts the questions and events it gets.
+type askCounter struct{ asked, heard atomic.Int64 }
+
+func (a *askCounter) OnEvent(resilience.Event)        { a.heard.Add(1) }
+func (a *askCounter) Wants(resilience.EventKind) bool { a.asked.Add(1); return true }
