@@ -9,6 +9,9 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
 // outcome is one call's: when it started and ended, from the start of the
@@ -30,19 +33,25 @@ type result struct {
 	late []time.Duration
 }
 
-// transport puts a backend behind a transport: it returns how a call's
-// attempt n reaches it, and how to stop.
-type transport func(b *backend) (send func(ctx context.Context, c *call, n uint64) error, stop func())
+// transport puts a backend behind a transport. attempts returns how a
+// call's attempt n reaches it, and how to stop. pipelines, if set, is the
+// transport's own integration of the Pipeline, through which the Pipeline's
+// strategies call instead: it returns how a call made through p reaches
+// the backend, attempts and all, and how to stop. The zero transport calls
+// the backend in process.
+type transport struct {
+	attempts  func(b *backend) (send func(ctx context.Context, c *call, n uint64) error, stop func())
+	pipelines func(b *backend, p *pipeline.Pipeline) (caller, func())
+}
 
 // runScenario runs every strategy through sc, each against a backend of
 // its own, all at once. In a synctest bubble the run takes virtual time;
 // outside one, real time.
 func runScenario(sc *scenario, strategies []strategy, seed uint64) []result {
-	return runScenarioWith(sc, strategies, seed, nil)
+	return runScenarioWith(sc, strategies, seed, transport{})
 }
 
-// runScenarioWith is runScenario with each backend behind tr; nil: called
-// in process.
+// runScenarioWith is runScenario with each backend behind tr.
 func runScenarioWith(sc *scenario, strategies []strategy, seed uint64, tr transport) []result {
 	results := make([]result, len(strategies))
 	var wg sync.WaitGroup
@@ -56,12 +65,17 @@ func runScenarioWith(sc *scenario, strategies []strategy, seed uint64, tr transp
 func runStrategy(sc *scenario, s strategy, seed uint64, tr transport) result {
 	start := time.Now()
 	b := newBackend(sc, start)
-	var send func(ctx context.Context, c *call, n uint64) error
-	stop := func() {}
-	if tr != nil {
-		send, stop = tr(b) // stopped before the backend's counts are read: a remote one sends them then
-	}
 	do := s.build(sc)
+	var send func(ctx context.Context, c *call, n uint64) error
+	stop := func() {} // called before the backend's counts are read: a remote one sends them then
+	switch {
+	case s.pipeline != nil && tr.pipelines != nil:
+		// As a user builds it: the retry policy's own jitter, not the
+		// call's seeded draws, which only the harness knows.
+		do, stop = tr.pipelines(b, pipeline.New(s.pipeline(sc, retrypolicy.New)...))
+	case tr.attempts != nil:
+		send, stop = tr.attempts(b)
+	}
 	n := int(sc.until * time.Duration(sc.rate) / time.Second)
 	calls := make([]outcome, n)
 	late := make([]time.Duration, n)

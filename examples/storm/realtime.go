@@ -137,26 +137,26 @@ func runScenarioOver(sc *scenario, strategies []strategy, seed uint64, overHTTP 
 	if !overHTTP {
 		return runScenario(sc, strategies, seed)
 	}
-	return runScenarioWith(sc, strategies, seed, serveHTTP)
+	return runScenarioWith(sc, strategies, seed, transport{attempts: serveHTTP})
 }
 
-// realtimeTransport is the transport o asks for: in process (nil), HTTP to
-// a server in process, or HTTP to the backends' own process (-remote),
-// which it starts; stop ends it.
+// realtimeTransport is the transport o asks for: in process (the zero
+// transport), HTTP to a server in process, HTTP to the backends' own
+// process (-remote), which it starts, or gRPC (grpcStorm); stop ends it.
 func realtimeTransport(o options) (tr transport, stop func(), err error) {
 	switch {
 	case o.remote:
 		addr, stop, err := startBackendProcess()
 		if err != nil {
-			return nil, nil, err
+			return transport{}, nil, err
 		}
 		return remoteHTTP(addr), stop, nil
 	case o.http:
-		return serveHTTP, func() {}, nil
+		return transport{attempts: serveHTTP}, func() {}, nil
 	case o.grpc:
-		return grpcPlain, func() {}, nil
+		return grpcStorm, func() {}, nil
 	}
-	return nil, func() {}, nil
+	return transport{}, func() {}, nil
 }
 
 // The headers of a request to a backend over HTTP: the call's draws.
