@@ -96,7 +96,7 @@ func TestRealTimeGRPC(t *testing.T) {
 		for n := range runs {
 			results := realTimeGRPC(sc)
 			fmt.Fprintf(&out, "\nRun %d of %d. ", n+1, runs)
-			if late, lag := behind(results); late {
+			if late, lag := behind(results, 0); late {
 				fmt.Fprint(&out, fellBehind(sc, lag))
 				continue
 			} else {
