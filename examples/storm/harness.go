@@ -140,12 +140,13 @@ func (r result) failedHealthy() int {
 }
 
 // goodput returns, per bucket, the share of the calls started in it that
-// succeeded.
+// succeeded. A call that started after the run's last bucket, late in real
+// time, counts in the last, where it was due.
 func (r result) goodput() []float64 {
 	offered := make([]int, r.sc.until/bucket)
 	ok := make([]int, len(offered))
 	for _, c := range r.calls {
-		i := int(c.start / bucket)
+		i := min(int(c.start/bucket), len(offered)-1)
 		offered[i]++
 		if c.ok {
 			ok[i]++

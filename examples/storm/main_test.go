@@ -497,6 +497,22 @@ func TestBehind(t *testing.T) {
 	assert.True(t, late, "6% short")
 }
 
+// TestLateCallsCountInTheLastBucket: in real time, the last calls may
+// start after the run's end, late; their goodput counts in the last
+// bucket, where they were due.
+func TestLateCallsCountInTheLastBucket(t *testing.T) {
+	sc := &scenario{rate: 20, until: time.Second, recovered: 500 * time.Millisecond}
+	r := result{sc: sc}
+	for i := range 20 {
+		r.calls = append(r.calls, outcome{start: time.Duration(i) * time.Second / 20, ok: true})
+	}
+	r.calls[19] = outcome{start: time.Second + 3*time.Millisecond} // due at 950 ms, failed
+	g := r.goodput()
+	require.Len(t, g, 10)
+	assert.InDelta(t, 0.5, g[9], 1e-9, "the late call counts where it was due")
+	assert.Equal(t, "never", r.backString())
+}
+
 // TestOfferedShort: the offered load of a run is measured per second
 // against its schedule; a second that started 380 of its 400 calls is 5%
 // short.
