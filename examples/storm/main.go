@@ -80,7 +80,7 @@ func parseArgs(args []string) (options, error) {
 	only2 := fs.String("strategies", "", "the strategies to run, comma-separated (fewer keep a real-time run on schedule): "+strings.Join(slices.Sorted(maps.Keys(strategyKeys)), ", "))
 	realtime := fs.Bool("realtime", false, "run in real time, on the machine's clock, measuring the harness's own lag")
 	overHTTP := fs.Bool("http", false, "in real time, call each backend over HTTP on 127.0.0.1")
-	overGRPC := fs.Bool("grpc", false, "in real time, call each backend over gRPC on 127.0.0.1 (one RPC per attempt; grpc-go's own retry: TestRealTimeGRPC)")
+	overGRPC := fs.Bool("grpc", false, "in real time, call each backend over gRPC on 127.0.0.1: the Pipeline's rows through grpcclient's interceptor, the others one RPC per attempt (grpc-go's own retry: TestRealTimeGRPC)")
 	remote := fs.Bool("remote", false, "in real time over HTTP, with the backends in a process of their own (implies -http)")
 	serve := fs.Bool("serve", false, "be the backends' process of -remote: listen on 127.0.0.1 and print the address")
 	runs := fs.Int("runs", 1, "in real time, run each scenario this many times, and compare the runs with each other and with virtual time")

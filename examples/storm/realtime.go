@@ -144,7 +144,7 @@ func (o options) transport() string {
 	case o.http:
 		return "HTTP on 127.0.0.1"
 	case o.grpc:
-		return "gRPC over TCP on 127.0.0.1"
+		return "gRPC over TCP on 127.0.0.1, the Pipeline's rows through grpcclient"
 	}
 	return "in process"
 }
