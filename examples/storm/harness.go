@@ -65,16 +65,18 @@ func runScenarioWith(sc *scenario, strategies []strategy, seed uint64, tr transp
 func runStrategy(sc *scenario, s strategy, seed uint64, tr transport) result {
 	start := time.Now()
 	b := newBackend(sc, start)
-	do := s.build(sc)
+	var do caller
 	var send func(ctx context.Context, c *call, n uint64) error
 	stop := func() {} // called before the backend's counts are read: a remote one sends them then
-	switch {
-	case s.pipeline != nil && tr.pipelines != nil:
+	if s.pipeline != nil && tr.pipelines != nil {
 		// As a user builds it: the retry policy's own jitter, not the
 		// call's seeded draws, which only the harness knows.
 		do, stop = tr.pipelines(b, pipeline.New(s.pipeline(sc, retrypolicy.New)...))
-	case tr.attempts != nil:
-		send, stop = tr.attempts(b)
+	} else {
+		do = s.build(sc)
+		if tr.attempts != nil {
+			send, stop = tr.attempts(b)
+		}
 	}
 	n := int(sc.until * time.Duration(sc.rate) / time.Second)
 	calls := make([]outcome, n)
