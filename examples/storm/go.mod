@@ -5,9 +5,11 @@ go 1.26.0
 require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/resiliencekit/resiliencekit v0.1.0
+	github.com/resiliencekit/resiliencekit/grpc v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -19,5 +21,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )

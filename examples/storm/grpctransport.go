@@ -12,11 +12,15 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/resiliencekit/resiliencekit/grpc/grpcclient"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 )
 
 // gRPC transports: the backends behind gRPC servers, for grpc-go's own
-// retry policy (TestGRPCModelMatchesGRPCGo, TestRealTimeGRPC) and for any
-// strategy in real time (-grpc).
+// retry policy (TestGRPCModelMatchesGRPCGo, TestRealTimeGRPC) and for
+// every strategy in real time (-grpc), the Pipeline's through grpcclient.
 
 // rawCodec passes bytes as they are, so that no generated code is needed.
 type rawCodec struct{}
@@ -44,53 +48,105 @@ func grpcGoServiceConfig(throttled bool) string {
 // the service config that grpcRetry models. The attempt's number comes from the
 // grpc-previous-rpc-attempts header grpc-go sends on a retry.
 func grpcGoTransport(throttled, overTCP bool) transport {
-	return grpcTransport(grpcGoServiceConfig(throttled), overTCP)
+	return transport{attempts: grpcTransport(grpcGoServiceConfig(throttled), overTCP)}
 }
 
-// grpcPlain is the -grpc transport: each backend behind a gRPC server over
-// TCP on 127.0.0.1, called through a channel without grpc-go's retry, one
-// RPC per attempt of the strategy's own, whose number a storm-attempt
-// header carries.
+// grpcStorm is the -grpc transport: each backend behind a gRPC server over
+// TCP on 127.0.0.1. The Pipeline's strategies call it through
+// grpcclient's interceptor (grpcPipeline); the others through a channel
+// without grpc-go's retry, one RPC per attempt of the strategy's own
+// (grpcPlain).
+var grpcStorm = transport{attempts: grpcPlain, pipelines: grpcPipeline}
+
+// grpcPlain is -grpc's transport of attempts: each backend behind a gRPC
+// server over TCP on 127.0.0.1, called through a channel without grpc-go's
+// retry, one RPC per attempt of the strategy's own, whose number a
+// storm-attempt header carries.
 func grpcPlain(b *backend) (func(ctx context.Context, c *call, n uint64) error, func()) {
 	return grpcTransport("", true)(b)
 }
 
+// grpcPipeline is -grpc's transport of the Pipeline's strategies: each
+// call goes through grpcclient's unary interceptor running p, installed
+// as a user installs it (Interceptor.DialOptions, which turns grpc-go's
+// retry off) on a ClientConn to b's server over TCP on 127.0.0.1. A call
+// is one Invoke; its attempts, retries and hedges are the interceptor's
+// RPCs, which the server numbers from the grpc-previous-rpc-attempts
+// header the interceptor sends. The storm's method is not idempotent by a
+// descriptor (it has none), so it is named by RetryMethods.
+func grpcPipeline(b *backend, p *pipeline.Pipeline) (caller, func()) {
+	lis, stopServer := serveGRPC(b, true)
+	ic := grpcclient.New(grpcclient.WithPipeline(p), grpcclient.RetryMethods(grpcMethod))
+	cc, err := grpc.NewClient(lis.Addr().String(), append(ic.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		panic(err)
+	}
+	do := func(ctx context.Context, c *call) error {
+		return cc.Invoke(withCall(ctx, c), grpcMethod, &emptypb.Empty{}, &emptypb.Empty{})
+	}
+	return do, func() {
+		cc.Close()
+		stopServer()
+	}
+}
+
+// grpcMethod is the backends' one method.
+const grpcMethod = "/storm.Backend/Call"
+
+// withCall adds to ctx the headers that name c's draws.
+func withCall(ctx context.Context, c *call) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "storm-call", strconv.FormatUint(c.id, 10), "storm-seed", strconv.FormatUint(c.seed, 10))
+}
+
+// serveGRPC puts b behind a gRPC server listening on lis, in memory
+// (bufconn) or over TCP on 127.0.0.1, and returns how to stop it. The
+// server decides each RPC's fate with the draws its headers name; the
+// attempt's number is the storm-attempt header, or else one more than
+// grpc-previous-rpc-attempts. It answers an empty message, which any
+// codec decodes.
+func serveGRPC(b *backend, overTCP bool) (lis net.Listener, stop func()) {
+	lis = bufconn.Listen(1 << 20)
+	if overTCP {
+		var err error
+		if lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			panic(err)
+		}
+	}
+	srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		var in []byte
+		if err := stream.RecvMsg(&in); err != nil {
+			return err
+		}
+		md, _ := metadata.FromIncomingContext(stream.Context())
+		id, _ := strconv.ParseUint(first(md, "storm-call"), 10, 64)
+		seed, _ := strconv.ParseUint(first(md, "storm-seed"), 10, 64)
+		prev, _ := strconv.ParseUint(first(md, "grpc-previous-rpc-attempts"), 10, 64)
+		n := prev + 1
+		if a := md.Get("storm-attempt"); len(a) > 0 {
+			n, _ = strconv.ParseUint(a[0], 10, 64)
+		}
+		c := &call{id: id, seed: seed}
+		if err := b.serve(stream.Context(), c.rand(streamBackend, n)); err != nil {
+			return status.Error(codes.Unavailable, err.Error())
+		}
+		out := []byte{}
+		return stream.SendMsg(&out)
+	}))
+	go func() { _ = srv.Serve(lis) }()
+	return lis, srv.Stop
+}
+
 // grpcTransport puts each backend behind a gRPC server, called through a
 // channel with serviceConfig ("": none).
-func grpcTransport(serviceConfig string, overTCP bool) transport {
+func grpcTransport(serviceConfig string, overTCP bool) func(b *backend) (func(ctx context.Context, c *call, n uint64) error, func()) {
 	return func(b *backend) (func(ctx context.Context, c *call, n uint64) error, func()) {
-		var lis net.Listener = bufconn.Listen(1 << 20)
-		dial := func(ctx context.Context, _ string) (net.Conn, error) { return lis.(*bufconn.Listener).DialContext(ctx) }
-		if overTCP {
-			var err error
-			if lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-				panic(err)
+		lis, stopServer := serveGRPC(b, overTCP)
+		dial := func(ctx context.Context, _ string) (net.Conn, error) {
+			if bl, ok := lis.(*bufconn.Listener); ok {
+				return bl.DialContext(ctx)
 			}
-			dial = func(ctx context.Context, _ string) (net.Conn, error) {
-				return (&net.Dialer{}).DialContext(ctx, "tcp", lis.Addr().String())
-			}
+			return (&net.Dialer{}).DialContext(ctx, "tcp", lis.Addr().String())
 		}
-		srv := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
-			var in []byte
-			if err := stream.RecvMsg(&in); err != nil {
-				return err
-			}
-			md, _ := metadata.FromIncomingContext(stream.Context())
-			id, _ := strconv.ParseUint(first(md, "storm-call"), 10, 64)
-			seed, _ := strconv.ParseUint(first(md, "storm-seed"), 10, 64)
-			prev, _ := strconv.ParseUint(first(md, "grpc-previous-rpc-attempts"), 10, 64)
-			n := prev + 1
-			if a := md.Get("storm-attempt"); len(a) > 0 {
-				n, _ = strconv.ParseUint(a[0], 10, 64)
-			}
-			c := &call{id: id, seed: seed}
-			if err := b.serve(stream.Context(), c.rand(streamBackend, n)); err != nil {
-				return status.Error(codes.Unavailable, err.Error())
-			}
-			out := []byte("ok")
-			return stream.SendMsg(&out)
-		}))
-		go func() { _ = srv.Serve(lis) }()
 		opts := []grpc.DialOption{grpc.WithContextDialer(dial), grpc.WithTransportCredentials(insecure.NewCredentials())}
 		if serviceConfig != "" {
 			opts = append(opts, grpc.WithDefaultServiceConfig(serviceConfig))
@@ -102,12 +158,12 @@ func grpcTransport(serviceConfig string, overTCP bool) transport {
 			panic(err)
 		}
 		send := func(ctx context.Context, c *call, n uint64) error {
-			ctx = metadata.AppendToOutgoingContext(ctx, "storm-call", strconv.FormatUint(c.id, 10), "storm-seed", strconv.FormatUint(c.seed, 10))
+			ctx = withCall(ctx, c)
 			if serviceConfig == "" { // the strategy's own attempt; grpc-go's retries are numbered by grpc-go
 				ctx = metadata.AppendToOutgoingContext(ctx, "storm-attempt", strconv.FormatUint(n, 10))
 			}
 			in, out := []byte("call"), []byte(nil)
-			err := cc.Invoke(ctx, "/storm.Backend/Call", &in, &out, grpc.ForceCodec(rawCodec{}))
+			err := cc.Invoke(ctx, grpcMethod, &in, &out, grpc.ForceCodec(rawCodec{}))
 			if serviceConfig != "" || err == nil {
 				return err
 			}
@@ -122,7 +178,7 @@ func grpcTransport(serviceConfig string, overTCP bool) transport {
 		}
 		return send, func() {
 			cc.Close()
-			srv.Stop()
+			stopServer()
 		}
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
 // outcome is one call's: when it started and ended, from the start of the
@@ -30,19 +33,25 @@ type result struct {
 	late []time.Duration
 }
 
-// transport puts a backend behind a transport: it returns how a call's
-// attempt n reaches it, and how to stop.
-type transport func(b *backend) (send func(ctx context.Context, c *call, n uint64) error, stop func())
+// transport puts a backend behind a transport. attempts returns how a
+// call's attempt n reaches it, and how to stop. pipelines, if set, is the
+// transport's own integration of the Pipeline, through which the Pipeline's
+// strategies call instead: it returns how a call made through p reaches
+// the backend, attempts and all, and how to stop. The zero transport calls
+// the backend in process.
+type transport struct {
+	attempts  func(b *backend) (send func(ctx context.Context, c *call, n uint64) error, stop func())
+	pipelines func(b *backend, p *pipeline.Pipeline) (caller, func())
+}
 
 // runScenario runs every strategy through sc, each against a backend of
 // its own, all at once. In a synctest bubble the run takes virtual time;
 // outside one, real time.
 func runScenario(sc *scenario, strategies []strategy, seed uint64) []result {
-	return runScenarioWith(sc, strategies, seed, nil)
+	return runScenarioWith(sc, strategies, seed, transport{})
 }
 
-// runScenarioWith is runScenario with each backend behind tr; nil: called
-// in process.
+// runScenarioWith is runScenario with each backend behind tr.
 func runScenarioWith(sc *scenario, strategies []strategy, seed uint64, tr transport) []result {
 	results := make([]result, len(strategies))
 	var wg sync.WaitGroup
@@ -56,12 +65,19 @@ func runScenarioWith(sc *scenario, strategies []strategy, seed uint64, tr transp
 func runStrategy(sc *scenario, s strategy, seed uint64, tr transport) result {
 	start := time.Now()
 	b := newBackend(sc, start)
+	var do caller
 	var send func(ctx context.Context, c *call, n uint64) error
-	stop := func() {}
-	if tr != nil {
-		send, stop = tr(b) // stopped before the backend's counts are read: a remote one sends them then
+	stop := func() {} // called before the backend's counts are read: a remote one sends them then
+	if s.pipeline != nil && tr.pipelines != nil {
+		// As a user builds it: the retry policy's own jitter, not the
+		// call's seeded draws, which only the harness knows.
+		do, stop = tr.pipelines(b, pipeline.New(s.pipeline(sc, retrypolicy.New)...))
+	} else {
+		do = s.build(sc)
+		if tr.attempts != nil {
+			send, stop = tr.attempts(b)
+		}
 	}
-	do := s.build(sc)
 	n := int(sc.until * time.Duration(sc.rate) / time.Second)
 	calls := make([]outcome, n)
 	late := make([]time.Duration, n)
@@ -126,12 +142,13 @@ func (r result) failedHealthy() int {
 }
 
 // goodput returns, per bucket, the share of the calls started in it that
-// succeeded.
+// succeeded. A call that started after the run's last bucket, late in real
+// time, counts in the last, where it was due.
 func (r result) goodput() []float64 {
 	offered := make([]int, r.sc.until/bucket)
 	ok := make([]int, len(offered))
 	for _, c := range r.calls {
-		i := int(c.start / bucket)
+		i := min(int(c.start/bucket), len(offered)-1)
 		offered[i]++
 		if c.ok {
 			ok[i]++

@@ -22,12 +22,13 @@
 //	go run ./examples/storm -extra           # two more pipelines (-wait: and WaitWhenOpen)
 //	go run ./examples/storm -chain           # the "don't retry" signal through a flapping chain
 //	go run ./examples/storm -contention      # Brooker's contention model
-//	go run ./examples/storm -realtime [-http [-remote] | -grpc] [-runs 3] -scenarios outage
+//	go run ./examples/storm -realtime [-http [-remote] | -grpc] [-runs 3] [-maxshort 0.05] -scenarios outage
 //
 // In real time, on the machine's clock, a run measures its own lag (how
-// late its calls started) and is not reported if it fell behind; after the
-// runs of a scenario, a table compares them with each other and with the
-// same scenario in virtual time.
+// late its calls started) and is not reported if it fell behind (with
+// -maxshort, only if its offered load fell that far short of schedule);
+// after the runs of a scenario, a table compares them with each other and
+// with the same scenario in virtual time.
 package main
 
 import (
@@ -55,13 +56,14 @@ type options struct {
 	seed       uint64
 	svgDir     string
 	contention bool
-	chain      bool // the flapping chain, instead of the scenarios
-	realtime   bool // on the machine's clock
-	http       bool // in real time, over HTTP
-	runs       int  // in real time, how many runs of each scenario
-	grpc       bool // in real time, over gRPC
-	remote     bool // over HTTP, to the backends in a process of their own
-	serve      bool // be that process
+	chain      bool    // the flapping chain, instead of the scenarios
+	realtime   bool    // on the machine's clock
+	http       bool    // in real time, over HTTP
+	runs       int     // in real time, how many runs of each scenario
+	maxShort   float64 // in real time, if above 0: report a run unless its offered load fell more than this short
+	grpc       bool    // in real time, over gRPC
+	remote     bool    // over HTTP, to the backends in a process of their own
+	serve      bool    // be that process
 }
 
 // parseArgs reads the command line (without the program's name).
@@ -78,10 +80,11 @@ func parseArgs(args []string) (options, error) {
 	only2 := fs.String("strategies", "", "the strategies to run, comma-separated (fewer keep a real-time run on schedule): "+strings.Join(slices.Sorted(maps.Keys(strategyKeys)), ", "))
 	realtime := fs.Bool("realtime", false, "run in real time, on the machine's clock, measuring the harness's own lag")
 	overHTTP := fs.Bool("http", false, "in real time, call each backend over HTTP on 127.0.0.1")
-	overGRPC := fs.Bool("grpc", false, "in real time, call each backend over gRPC on 127.0.0.1 (one RPC per attempt; grpc-go's own retry: TestRealTimeGRPC)")
+	overGRPC := fs.Bool("grpc", false, "in real time, call each backend over gRPC on 127.0.0.1: the Pipeline's rows through grpcclient's interceptor, the others one RPC per attempt (grpc-go's own retry: TestRealTimeGRPC)")
 	remote := fs.Bool("remote", false, "in real time over HTTP, with the backends in a process of their own (implies -http)")
 	serve := fs.Bool("serve", false, "be the backends' process of -remote: listen on 127.0.0.1 and print the address")
 	runs := fs.Int("runs", 1, "in real time, run each scenario this many times, and compare the runs with each other and with virtual time")
+	maxShort := fs.Float64("maxshort", 0, "in real time, report a run unless its offered load fell more than this share short of schedule in a second (issue #24's bound: 0.05), however late its calls started; 0: refuse a run by its lag")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -92,6 +95,10 @@ func parseArgs(args []string) (options, error) {
 	if *runs < 1 {
 		return options{}, fmt.Errorf("-runs %d: at least 1", *runs)
 	}
+	if *maxShort < 0 || *maxShort >= 1 {
+		return options{}, fmt.Errorf("-maxshort %v: from 0 to under 1", *maxShort)
+	}
+	o.maxShort = *maxShort
 	switch {
 	case *all:
 		o.keys = scenarioKeys()

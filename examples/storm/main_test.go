@@ -415,6 +415,11 @@ func TestParseArgs(t *testing.T) {
 	assert.True(t, o.realtime && o.grpc && !o.http, "-grpc is in real time, not over HTTP")
 	_, err = parseArgs([]string{"-grpc", "-http"})
 	assert.ErrorContains(t, err, "one or the other")
+	o, err = parseArgs([]string{"-http", "-maxshort", "0.05"})
+	require.NoError(t, err)
+	assert.InDelta(t, 0.05, o.maxShort, 1e-12)
+	_, err = parseArgs([]string{"-http", "-maxshort", "1"})
+	assert.ErrorContains(t, err, "-maxshort 1")
 }
 
 // TestChart writes a chart of a short run.
@@ -467,18 +472,45 @@ func TestHTTPTransportKeepsTheDraws(t *testing.T) {
 // TestBehind: a run is reported only if its calls started on time.
 func TestBehind(t *testing.T) {
 	onTime := result{late: []time.Duration{0, time.Millisecond, 500 * time.Microsecond}}
-	late, _ := behind([]result{onTime})
+	late, _ := behind([]result{onTime}, 0)
 	assert.False(t, late)
 	slow := result{late: make([]time.Duration, 100)}
 	slow.late[99] = 30 * time.Millisecond
-	late, why := behind([]result{onTime, slow})
+	late, why := behind([]result{onTime, slow}, 0)
 	assert.True(t, late, "one call 30 ms late is too late")
 	assert.Contains(t, why, "30ms at worst")
 	lagging := result{late: slices.Repeat([]time.Duration{3 * time.Millisecond}, 100)}
-	late, _ = behind([]result{lagging})
+	late, _ = behind([]result{lagging}, 0)
 	assert.True(t, late, "a p99 of 3 ms is too late")
 	sc := scenarioByKey("outage")
 	assert.Contains(t, fellBehind(sc, why), "Fewer strategies at once (-strategies)")
+
+	// With -maxshort, lag alone refuses no run: its offered load does.
+	lagging.sc, lagging.calls = &scenario{rate: 100, until: time.Second}, make([]outcome, 100)
+	late, why = behind([]result{lagging}, 0.05)
+	assert.False(t, late, "3 ms late, on schedule to the second: %s", why)
+	assert.Contains(t, why, "offered load 0.0% short of schedule in its worst second (limit 5.0%)")
+	for i := range 6 {
+		lagging.calls[i].start = time.Second // 6 of the second's 100 calls started in the next
+	}
+	late, _ = behind([]result{lagging}, 0.05)
+	assert.True(t, late, "6% short")
+}
+
+// TestLateCallsCountInTheLastBucket: in real time, the last calls may
+// start after the run's end, late; their goodput counts in the last
+// bucket, where they were due.
+func TestLateCallsCountInTheLastBucket(t *testing.T) {
+	sc := &scenario{rate: 20, until: time.Second, recovered: 500 * time.Millisecond}
+	r := result{sc: sc}
+	for i := range 20 {
+		r.calls = append(r.calls, outcome{start: time.Duration(i) * time.Second / 20, ok: true})
+	}
+	r.calls[19] = outcome{start: time.Second + 3*time.Millisecond} // due at 950 ms, failed
+	g := r.goodput()
+	require.Len(t, g, 10)
+	assert.InDelta(t, 0.5, g[9], 1e-9, "the late call counts where it was due")
+	assert.Equal(t, "never", r.backString())
 }
 
 // TestOfferedShort: the offered load of a run is measured per second
@@ -495,7 +527,7 @@ func TestOfferedShort(t *testing.T) {
 		r.calls = append(r.calls, outcome{start: start})
 	}
 	assert.InDelta(t, 0.05, r.offeredShort(), 1e-9)
-	_, why := behind([]result{r})
+	_, why := behind([]result{r}, 0)
 	assert.Contains(t, why, "offered load 5.0% short of schedule in its worst second")
 	r.calls = r.calls[:0]
 	for i := range 800 {
@@ -514,7 +546,7 @@ func TestRealTimeRuns(t *testing.T) {
 	for _, overHTTP := range []bool{false, true} {
 		results := runScenarioOver(sc, []strategy{s}, 1, overHTTP)
 		require.Len(t, results, 1)
-		late, why := behind(results)
+		late, why := behind(results, 0)
 		t.Logf("over HTTP %v: fell behind %v (%s)", overHTTP, late, why)
 		// A busy machine makes calls late, not failed: each has 1 s.
 		assert.Equal(t, 30, results[0].ok(), "over HTTP %v", overHTTP)

@@ -148,7 +148,7 @@ var runIDs struct {
 // strategy's run has a backend of its own there, whose requests per
 // bucket replace the local backend's when the run ends.
 func remoteHTTP(addr string) transport {
-	return func(b *backend) (func(ctx context.Context, c *call, n uint64) error, func()) {
+	return transport{attempts: func(b *backend) (func(ctx context.Context, c *call, n uint64) error, func()) {
 		runIDs.mu.Lock()
 		runIDs.n++
 		run := fmt.Sprintf("%d-%d", os.Getpid(), runIDs.n)
@@ -185,5 +185,5 @@ func remoteHTTP(addr string) transport {
 			b.requests.set(counts)
 		}
 		return send, stop
-	}
+	}}
 }

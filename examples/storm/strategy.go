@@ -58,10 +58,28 @@ type caller func(ctx context.Context, c *call) error
 
 // strategy is one way to call a dependency. build makes its state (a
 // breaker, a quota, a token bucket) afresh for a run of sc, shared by
-// every call of that run.
+// every call of that run. A strategy of the Pipeline has pipeline too:
+// the options of its pipeline for sc, with its retry policy made by
+// retry, so that a transport with an integration of its own (grpcclient's
+// interceptor, over -grpc) can run the calls through that pipeline.
 type strategy struct {
-	name  string
-	build func(sc *scenario) caller
+	name     string
+	build    func(sc *scenario) caller
+	pipeline func(sc *scenario, retry newRetry) []pipeline.Option
+}
+
+// newRetry makes a retry policy with opts: retrypolicy.New, or
+// jitteredRetry.
+type newRetry func(opts ...retrypolicy.Option) *retrypolicy.Policy
+
+// pipelineStrategy is the strategy of the Pipeline with the options opts
+// gives. In process, and over a transport that carries attempts, its
+// retries wait the delays drawn from the call's seeded source
+// (jitteredRetry, pipelineCaller).
+func pipelineStrategy(name string, opts func(sc *scenario, retry newRetry) []pipeline.Option) strategy {
+	return strategy{name: name, pipeline: opts, build: func(sc *scenario) caller {
+		return pipelineCaller(pipeline.New(opts(sc, jitteredRetry)...))
+	}}
 }
 
 // The strategies' names.
@@ -82,22 +100,22 @@ var plainRetries = []string{plainName, grpcName}
 // strategies are the strategies every scenario runs, in the order the
 // tables print them.
 var strategies = []strategy{
-	{noRetryName, func(*scenario) caller {
+	{name: noRetryName, build: func(*scenario) caller {
 		return func(ctx context.Context, c *call) error { _, err := c.attempt(ctx); return err }
 	}},
-	{plainName, func(sc *scenario) caller {
-		return pipelineCaller(pipeline.New(pipeline.WithRetry(jitteredRetry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)))
-	}},
-	{grpcName, func(*scenario) caller { return grpcRetry(nil) }},
-	{grpcThrottled, func(*scenario) caller {
+	pipelineStrategy(plainName, func(sc *scenario, retry newRetry) []pipeline.Option {
+		return []pipeline.Option{pipeline.WithRetry(retry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)}
+	}),
+	{name: grpcName, build: func(*scenario) caller { return grpcRetry(nil) }},
+	{name: grpcThrottled, build: func(*scenario) caller {
 		return grpcRetry(&grpcThrottler{max: grpcMaxTokens, thresh: grpcMaxTokens / 2, ratio: grpcTokenRatio, tokens: grpcMaxTokens})
 	}},
-	{failsafeName, failsafeCaller},
-	{defaultsName, func(sc *scenario) caller {
-		return pipelineCaller(pipeline.New(pipeline.WithBreaker(breaker.New("backend")),
-			pipeline.WithRetry(jitteredRetry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)))
-	}},
-	{recommendedName, func(sc *scenario) caller { return pipelineCaller(pipeline.New(recommended(sc)...)) }},
+	{name: failsafeName, build: failsafeCaller},
+	pipelineStrategy(defaultsName, func(sc *scenario, retry newRetry) []pipeline.Option {
+		return []pipeline.Option{pipeline.WithBreaker(breaker.New("backend")),
+			pipeline.WithRetry(retry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)}
+	}),
+	pipelineStrategy(recommendedName, recommended),
 }
 
 // strategyKeys name the strategies on the command line (-strategies).
@@ -270,10 +288,10 @@ const oldOpenTimeout = 30 * time.Second
 // queueing a slowdown builds is what turns it into a metastable failure),
 // no retry quota (its 10% starves the retries of a brownout, a dead host
 // and a flapping backend), and hedging at the p90 for a heavy tail.
-func recommended(sc *scenario) []pipeline.Option {
+func recommended(sc *scenario, retry newRetry) []pipeline.Option {
 	opts := []pipeline.Option{
 		pipeline.WithBreaker(breaker.New("backend")),
-		pipeline.WithRetry(jitteredRetry()),
+		pipeline.WithRetry(retry()),
 	}
 	if sc.key == "heavytail" {
 		opts = append(opts, pipeline.WithHedging(hedge.New(hedge.Quantile(0.9), hedge.MaxExtra(1))))
@@ -294,17 +312,17 @@ const (
 // apart from the others: its outage row moves by a few percent from run
 // to run in virtual time (it depends on the order in which waiting
 // goroutines run), so docs/storm.md quotes none.
-var waitStrategy = strategy{waitName, func(sc *scenario) caller {
-	return pipelineCaller(pipeline.New(append(recommended(sc), pipeline.WaitWhenOpen())...))
-}}
+var waitStrategy = pipelineStrategy(waitName, func(sc *scenario, retry newRetry) []pipeline.Option {
+	return append(recommended(sc, retry), pipeline.WaitWhenOpen())
+})
 
 var extraStrategies = []strategy{
-	{openName, func(sc *scenario) caller {
-		return pipelineCaller(pipeline.New(pipeline.WithBreaker(breaker.New("backend", breaker.OpenTimeout(oldOpenTimeout))),
-			pipeline.WithRetry(jitteredRetry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)))
-	}},
-	{quotaName, func(sc *scenario) caller {
-		return pipelineCaller(pipeline.New(append(recommended(sc),
-			pipeline.WithRetry(jitteredRetry(retrypolicy.WithQuota(retrypolicy.NewQuota(0.1, 10, time.Second)))))...))
-	}},
+	pipelineStrategy(openName, func(sc *scenario, retry newRetry) []pipeline.Option {
+		return []pipeline.Option{pipeline.WithBreaker(breaker.New("backend", breaker.OpenTimeout(oldOpenTimeout))),
+			pipeline.WithRetry(retry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)}
+	}),
+	pipelineStrategy(quotaName, func(sc *scenario, retry newRetry) []pipeline.Option {
+		return append(recommended(sc, retry),
+			pipeline.WithRetry(retry(retrypolicy.WithQuota(retrypolicy.NewQuota(0.1, 10, time.Second)))))
+	}),
 }
