@@ -28,9 +28,9 @@ import (
 // parent's, or the call's), it reports that end (Canceled, or the parent's
 // cause), where the standard context reports DeadlineExceeded. And the
 // deadline is set from a reading of the monotonic clock alone, half the
-// cost of time.Now: Deadline's time.Time measures from it exactly with
-// time.Until or any comparison, and its wall clock reading is that of
-// monotime.Reading.Time. No deadline (lazyTimed not set) stands for
+// cost of time.Now, which Deadline pays when asked (monotime.Reading.Time):
+// its monotonic reading is the deadline's exactly, and its wall clock
+// reading the wall clock's then plus the time left. No deadline (lazyTimed not set) stands for
 // context.WithCancel(parent), made as lazily. It is safe for concurrent
 // use.
 type lazyCtx struct {

@@ -53,7 +53,8 @@ type call[T any] struct {
 	done     bool     // the listener wants EventCallDone
 	clock    bool     // and its Duration: the call is timed
 	attempts bool     // the listener wants EventAttempt
-	n        int      // attempts told, with attempts
+	via      int8     // the first stage of each attempt, with attempts
+	n        int      // attempts told by this run of the retry stage, with attempts
 	ran      bool     // the breaker admitted the call: inside ran
 	res      T        // what inside leaves for through
 	race     *race[T] // for the call's first race, allocated with c.s; nil once used
@@ -276,10 +277,12 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 	if c.b != nil {
 		guard = c.b.Check
 	}
+	via := c.firstInside()
 	if c.attempts {
+		c.via, c.n = via, 0
 		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.told)
 	}
-	switch c.firstInside() {
+	switch via {
 	case viaHedge:
 		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.hedge)
 	case viaTimeout:
@@ -288,13 +291,14 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.op)
 }
 
-// told runs an attempt of the retry stage, from the first stage inside it
-// that does something for it, and tells the listener, which wants it, of
-// the attempt. The pipeline asks the listener once, as the call starts,
-// whether it wants attempts; the retry stage, which counts them, neither
-// asks nor tells (safe.Listener.TellsNoAttempts).
+// told runs an attempt of the retry stage, from the stage retry chose for
+// them all, and tells the listener, which wants it, of the attempt,
+// numbered as the retry stage numbers it. The pipeline asks the listener
+// once, as the call starts, whether it wants attempts; the retry stage,
+// which counts them, neither asks nor tells
+// (safe.Listener.TellsNoAttempts).
 func (c *call[T]) told(ctx context.Context) (res T, err error) {
-	switch c.firstInside() {
+	switch c.via {
 	case viaHedge:
 		res, err = c.hedge(ctx)
 	case viaTimeout:
@@ -309,14 +313,14 @@ func (c *call[T]) told(ctx context.Context) (res T, err error) {
 
 // The stage an attempt starts at, inside the retry stage.
 const (
-	viaOp      = iota // the operation: no stage does anything for it
-	viaHedge          // hedge and attempt: hedging, a gate, or the tracer (which need c.s)
-	viaTimeout        // the attempt timeout
+	viaOp      int8 = iota // the operation: no stage does anything for it
+	viaHedge               // hedge and attempt: hedging, a gate, or the tracer (which need c.s)
+	viaTimeout             // the attempt timeout
 )
 
 // firstInside returns the first of the stages inside the retry stage that
 // does something for an attempt: each attempt starts there.
-func (c *call[T]) firstInside() int {
+func (c *call[T]) firstInside() int8 {
 	if c.s != nil || !c.noGate() {
 		return viaHedge
 	}

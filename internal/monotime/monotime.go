@@ -4,7 +4,10 @@
 // duration between two readings is what time.Since would give.
 package monotime
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // base is the reading the others are taken from; it has a monotonic
 // reading, so that time.Since(base) reads the monotonic clock only.
@@ -22,19 +25,23 @@ func Now() Reading { return Reading(time.Since(base)) }
 func Since(r Reading) time.Duration { return time.Duration(Now() - r) }
 
 // Time returns r as a time.Time, for a deadline to give in a
-// context.Context: its monotonic reading is r's, so that time.Until and
-// any comparison with another time.Time read from the monotonic clock
-// measure from it exactly, as from time.Now().Add(d) taken at r. Its wall
-// clock reading is the process's first one plus the time elapsed since,
-// which drifts from the wall clock by whatever the wall clock was stepped
-// by since then. A reading from before the process's first, as every
-// reading in a testing/synctest bubble is (its clock starts in 2000), has
-// no monotonic reading, as the bubble's own times: its wall clock reading
-// is then the bubble's exactly.
+// context.Context, as time.Now().Add(d) would have given it at the
+// reading d before r: its monotonic reading is r's exactly, and its wall
+// clock reading is the wall clock's now plus the time left to r, so that
+// a comparison with a time that has no monotonic reading holds even after
+// the wall clock was stepped. It reads both clocks, as time.Now does. In
+// a testing/synctest bubble, whose times have no monotonic reading, it is
+// the bubble's time exactly. A reading too far from now for a
+// time.Duration is taken as the farthest one.
 func (r Reading) Time() time.Time {
-	t := base.Add(time.Duration(r))
-	if r < 0 {
-		return t.Round(0)
+	now := time.Now()
+	n := Reading(now.Sub(base))
+	left := r - n
+	if (r > n) != (left > 0) && r != n { // overflow
+		left = math.MaxInt64
+		if r < n {
+			left = math.MinInt64
+		}
 	}
-	return t
+	return now.Add(time.Duration(left))
 }

@@ -1,11 +1,13 @@
 package monotime
 
 import (
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestSinceMeasuresAsTimeSince(t *testing.T) {
@@ -27,8 +29,20 @@ func TestTimeIsTheReadingsInstant(t *testing.T) {
 		time.Sleep(time.Second)
 		assert.Equal(t, time.Second, time.Since(r.Time()))
 		assert.Equal(t, -time.Minute, time.Until((r + Reading(time.Second-time.Minute)).Time()))
+		assert.Equal(t, time.Now().Add(time.Hour), (Now() + Reading(time.Hour)).Time())
 	})
 	r, now := Now(), time.Now()
 	assert.InDelta(t, 0, float64(now.Sub(r.Time())), float64(time.Millisecond), "outside, the monotonic clock's")
-	assert.Equal(t, time.Hour, (r + Reading(time.Hour)).Time().Sub(r.Time()))
+	assert.Equal(t, time.Hour, (r + Reading(time.Hour)).Time().Sub(r.Time()), "the monotonic readings, exactly")
+	assert.InDelta(t, 0, float64(now.Round(0).Sub(r.Time().Round(0))), float64(time.Millisecond), "the wall clock's")
+}
+
+func TestTimeSaturates(t *testing.T) {
+	far := Reading(math.MaxInt64).Time()
+	assert.True(t, far.After(time.Now().Add(100*365*24*time.Hour)))
+	assert.True(t, Reading(math.MinInt64).Time().Before(time.Now().Add(-100*365*24*time.Hour)))
+	synctest.Test(t, func(t *testing.T) {
+		require.Negative(t, int64(Now()), "a bubble's readings are from before the process's first")
+		assert.True(t, Reading(math.MaxInt64).Time().After(time.Now().Add(100*365*24*time.Hour)))
+	})
 }

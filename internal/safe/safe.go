@@ -336,35 +336,65 @@ func (s *Listener) callStarts(already bool) (done, timed, attempts bool) {
 
 // callWanted asks a listener, as f (a Filter, or nil if it is none) and
 // t (a CallTimer, or nil), whether it wants the end of a call that starts,
-// and, if it does and the call is not timed already, whether it wants the
-// call timed: a listener that is no CallTimer does; and whether it wants
-// the call's attempts. A panic in Wants counts as no, one in TimeCall as
-// yes. One guard for the three questions: they are asked on every call.
+// whether it wants its attempts, and, if it wants its end and the call is
+// not timed already, whether it wants the call timed: a listener that is
+// no CallTimer does. The three questions share one guard, as they are
+// asked on every call; a panic in one (logged) counts as no to it (as yes
+// to TimeCall), and those it cut short are asked each under a guard of
+// its own, so that a fault in one question changes no other answer.
 func callWanted(f resilience.Filter, t resilience.CallTimer, already bool) (done, timed, attempts bool) {
-	what, kind, returned := wantsPanicked, resilience.EventCallDone, false
+	asked := 0 // questions answered, in order: the end, the attempts, the timing
 	defer func() {
-		if returned {
+		if asked == 3 {
 			return
 		}
-		if r := recover(); r != nil {
-			logPanic(panicked[what], kind, r)
-			timed = done
+		r := recover()
+		if r == nil {
+			return // runtime.Goexit: it goes on
+		}
+		switch asked {
+		case 0:
+			logPanic(panicked[wantsPanicked], resilience.EventCallDone, r)
+			done, timed, attempts = false, false, wants(f, resilience.EventAttempt)
+		case 1:
+			logPanic(panicked[wantsPanicked], resilience.EventAttempt, r)
+			attempts, timed = false, timing(t, done, already)
+		default:
+			logPanic(panicked[timeCallPanicked], resilience.EventCallDone, r)
+			timed = true
 		}
 	}()
-	done = f == nil || f.Wants(kind)
-	kind = resilience.EventAttempt
-	attempts = f == nil || f.Wants(kind)
-	kind = resilience.EventCallDone
-	switch {
-	case !done:
-	case already || t == nil:
-		timed = true
-	default:
-		what = timeCallPanicked
+	done = f == nil || f.Wants(resilience.EventCallDone)
+	asked = 1
+	attempts = f == nil || f.Wants(resilience.EventAttempt)
+	asked = 2
+	if done && !already && t != nil {
 		timed = t.TimeCall()
+	} else {
+		timed = done
 	}
-	returned = true
+	asked = 3
 	return done, timed, attempts
+}
+
+// timing asks t, under a guard of its own, whether it wants a call timed
+// whose end is wanted (done), as callWanted does; a panic counts as yes.
+func timing(t resilience.CallTimer, done, already bool) (timed bool) {
+	if !done || already || t == nil {
+		return done
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			if r := recover(); r != nil {
+				logPanic(panicked[timeCallPanicked], resilience.EventCallDone, r)
+				timed = true
+			}
+		}
+	}()
+	timed = t.TimeCall()
+	returned = true
+	return timed
 }
 
 // wants asks f, a listener as a Filter (nil if it is none, which wants

@@ -284,10 +284,11 @@ func TestALoneFiltersPanicCountsAsNo(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
 	l := safe.New("db", &panickyWants{})
 	assert.False(t, l.Wants(resilience.EventAttempt))
-	done, timed, _ := l.CallStarts()
+	done, timed, attempts := l.CallStarts()
 	assert.False(t, done)
 	assert.False(t, timed)
-	assert.Equal(t, 2, strings.Count(logged.String(), "listener's Wants panicked"))
+	assert.False(t, attempts)
+	assert.Equal(t, 3, strings.Count(logged.String(), "listener's Wants panicked"), "each question, on its own")
 }
 
 // A CallTimer in a nested Listener hears of the call it declined to time.
@@ -314,15 +315,34 @@ func (p panicsOn) Wants(k resilience.EventKind) bool {
 }
 
 // The three questions a call starts with share one guard: a panic in one
-// counts as no to it, and the answers before it stand.
+// counts as no to it (as yes to TimeCall), and changes no other answer.
 func TestCallStartsAsksAttemptsUnderItsGuard(t *testing.T) {
-	done, timed, attempts := safe.New("db", panicsOn(resilience.EventAttempt)).CallStarts()
-	assert.Equal(t, [3]bool{true, true, false}, [3]bool{done, timed, attempts})
-	done, timed, attempts = safe.New("db", panicsOn(resilience.EventCallDone)).CallStarts()
-	assert.Equal(t, [3]bool{false, false, false}, [3]bool{done, timed, attempts})
-	done, timed, attempts = safe.New("db", panicsOn(resilience.EventRetry)).CallStarts()
-	assert.Equal(t, [3]bool{true, true, true}, [3]bool{done, timed, attempts})
+	for _, c := range []struct {
+		name string
+		l    resilience.Listener
+		want [3]bool // done, timed, attempts
+	}{
+		{"Wants(attempt) panics", panicsOn(resilience.EventAttempt), [3]bool{true, true, false}},
+		{"Wants(call done) panics", panicsOn(resilience.EventCallDone), [3]bool{false, false, true}},
+		{"nothing panics", panicsOn(resilience.EventRetry), [3]bool{true, true, true}},
+		{"a CallTimer declines, Wants(attempt) panics", declines{panicsOn(resilience.EventAttempt)}, [3]bool{true, false, false}},
+		{"a CallTimer declines, Wants(call done) panics", declines{panicsOn(resilience.EventCallDone)}, [3]bool{false, false, true}},
+		{"TimeCall panics", timePanics{panicsOn(resilience.EventRetry)}, [3]bool{true, true, true}},
+	} {
+		done, timed, attempts := safe.New("db", c.l).CallStarts()
+		assert.Equal(t, c.want, [3]bool{done, timed, attempts}, c.name)
+	}
 }
+
+// declines is a CallTimer that wants no call timed.
+type declines struct{ panicsOn }
+
+func (declines) TimeCall() bool { return false }
+
+// timePanics is a CallTimer whose TimeCall panics.
+type timePanics struct{ panicsOn }
+
+func (timePanics) TimeCall() bool { panic("TimeCall") }
 
 // A retry stage's copy neither asks about attempts nor passes them on,
 // and still counts them.
