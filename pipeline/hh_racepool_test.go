@@ -1,0 +1,86 @@
+package pipeline
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/hedge"
+)
+
+// TestRacePoolsOnePerResultType: the races of one result type share a
+// pool, those of another have their own.
+func TestRacePoolsOnePerResultType(t *testing.T) {
+	var ps racePools
+	ints, strs := poolOf[int](&ps), poolOf[string](&ps)
+	assert.NotSame(t, ints, strs)
+	assert.Same(t, ints, poolOf[int](&ps))
+	assert.Same(t, strs, poolOf[string](&ps))
+	type myInt int // the shape of int, another type
+	assert.NotSame(t, ints, poolOf[myInt](&ps))
+	assert.IsType(t, (*race[string])(nil), strs.Get())
+	assert.IsType(t, (*race[myInt])(nil), poolOf[myInt](&ps).Get())
+}
+
+// TestFirstAttemptContextOutlivesItsRace: the context of a race's first
+// attempt, which the operation may keep, stays canceled after the call,
+// while later calls reuse the race's memory.
+func TestFirstAttemptContextOutlivesItsRace(t *testing.T) {
+	p := New(WithHedging(hedge.New(hedge.Delay(time.Hour))))
+	var kept []context.Context
+	for range 100 {
+		_, err := Do(context.Background(), p, func(ctx context.Context) (int, error) {
+			kept = append(kept, ctx)
+			return 1, nil
+		})
+		require.NoError(t, err)
+	}
+	for i, ctx := range kept {
+		require.ErrorIs(t, ctx.Err(), context.Canceled, "call %d", i)
+		select {
+		case <-ctx.Done():
+		default:
+			t.Fatalf("call %d: the context kept is not done", i)
+		}
+	}
+}
+
+// TestHedgesNeverEarlyWhileRacesAreReused: races whose hedge comes due
+// as their first attempt answers, from many goroutines, in real time: a
+// race that the timer fires is not reused by the next call meanwhile,
+// which would send that call's hedge at once, before its delay.
+func TestHedgesNeverEarlyWhileRacesAreReused(t *testing.T) {
+	const delay = 300 * time.Microsecond
+	p := New(WithHedging(hedge.New(hedge.Delay(delay), hedge.MaxShare(1), hedge.MaxExtra(2))))
+	type key struct{}
+	var early, hedges atomic.Int32
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 300 {
+				began := time.Now()
+				ctx := context.WithValue(context.Background(), key{}, began)
+				_, _ = Do(ctx, p, func(ctx context.Context) (int, error) {
+					if p.IsHedge(ctx) {
+						hedges.Add(1)
+						if time.Since(ctx.Value(key{}).(time.Time)) < delay {
+							early.Add(1)
+						}
+						return 2, nil
+					}
+					if (g+i)%3 == 0 {
+						time.Sleep(delay - 50*time.Microsecond + time.Duration(i%4)*50*time.Microsecond)
+					}
+					return 1, nil
+				})
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, early.Load(), "hedges sent before their delay, of %d", hedges.Load())
+}
