@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"container/heap"
 	"sync"
 	"time"
 
@@ -55,28 +54,29 @@ func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) bool {
 	}
 	e.at = now + monotime.Reading(d)
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	heap.Push(&t.due, e)
+	t.due.push(e)
 	if !t.set || e.at < t.at {
 		t.reset(now)
 	}
+	t.mu.Unlock()
 	return true
 }
 
 // remove takes e out of the heap, if it is there, and reports whether it
-// was: if it was, the timer will not fire it for the add before. The timer is left set:
+// was: if it was, the timer will not fire it for the add before. The
+// timer is left set:
 // stopping it and setting it again for the next race would cost two
 // operations on the runtime's timers per call; left set, it fires at most
 // once a hedging delay for races that answered, finds none due, and is set
 // again only if a race waits.
 func (t *hedgeTimers) remove(e *hedgeDue) bool {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e.pos == 0 {
-		return false
+	in := e.pos != 0
+	if in {
+		t.due.remove(e.pos - 1)
 	}
-	heap.Remove(&t.due, e.pos-1)
-	return true
+	t.mu.Unlock()
+	return in
 }
 
 // reset sets the timer for the first race due; t.mu is held.
@@ -101,7 +101,7 @@ func (t *hedgeTimers) expire() {
 	now := t.now()
 	var fire []interface{ fire() }
 	for len(t.due) > 0 && t.due[0].at <= now {
-		fire = append(fire, heap.Pop(&t.due).(*hedgeDue).race)
+		fire = append(fire, t.due.remove(0).race)
 	}
 	t.reset(now)
 	t.mu.Unlock()
@@ -110,25 +110,68 @@ func (t *hedgeTimers) expire() {
 	}
 }
 
-// dueHeap orders races by when their next hedge is due.
+// dueHeap orders races by when their next hedge is due: a binary heap
+// whose entries know their place in it (pos).
 type dueHeap []*hedgeDue
 
-func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h dueHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].pos, h[j].pos = i+1, j+1
-}
-func (h *dueHeap) Push(x any) {
-	e := x.(*hedgeDue)
+// push puts e in h.
+func (h *dueHeap) push(e *hedgeDue) {
 	*h = append(*h, e)
-	e.pos = len(*h)
+	h.up(len(*h)-1, e)
 }
-func (h *dueHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
+
+// remove takes the entry at index i out of h and returns it.
+func (h *dueHeap) remove(i int) *hedgeDue {
+	s := *h
+	e, last := s[i], len(s)-1
+	moved := s[last]
+	s[last] = nil
+	*h = s[:last]
+	if i != last { // the last entry fills the hole, and moves to its place
+		if !h.down(i, moved) {
+			h.up(i, moved)
+		}
+	}
 	e.pos = 0
 	return e
+}
+
+// up puts e, due no later than the entries below index i, at i or above.
+func (h dueHeap) up(i int, e *hedgeDue) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if h[parent].at <= e.at {
+			break
+		}
+		h.set(i, h[parent])
+		i = parent
+	}
+	h.set(i, e)
+}
+
+// down puts e, due no earlier than the entries above index i, at i or
+// below, and reports whether it went below.
+func (h dueHeap) down(i int, e *hedgeDue) bool {
+	from := i
+	for {
+		child := 2*i + 1
+		if child >= len(h) {
+			break
+		}
+		if right := child + 1; right < len(h) && h[right].at < h[child].at {
+			child = right
+		}
+		if h[child].at >= e.at {
+			break
+		}
+		h.set(i, h[child])
+		i = child
+	}
+	h.set(i, e)
+	return i > from
+}
+
+// set puts e at index i.
+func (h dueHeap) set(i int, e *hedgeDue) {
+	h[i], e.pos = e, i+1
 }

@@ -172,19 +172,27 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 // arm starts the hedging delay, as the first attempt is sent: not from a
 // wait for a slot of the concurrency limit.
 func (r *race[T]) arm() {
-	r.mu.Lock()
 	r.sent = 1
 	r.due.race = r
-	r.after()
+	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
+		return // the timer's lock orders what r was given before its fire
+	}
+	r.mu.Lock()
+	r.ownTimer()
 	r.mu.Unlock()
 }
 
 // after sets r's next hedge due one delay from now: in the pipeline's
 // timer, or in a testing/synctest bubble, in one of r's own; r.mu is held.
 func (r *race[T]) after() {
-	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
-		return
+	if !r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
+		r.ownTimer()
 	}
+}
+
+// ownTimer sets r's own timer for its next hedge, one delay from now;
+// r.mu is held.
+func (r *race[T]) ownTimer() {
 	if r.timer == nil {
 		r.timer = time.AfterFunc(r.delay, r.fire)
 	} else {
