@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -83,4 +84,24 @@ func TestHedgesNeverEarlyWhileRacesAreReused(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Zero(t, early.Load(), "hedges sent before their delay, of %d", hedges.Load())
+}
+
+// TestRaceLeftToItsPoolAsNew: a race that answered before its hedge was
+// due is left to its pool as a new one, but for the fields the next race
+// sets.
+func TestRaceLeftToItsPoolAsNew(t *testing.T) {
+	p := New(WithHedging(hedge.New(hedge.Delay(time.Hour))))
+	pool := poolOf[int](&p.cfg.hedgeTimers.spares)
+	for range 10 {
+		_, err := Do(context.Background(), p, func(context.Context) (int, error) { return 1, nil })
+		require.NoError(t, err)
+		r := pool.Get().(*race[int])
+		if r.pool == nil {
+			continue // a new one: the pool lost the race to a collection, or to another P
+		}
+		r.c, r.ctx, r.delay, r.extra, r.first, r.pool = call[int]{}, nil, 0, 0, nil, nil
+		require.True(t, reflect.ValueOf(r).Elem().IsZero(), "%+v", r)
+		return
+	}
+	t.Fatal("no race left to the pool")
 }

@@ -118,7 +118,7 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 	c.first = nil // the next race's is its own
 	pool := poolOf[T](&c.p.cfg.hedgeTimers.spares)
 	r := pool.Get().(*race[T])
-	// Into zeroed memory, new or left by a race that ended: no copy of the rest.
+	// Into zeroed memory, new or left by a race that ended (end): no copy of the rest.
 	r.c, r.ctx, r.delay, r.extra, r.first, r.pool = *c, ctx, delay, extra, first, pool
 	c.spare, c.now = nil, time.Time{} // the race's first attempt's, not a later race's
 	return r
@@ -211,11 +211,15 @@ func (r *race[T]) disarmed() bool {
 }
 
 // end leaves the memory of r, which nothing else knows of any more, to
-// the next race of its pool.
+// the next race of its pool. A race that ended in run before its hedge
+// was due changed only these fields but for those that newRace sets, which
+// are left as they are: clearing them, with the collector's write barrier
+// on each pointer, costs the call more than it saves. The pool keeps what
+// they point to until the next race overwrites them, or the pool drops r.
 func (r *race[T]) end() {
-	pool := r.pool
-	*r = race[T]{}
-	pool.Put(r)
+	r.sent, r.due = 0, hedgeDue{}
+	r.phase.Store(firstRunning)
+	r.pool.Put(r)
 }
 
 // stopHedges sends no more hedges, and reports whether any is still out.
