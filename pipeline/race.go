@@ -71,20 +71,24 @@ type racePool struct {
 	next *racePool
 }
 
-// poolOf returns the pool of ps that keeps races of result type T, made on
-// first use.
-func poolOf[T any](ps *racePools) *sync.Pool {
+// poolOf returns the pool of t's races of result type T, made on first
+// use.
+func poolOf[T any](t *hedgeTimers) *sync.Pool {
 	kind := any((*race[T])(nil))
 	for {
-		head := ps.head.Load()
+		head := t.spares.head.Load()
 		for p := head; p != nil; p = p.next {
 			if p.kind == kind {
 				return &p.pool
 			}
 		}
 		p := &racePool{kind: kind, next: head}
-		p.pool.New = func() any { return new(race[T]) }
-		if ps.head.CompareAndSwap(head, p) {
+		p.pool.New = func() any {
+			r := new(race[T])
+			r.due.shard = t.deal()
+			return r
+		}
+		if t.spares.head.CompareAndSwap(head, p) {
 			return &p.pool
 		}
 	}
@@ -116,7 +120,7 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 		first = new(opening)
 	}
 	c.first = nil // the next race's is its own
-	pool := poolOf[T](&c.p.cfg.hedgeTimers.spares)
+	pool := poolOf[T](c.p.cfg.hedgeTimers)
 	r := pool.Get().(*race[T])
 	// Into zeroed memory, new or left by a race that ended (end): no copy of the rest.
 	r.c, r.ctx, r.delay, r.extra, r.first, r.pool = *c, ctx, delay, extra, first, pool
@@ -217,7 +221,7 @@ func (r *race[T]) disarmed() bool {
 // on each pointer, costs the call more than it saves. The pool keeps what
 // they point to until the next race overwrites them, or the pool drops r.
 func (r *race[T]) end() {
-	r.sent, r.due = 0, hedgeDue{}
+	r.sent, r.due.at, r.due.race = 0, 0, nil
 	r.phase.Store(firstRunning)
 	r.pool.Put(r)
 }
