@@ -122,7 +122,7 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 	c.first = nil // the next race's is its own
 	pool := poolOf[T](c.p.cfg.hedgeTimers)
 	r := pool.Get().(*race[T])
-	// Into zeroed memory, new or left by a race that ended (end): no copy of the rest.
+	// The rest is zero, in a new race or one left by end: no copy of it.
 	r.c, r.ctx, r.delay, r.extra, r.first, r.pool = *c, ctx, delay, extra, first, pool
 	c.spare, c.now = nil, time.Time{} // the race's first attempt's, not a later race's
 	return r
@@ -154,7 +154,7 @@ func (r *race[T]) run() (T, error) {
 // or calls runtime.Goexit, the hedges out are canceled first.
 func (r *race[T]) runFirst() (o outcome[T]) {
 	f := r.first
-	f.ctx.Context = r.ctx // zeroed memory, as above
+	f.ctx.Context = r.ctx // into a new opening, zeroed: no copy of the rest
 	f.own = &f.ctx
 	a := r.c
 	a.k = &f.keeper
@@ -216,10 +216,11 @@ func (r *race[T]) disarmed() bool {
 
 // end leaves the memory of r, which nothing else knows of any more, to
 // the next race of its pool. A race that ended in run before its hedge
-// was due changed only these fields but for those that newRace sets, which
-// are left as they are: clearing them, with the collector's write barrier
-// on each pointer, costs the call more than it saves. The pool keeps what
-// they point to until the next race overwrites them, or the pool drops r.
+// was due has changed only the fields reset here and those that newRace
+// sets, which are left as they are: clearing them, with the collector's
+// write barrier on each pointer, would cost every call, and the next race
+// overwrites them. Until then, or until the pool drops r, what they point
+// to is kept.
 func (r *race[T]) end() {
 	r.sent, r.due.at, r.due.race = 0, 0, nil
 	r.phase.Store(firstRunning)
