@@ -38,7 +38,7 @@ type scenario struct {
 	down     func(t time.Duration) bool    // every request gets 503 at once
 	deadHost bool                          // host 0 refuses every connection, all along
 	errRate  func(t time.Duration) float64 // share of requests answered 503 at once, at random
-	speed    func(t time.Duration) float64 // the workers' speed, 1 = full; nil: always 1
+	speed    func(t time.Duration) float64 // the workers' speed, 1 = full, at which a request in progress goes (serviceFrom); nil: always 1
 
 	// healthy lists the spans of time when the backend had no fault and
 	// the capacity for the offered calls; recovered is when the last
@@ -110,7 +110,10 @@ func flapHealthy() []span {
 
 // The slow recovery: down from 1 s to 3 s, then the workers' speed ramps
 // from 5% to full over 2 s; they cover the offered calls (400 a second of
-// 800) from half speed, 4 s.
+// 800) from half speed, 4 s. A request in progress speeds up with them: a
+// probe served from 3 s takes 100 to 224 ms, not the 100 to 300 ms of 5%
+// all along, whose spread decided, seed by seed, when a breaker closed and
+// how many requests the ramp got.
 func slowSpeed(t time.Duration) float64 {
 	if t < 3*time.Second {
 		return 1
@@ -244,17 +247,35 @@ func (b *backend) work(h *host) {
 		case <-h.stop:
 			return
 		case j := <-h.queue:
-			d := j.service
-			if b.sc.speed != nil {
-				d = time.Duration(float64(d) / b.sc.speed(time.Since(b.start)))
-			}
-			time.Sleep(d)
+			time.Sleep(b.sc.serviceFrom(time.Since(b.start), j.service))
 			b.served.Add(1)
 			if j.ctx.Err() != nil {
 				b.wasted.Add(1)
 			}
 			close(j.done)
 		}
+	}
+}
+
+// speedStep is the slice of time over which serviceFrom takes the workers'
+// speed as constant.
+const speedStep = time.Millisecond
+
+// serviceFrom returns how long a request whose service time at full speed
+// is work takes when a worker starts it at t: the work goes at the speed
+// of the moment, so that capacity coming back speeds up the requests in
+// progress too, rather than only those started after.
+func (sc *scenario) serviceFrom(t, work time.Duration) time.Duration {
+	if sc.speed == nil {
+		return work
+	}
+	left := float64(work)
+	for d := time.Duration(0); ; d += speedStep {
+		v := sc.speed(t + d)
+		if v*float64(speedStep) >= left {
+			return d + time.Duration(left/v)
+		}
+		left -= v * float64(speedStep)
 	}
 }
 
