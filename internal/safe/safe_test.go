@@ -367,3 +367,40 @@ type askCounter struct{ asked, heard atomic.Int64 }
 
 func (a *askCounter) OnEvent(resilience.Event)        { a.heard.Add(1) }
 func (a *askCounter) Wants(resilience.EventKind) bool { a.asked.Add(1); return true }
+
+// What CallStarts answers for listeners that are no Filter, and for
+// several, and what Wanted and Attempted ask again: a single listener
+// nothing, several each its own Filter.
+func TestCallStartsAndAttemptedAcrossListeners(t *testing.T) {
+	plain := &recorder{}
+	done, timed, attempts := safe.New("db", plain).CallStarts()
+	assert.Equal(t, [3]bool{true, true, true}, [3]bool{done, timed, attempts}, "a listener that is no Filter wants it all")
+
+	done, timed, attempts = safe.New("db", both{timePanics{panicsOn(resilience.EventAttempt)}}).CallStarts()
+	assert.Equal(t, [3]bool{true, true, false}, [3]bool{done, timed, attempts}, "TimeCall panics on its own guard too: yes")
+
+	one := &askCounter{}
+	l := safe.New("db", one)
+	l.Wanted(resilience.Event{Kind: resilience.EventRetry})
+	l.Attempted(1, nil)
+	assert.Zero(t, one.asked.Load(), "a single listener is not asked again")
+	assert.Equal(t, int64(2), one.heard.Load())
+
+	wantsAttempts, wantsNone := &askCounter{}, &onlyKind{kind: resilience.EventCallDone}
+	l = safe.New("db", wantsAttempts, wantsNone)
+	l.Attempted(1, nil)
+	assert.Equal(t, int64(1), wantsAttempts.heard.Load())
+	assert.Zero(t, wantsNone.heard.Load(), "of several, each asked")
+}
+
+// both is a Filter and CallTimer made of one that panics somewhere.
+type both struct{ timePanics }
+
+// onlyKind wants events of one kind, and counts those it hears.
+type onlyKind struct {
+	kind  resilience.EventKind
+	heard atomic.Int64
+}
+
+func (o *onlyKind) OnEvent(resilience.Event)          { o.heard.Add(1) }
+func (o *onlyKind) Wants(k resilience.EventKind) bool { return k == o.kind }
