@@ -372,11 +372,15 @@ func (a *askCounter) Wants(resilience.EventKind) bool { a.asked.Add(1); return t
 // several, and what Wanted and Attempted ask again: a single listener
 // nothing, several each its own Filter.
 func TestCallStartsAndAttemptedAcrossListeners(t *testing.T) {
-	plain := &recorder{}
-	done, timed, attempts := safe.New("db", plain).CallStarts()
-	assert.Equal(t, [3]bool{true, true, true}, [3]bool{done, timed, attempts}, "a listener that is no Filter wants it all")
+	for _, l := range []*safe.Listener{safe.New("db", plain{}), safe.New("db", plain{}, plain{})} {
+		done, timed, attempts := l.CallStarts()
+		assert.Equal(t, [3]bool{true, true, true}, [3]bool{done, timed, attempts}, "listeners that are no Filter want it all")
+	}
+	var named plainNamed
+	safe.New("db", &named).Wanted(resilience.Event{Kind: resilience.EventRetry})
+	assert.Equal(t, "db", named.name, "Wanted names an unnamed event")
 
-	done, timed, attempts = safe.New("db", both{timePanics{panicsOn(resilience.EventAttempt)}}).CallStarts()
+	done, timed, attempts := safe.New("db", both{timePanics{panicsOn(resilience.EventAttempt)}}).CallStarts()
 	assert.Equal(t, [3]bool{true, true, false}, [3]bool{done, timed, attempts}, "TimeCall panics on its own guard too: yes")
 
 	one := &askCounter{}
@@ -404,3 +408,14 @@ type onlyKind struct {
 
 func (o *onlyKind) OnEvent(resilience.Event)          { o.heard.Add(1) }
 func (o *onlyKind) Wants(k resilience.EventKind) bool { return k == o.kind }
+
+// plain is a listener that is no Filter.
+type plain struct{}
+
+func (plain) OnEvent(resilience.Event) {}
+
+// plainNamed is a listener that is no Filter, and keeps the name of the
+// last event it heard.
+type plainNamed struct{ name string }
+
+func (p *plainNamed) OnEvent(e resilience.Event) { p.name = e.Name }
