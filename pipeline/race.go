@@ -25,19 +25,18 @@ import (
 // an operation that ignores its context's cancellation holds the answer
 // until it does.
 //
-// A race that ends before its first hedge is due, as nearly every race
-// does, leaves its memory to the next race of its result type (racePools):
-// such a race allocates only its first attempt's context (opening),
-// which the operation may keep past the call.
+// A call that never hedges allocates one race with its state (hedged): it
+// is kept within 512 bytes, the largest objects the allocator and the
+// collector handle without a header, hence the narrow counts.
 type race[T any] struct {
-	c     call[T] // a copy: each attempt runs a copy of it with its own keeper
-	ctx   context.Context
-	delay time.Duration
-	first *opening
-	pool  *sync.Pool   // r's own, to leave r to once it ends
-	phase atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
-	over  bool         // no more hedges; under mu
-	have  bool         // last is set
+	c        call[T] // a copy: each attempt runs a copy of it with its own keeper
+	ctx      context.Context
+	delay    time.Duration
+	first    keeper
+	firstCtx lazyCtx
+	phase    atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
+	over     bool         // no more hedges; under mu
+	have     bool         // last is set
 
 	mu      sync.Mutex      // between the caller and the timer, which sends the hedges
 	extra   int32           // most hedges (the policy's, up to math.MaxInt32)
@@ -49,49 +48,6 @@ type race[T any] struct {
 	keepers []*keeper       // the hedges'
 
 	last outcome[T] // the answer to return if no attempt wins; the caller's
-}
-
-// opening is the context of a race's first attempt, and its keeper.
-// The operation may keep the context past the call (it is then canceled),
-// so it is not part of the race, whose memory the next race may reuse.
-type opening struct {
-	keeper
-	ctx lazyCtx
-}
-
-// racePools keeps the memory of a pipeline's races that ended before
-// their first hedge was due, for the next: a sync.Pool for each result type.
-type racePools struct {
-	head atomic.Pointer[racePool] // a list, added to at the head
-}
-
-type racePool struct {
-	kind any // a nil *race[T]: its type tells the pool's
-	pool sync.Pool
-	next *racePool
-}
-
-// poolOf returns the pool of t's races of result type T, made on first
-// use.
-func poolOf[T any](t *hedgeTimers) *sync.Pool {
-	kind := any((*race[T])(nil))
-	for {
-		head := t.spares.head.Load()
-		for p := head; p != nil; p = p.next {
-			if p.kind == kind {
-				return &p.pool
-			}
-		}
-		p := &racePool{kind: kind, next: head}
-		p.pool.New = func() any {
-			r := new(race[T])
-			r.due.shard = t.deal()
-			return r
-		}
-		if t.spares.head.CompareAndSwap(head, p) {
-			return &p.pool
-		}
-	}
 }
 
 // The phases of a race's first attempt: it runs, it has returned, or a
@@ -115,16 +71,13 @@ type outcome[T any] struct {
 func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[T] {
 	extra := int32(min(c.p.cfg.hedge.Extra(), math.MaxInt32))
 	c.p.cfg.hedge.Called()
-	first := c.first
-	if first == nil {
-		first = new(opening)
+	r := c.race
+	if r == nil {
+		r = new(race[T])
 	}
-	c.first = nil // the next race's is its own
-	pool := poolOf[T](c.p.cfg.hedgeTimers)
-	r := pool.Get().(*race[T])
-	// The rest is zero, in a new race or one left by end: no copy of it.
-	r.c, r.ctx, r.delay, r.extra, r.first, r.pool = *c, ctx, delay, extra, first, pool
-	c.spare, c.hasNow = nil, false // the race's first attempt's, not a later race's
+	c.race = nil                                         // the next race's is its own
+	r.c, r.ctx, r.delay, r.extra = *c, ctx, delay, extra // into zeroed memory: no copy of the rest
+	c.spare, c.hasNow = nil, false                       // the race's first attempt's, not a later race's
 	return r
 }
 
@@ -132,11 +85,6 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 // failure's (the one with the longest retry-after hint).
 func (r *race[T]) run() (T, error) {
 	o := r.runFirst()
-	if r.disarmed() {
-		r.keep(o)
-		r.end()
-		return o.res, o.err
-	}
 	r.mu.Lock()
 	hedged := r.running > 0
 	if !hedged {
@@ -153,21 +101,20 @@ func (r *race[T]) run() (T, error) {
 // runFirst runs the first attempt on the caller's goroutine. If it panics
 // or calls runtime.Goexit, the hedges out are canceled first.
 func (r *race[T]) runFirst() (o outcome[T]) {
-	f := r.first
-	f.ctx.Context = r.ctx // into a new opening, zeroed: no copy of the rest
-	f.own = &f.ctx
+	r.firstCtx.Context = r.ctx // zeroed memory, as above
+	r.first.own = &r.firstCtx
 	a := r.c
-	a.k = &f.keeper
+	a.k = &r.first
 	r.c.spare, r.c.hasNow = nil, false // the first attempt's, not the hedges'
 	returned := false
 	defer func() {
 		if !returned {
 			r.abandon(nil)
-			f.release()
+			r.first.release()
 		}
 	}()
-	o.res, o.err = a.attempt(&f.ctx, false, r)
-	o.keep = &f.keeper
+	o.res, o.err = a.attempt(&r.firstCtx, false, r)
+	o.keep = &r.first
 	returned = true
 	r.phase.CompareAndSwap(firstRunning, firstReturned)
 	return o
@@ -176,55 +123,24 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 // arm starts the hedging delay, as the first attempt is sent: not from a
 // wait for a slot of the concurrency limit.
 func (r *race[T]) arm() {
+	r.mu.Lock()
 	r.sent = 1
 	r.due.race = r
-	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
-		return // the timer's lock orders what r was given before its fire
-	}
-	r.mu.Lock()
-	r.ownTimer()
+	r.after()
 	r.mu.Unlock()
 }
 
 // after sets r's next hedge due one delay from now: in the pipeline's
 // timer, or in a testing/synctest bubble, in one of r's own; r.mu is held.
 func (r *race[T]) after() {
-	if !r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
-		r.ownTimer()
+	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
+		return
 	}
-}
-
-// ownTimer sets r's own timer for its next hedge, one delay from now;
-// r.mu is held.
-func (r *race[T]) ownTimer() {
 	if r.timer == nil {
 		r.timer = time.AfterFunc(r.delay, r.fire)
 	} else {
 		r.timer.Reset(r.delay)
 	}
-}
-
-// disarmed takes r out of the pipeline's timer, and reports whether its
-// first hedge was still waiting there: none was sent, and none will be,
-// and nothing but the caller knows r. A race the timer did not hold (in a
-// testing/synctest bubble, or not armed) or let go of reports false.
-func (r *race[T]) disarmed() bool {
-	// The timer's lock orders what the timer's goroutine did to r before
-	// it added r again, sent included, before this.
-	return r.c.p.cfg.hedgeTimers.remove(&r.due) && r.sent == 1
-}
-
-// end leaves the memory of r, which nothing else knows of any more, to
-// the next race of its pool. A race that ended in run before its hedge
-// was due has changed only the fields reset here and those that newRace
-// sets, which are left as they are: clearing them, with the collector's
-// write barrier on each pointer, would cost every call, and the next race
-// overwrites them. Until then, or until the pool drops r, what they point
-// to is kept.
-func (r *race[T]) end() {
-	r.sent, r.due.at, r.due.race = 0, 0, nil
-	r.phase.Store(firstRunning)
-	r.pool.Put(r)
 }
 
 // stopHedges sends no more hedges, and reports whether any is still out.
@@ -317,7 +233,7 @@ func (r *race[T]) launch(n int32) {
 			// idempotency key whose first request still runs, may be that
 			// very attempt's doing, and the first may yet succeed.
 			if (o.err == nil || o.panicked != nil || o.goexit) && r.phase.CompareAndSwap(firstRunning, firstCut) {
-				r.first.ctx.end() // the caller takes this answer once the first attempt returns
+				r.firstCtx.end() // the caller takes this answer once the first attempt returns
 			}
 			results <- o
 		}()

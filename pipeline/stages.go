@@ -57,13 +57,13 @@ type call[T any] struct {
 	n        int      // attempts told by this run of the retry stage, with attempts
 	ran      bool     // the breaker admitted the call: inside ran
 	res      T        // what inside leaves for through
-	first    *opening // for the call's first race, allocated with c.s; nil once used
+	race     *race[T] // for the call's first race, allocated with c.s; nil once used
 }
 
-// hedged is the state of a hedged call with its first race's first attempt.
-type hedged struct {
+// hedged is the state of a hedged call with the memory of its first race.
+type hedged[T any] struct {
 	state state
-	first opening
+	race  race[T]
 }
 
 // run reports the call to the tracer, if any, and times it for the
@@ -75,8 +75,8 @@ func (c *call[T]) run(ctx context.Context) (T, error) {
 		if by, _ := ctx.Value(hedgeKey{}).(*Pipeline); by == c.p {
 			ctx = context.WithValue(ctx, hedgeKey{}, (*Pipeline)(nil)) // a call that a hedge of p's makes through p is a call of its own
 		}
-		h := &hedged{state: state{p: c.p}} // the state and the call's first race's first attempt, in one allocation
-		c.s, c.first = &h.state, &h.first
+		h := &hedged[T]{state: state{p: c.p}} // the state and the call's first race, in one allocation
+		c.s, c.race = &h.state, &h.race
 	case cfg.tracer != nil:
 		c.s = &state{p: c.p}
 	}
