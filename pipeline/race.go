@@ -59,6 +59,10 @@ const (
 	firstWon // returned a success: hedges still queued at the gates are not sent
 )
 
+// maxWaitingOutcomes is the most outcomes of a race's hedges that wait,
+// sent, for the caller to take them.
+const maxWaitingOutcomes = 8
+
 // outcome is how one attempt of a race ended.
 type outcome[T any] struct {
 	res      T
@@ -209,7 +213,10 @@ func (r *race[T]) fire() {
 // hedge, not the timer, which other calls' hedges wait for; r.mu is held.
 func (r *race[T]) launch(n int32) {
 	if r.results == nil {
-		r.results = make(chan outcome[T], r.extra)
+		// Room for the outcomes of the hedges most races send: one past
+		// it waits for the caller, or abandon's goroutine, which take
+		// every outcome. Not r.extra, which MaxExtra lets be any size.
+		r.results = make(chan outcome[T], min(r.extra, maxWaitingOutcomes))
 	}
 	hk := new(keeper)
 	actx, cancel := context.WithCancel(context.WithValue(r.ctx, hedgeKey{}, r.c.p))
