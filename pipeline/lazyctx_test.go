@@ -320,3 +320,13 @@ func TestAttemptEndsWithoutReadingTheClock(t *testing.T) {
 		assert.ErrorIs(t, child.Err(), context.Canceled)
 	})
 }
+
+// A lazy context names itself, with its deadline if it has one, as
+// context.WithDeadline's does.
+func TestLazyContextString(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := lazyAfter(t.Context(), time.Second, nil)
+		assert.Equal(t, "pipeline.lazyCtx("+time.Now().Add(time.Second).String()+")", c.String())
+		assert.Equal(t, "pipeline.lazyCtx", (&lazyCtx{Context: t.Context()}).String())
+	})
+}
