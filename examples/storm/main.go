@@ -84,7 +84,7 @@ func parseArgs(args []string) (options, error) {
 	remote := fs.Bool("remote", false, "in real time over HTTP, with the backends in a process of their own (implies -http)")
 	serve := fs.Bool("serve", false, "be the backends' process of -remote: listen on 127.0.0.1 and print the address")
 	runs := fs.Int("runs", 1, "in real time, run each scenario this many times, and compare the runs with each other and with virtual time")
-	maxShort := fs.Float64("maxshort", 0, "in real time, report a run unless its offered load fell more than this share short of schedule in a second (issue #24's bound: 0.05), however late its calls started; 0: refuse a run by its lag")
+	maxShort := fs.Float64("maxshort", 0, "in real time, report a run unless its offered load fell more than this share short of schedule in a second (issue #24's bound: 0.05) or a call started 100 ms late or more; 0: refuse a run by its lag")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
@@ -95,7 +95,7 @@ func parseArgs(args []string) (options, error) {
 	if *runs < 1 {
 		return options{}, fmt.Errorf("-runs %d: at least 1", *runs)
 	}
-	if *maxShort < 0 || *maxShort >= 1 {
+	if !(*maxShort >= 0 && *maxShort < 1) { // NaN too
 		return options{}, fmt.Errorf("-maxshort %v: from 0 to under 1", *maxShort)
 	}
 	o.maxShort = *maxShort

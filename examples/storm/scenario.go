@@ -264,7 +264,9 @@ const speedStep = time.Millisecond
 // serviceFrom returns how long a request whose service time at full speed
 // is work takes when a worker starts it at t: the work goes at the speed
 // of the moment, so that capacity coming back speeds up the requests in
-// progress too, rather than only those started after.
+// progress too, rather than only those started after. A speed under
+// minSpeed (0, negative, NaN: a scenario's mistake) counts as minSpeed, so
+// that a request ends.
 func (sc *scenario) serviceFrom(t, work time.Duration) time.Duration {
 	if sc.speed == nil {
 		return work
@@ -272,12 +274,18 @@ func (sc *scenario) serviceFrom(t, work time.Duration) time.Duration {
 	left := float64(work)
 	for d := time.Duration(0); ; d += speedStep {
 		v := sc.speed(t + d)
+		if !(v >= minSpeed) {
+			v = minSpeed
+		}
 		if v*float64(speedStep) >= left {
 			return d + time.Duration(left/v)
 		}
 		left -= v * float64(speedStep)
 	}
 }
+
+// minSpeed is the slowest the workers go: the slow recovery starts at 0.05.
+const minSpeed = 0.01
 
 // serve is one request; r decides its fate (its host, whether it is one
 // of the brownout's 503s, its service time), so that a request's fate
