@@ -57,8 +57,23 @@ func TestReview5GRPCPipelineAttemptsNumberedAndCounted(t *testing.T) {
 				})
 			}
 			wg.Wait()
+			// A hedge that lost may reach the server after its call
+			// returned: wait for every draw before counting.
+			drawn := func() (n int) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, k := range seen {
+					n += k
+				}
+				return n
+			}
+			for end := time.Now().Add(5 * time.Second); drawn() < calls*tc.attempts && time.Now().Before(end); {
+				time.Sleep(5 * time.Millisecond)
+			}
 			stop()
 			b.close()
+			mu.Lock()
+			defer mu.Unlock()
 			requests := sum(b.requests.counts(), 0, time.Hour)
 			if requests != calls*tc.attempts {
 				t.Errorf("backend requests %d, want %d", requests, calls*tc.attempts)
