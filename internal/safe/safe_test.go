@@ -297,6 +297,9 @@ func TestANestedCallTimerHearsOfItsUntimedCall(t *testing.T) {
 	l := safe.New("db", safe.New("inner", tm), &keeper{})
 	l.CallStarts() // the keeper's first call: timed
 	done, timed, _ := l.CallStarts()
+	for i := 0; timed && i < 8; i++ { // the keeper times one call in about 64, drawn at random: the next may be one
+		done, timed, _ = l.CallStarts()
+	}
 	require.True(t, done)
 	require.False(t, timed)
 	l.Emit(resilience.Event{Kind: resilience.EventCallDone, Untimed: true})
