@@ -81,7 +81,7 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 	}
 	c.race = nil                                         // the next race's is its own
 	r.c, r.ctx, r.delay, r.extra = *c, ctx, delay, extra // into zeroed memory: no copy of the rest
-	c.spare, c.hasNow = nil, false                       // the race's first attempt's, not a later race's
+	c.spare = nil                                        // the race's first attempt's, not a later race's
 	return r
 }
 
@@ -109,7 +109,7 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 	r.first.own = &r.firstCtx
 	a := r.c
 	a.k = &r.first
-	r.c.spare, r.c.hasNow = nil, false // the first attempt's, not the hedges'
+	r.c.spare = nil // the first attempt's, not the hedges'
 	returned := false
 	defer func() {
 		if !returned {

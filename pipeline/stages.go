@@ -46,9 +46,8 @@ type call[T any] struct {
 	// The budget leaves these to the first attempt's timeout, which
 	// follows it at once: the clock reading the budget was set from, and
 	// the attempt's context, allocated with the budget's.
-	now    monotime.Reading
-	hasNow bool // now is set
-	spare  *lazyCtx
+	now   monotime.Reading // with spare, if config.attemptFollows
+	spare *lazyCtx
 
 	done     bool     // the listener wants EventCallDone
 	clock    bool     // and its Duration: the call is timed
@@ -163,7 +162,7 @@ func (c *call[T]) withBudget(ctx context.Context) (context.Context, *lazyCtx) {
 		pair := new([2]lazyCtx)
 		bc, c.spare = &pair[0], &pair[1]
 		if cfg.attemptFollows {
-			c.now, c.hasNow = now, true
+			c.now = now
 		}
 	} else {
 		bc = new(lazyCtx)
@@ -297,15 +296,8 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 // once, as the call starts, whether it wants attempts; the retry stage,
 // which counts them, neither asks nor tells
 // (safe.Listener.TellsNoAttempts).
-func (c *call[T]) told(ctx context.Context) (res T, err error) {
-	switch c.via {
-	case viaHedge:
-		res, err = c.hedge(ctx)
-	case viaTimeout:
-		res, err = c.timeout(ctx)
-	default:
-		res, err = c.op(ctx)
-	}
+func (c *call[T]) told(ctx context.Context) (T, error) {
+	res, err := c.from(ctx, c.via)
 	c.n++
 	c.p.cfg.listener.Attempted(c.n, err)
 	return res, err
@@ -317,6 +309,17 @@ const (
 	viaHedge               // hedge and attempt: hedging, a gate, or the tracer (which need c.s)
 	viaTimeout             // the attempt timeout
 )
+
+// from runs an attempt from stage via.
+func (c *call[T]) from(ctx context.Context, via int8) (T, error) {
+	switch via {
+	case viaHedge:
+		return c.hedge(ctx)
+	case viaTimeout:
+		return c.timeout(ctx)
+	}
+	return c.op(ctx)
+}
 
 // firstInside returns the first of the stages inside the retry stage that
 // does something for an attempt: each attempt starts there.
@@ -352,14 +355,7 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 			l.Count(1, errPanicked)
 		}
 	}()
-	switch c.firstInside() {
-	case viaHedge:
-		res, err = c.hedge(ctx)
-	case viaTimeout:
-		res, err = c.timeout(ctx)
-	default:
-		res, err = c.op(ctx)
-	}
+	res, err = c.from(ctx, c.firstInside())
 	returned = true
 	l.Count(1, err)
 	if c.attempts {
@@ -523,10 +519,10 @@ func (c *call[T]) timeout(ctx context.Context) (T, error) {
 // clock reading the budget left to the first attempt, or its own.
 func (c *call[T]) attemptCtx(ctx context.Context, d time.Duration) *lazyCtx {
 	lc, now := c.spare, c.now
-	if !c.hasNow {
+	c.spare = nil
+	if lc == nil || !c.p.cfg.attemptFollows {
 		now = monotime.Now()
 	}
-	c.spare, c.hasNow = nil, false
 	if lc == nil {
 		lc = new(lazyCtx)
 	}
