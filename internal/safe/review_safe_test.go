@@ -58,7 +58,8 @@ func TestReviewDeliveryExactlyToWanting(t *testing.T) {
 	pw := &rvPanicWants{}
 	inner := New("inner", g, rvPanicOn{})
 	s := New("outer", f, inner, a, pw, rvPanicOn{})
-	s.Attempt(1, errors.New("x"))
+	s.Count(1, errors.New("x"))
+	s.Attempted(1, errors.New("x"))
 	s.OnEvent(resilience.Event{Kind: resilience.EventRetry})
 	s.OnEvent(resilience.Event{Kind: resilience.EventRejected})
 	if f.got[resilience.EventAttempt] != 1 || f.got[resilience.EventRetry] != 0 || f.got[resilience.EventRejected] != 0 {

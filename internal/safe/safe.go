@@ -146,24 +146,6 @@ func (s *Listener) Count(n int, err error) {
 	}
 }
 
-// Attempt reports an attempt numbered n that ended with err: it counts it
-// ([Listener.Count]) and passes it as an EventAttempt to the listeners
-// other than keepers that want it; a nil s does nothing.
-func (s *Listener) Attempt(n int, err error) {
-	if s == nil {
-		return
-	}
-	s.Count(n, err)
-	if s.attemptsTold {
-		return
-	}
-	for i, l := range s.ls {
-		if f := s.fs[i]; f == nil || wants(f, resilience.EventAttempt) { // no event built for none
-			deliver(l, nil, resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err})
-		}
-	}
-}
-
 // Wanted is OnEvent for an event whose kind the caller has just asked
 // Wants about and heard yes: a single listener is not asked again.
 func (s *Listener) Wanted(e resilience.Event) {
@@ -174,10 +156,7 @@ func (s *Listener) Wanted(e resilience.Event) {
 	if e.Name == "" {
 		e.Name = s.name
 	}
-	returned := false
-	defer recovered(&returned, listenerPanicked, e.Kind)
-	s.ls[0].OnEvent(e)
-	returned = true
+	deliver(s.ls[0], nil, e)
 }
 
 // deliver passes e to l if f, l as a Filter, wants it (a nil f wants
@@ -249,15 +228,8 @@ func (s *Listener) TellsNoAttempts() *Listener {
 // whose retry stage counts them.
 func (s *Listener) Attempted(n int, err error) {
 	e := resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err}
-	if s.one != nil {
-		returned := false
-		defer recovered(&returned, listenerPanicked, e.Kind)
-		s.ls[0].OnEvent(e)
-		returned = true
-		return
-	}
 	for i, l := range s.ls {
-		if f := s.fs[i]; f == nil || wants(f, resilience.EventAttempt) { // no event built for none
+		if s.one != nil || s.fs[i] == nil || wants(s.fs[i], e.Kind) { // a lone listener was asked as the call started
 			deliver(l, nil, e)
 		}
 	}

@@ -46,7 +46,8 @@ func TestAKeeperCountsAttemptsWithoutAnEvent(t *testing.T) {
 	assert.False(t, l.Wants(resilience.EventAttempt), "attempts are counted, not told")
 	l.Count(1, nil)
 	l.Count(1, errDown)
-	l.Attempt(2, nil)
+	l.Count(2, nil)
+	l.Attempted(2, nil)
 	l.Emit(resilience.Event{Kind: resilience.EventAttempt, Attempt: 1})
 	_, fo, ff, _, lo, lf, _ := k.Load()
 	assert.Equal(t, [4]uint64{1, 1, 1, 0}, [4]uint64{fo, ff, lo, lf})
@@ -89,7 +90,8 @@ func TestOtherListenersHearAttemptsAsBefore(t *testing.T) {
 	k, r := &keeper{}, &recorder{}
 	l := safe.New("db", r, k)
 	assert.True(t, l.Wants(resilience.EventAttempt))
-	l.Attempt(1, errDown)
+	l.Count(1, errDown)
+	l.Attempted(1, errDown)
 	assert.Equal(t, []resilience.Event{{Kind: resilience.EventAttempt, Name: "db", Attempt: 1, Err: errDown}}, r.heard)
 	assert.Empty(t, k.heard)
 	_, _, ff, _, _, _, _ := k.Load()
@@ -113,7 +115,6 @@ func TestAKeeperInAListenerOfListenersCountsOnce(t *testing.T) {
 	assert.EqualValues(t, 2, fo, "still counted once")
 	var none *safe.Listener
 	none.Count(1, nil)
-	none.Attempt(1, nil)
 }
 
 // panicky panics in Wants or in OnEvent.
@@ -151,7 +152,8 @@ func TestAPanickingListenerIsHeldBackAndTheOthersHear(t *testing.T) {
 	l := safe.New("db", panicky{}, panicky{inWants: true}, r, k)
 	assert.True(t, l.Wants(resilience.EventRetry))
 	l.Emit(resilience.Event{Kind: resilience.EventRetry})
-	l.Attempt(1, errDown)
+	l.Count(1, errDown)
+	l.Attempted(1, errDown)
 	assert.Equal(t, []resilience.EventKind{resilience.EventRetry, resilience.EventAttempt}, r.kinds())
 	assert.Len(t, k.heard, 1)
 	assert.False(t, safe.New("", panicky{inWants: true}).Wants(resilience.EventRetry), "a panic in Wants is a no")
@@ -354,7 +356,7 @@ func TestTellsNoAttempts(t *testing.T) {
 	s := safe.New("db", l)
 	c := s.TellsNoAttempts()
 	assert.False(t, c.Wants(resilience.EventAttempt))
-	c.Attempt(1, nil)
+	c.Count(1, nil)
 	c.OnEvent(resilience.Event{Kind: resilience.EventAttempt})
 	c.Wanted(resilience.Event{Kind: resilience.EventAttempt})
 	assert.Zero(t, l.asked.Load(), "not asked")
