@@ -164,8 +164,10 @@ func (s *Listener) Wanted(e resilience.Event) {
 // is logged: neither goes further. A *Listener is not asked: its OnEvent
 // asks its own, and its Wants of a call's end counts the call.
 func deliver(l resilience.Listener, f resilience.Filter, e resilience.Event) {
-	if _, fan := l.(*Listener); !fan && f != nil && !wants(f, e.Kind) {
-		return
+	if f != nil {
+		if _, fan := l.(*Listener); !fan && !wants(f, e.Kind) {
+			return
+		}
 	}
 	returned := false
 	defer recovered(&returned, listenerPanicked, e.Kind)
@@ -227,9 +229,13 @@ func (s *Listener) TellsNoAttempts() *Listener {
 // some listener wants attempts (a single listener is not asked again) and
 // whose retry stage counts them.
 func (s *Listener) Attempted(n int, err error) {
+	if s.one != nil { // a lone listener, asked as the call started
+		deliver(s.ls[0], nil, resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err})
+		return
+	}
 	e := resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err}
 	for i, l := range s.ls {
-		if s.one != nil || s.fs[i] == nil || wants(s.fs[i], e.Kind) { // a lone listener was asked as the call started
+		if s.fs[i] == nil || wants(s.fs[i], e.Kind) {
 			deliver(l, nil, e)
 		}
 	}

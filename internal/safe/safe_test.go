@@ -424,3 +424,22 @@ func (plain) OnEvent(resilience.Event) {}
 type plainNamed struct{ name string }
 
 func (p *plainNamed) OnEvent(e resilience.Event) { p.name = e.Name }
+
+// filterRecorder is a Filter that wants every event, and records them.
+type filterRecorder struct{ recorder }
+
+func (*filterRecorder) Wants(resilience.EventKind) bool { return true }
+
+// Attempted tells the attempt, named, numbered and with its error, to a
+// lone Filter (without asking it again) as to each of several.
+func TestAttemptedTellsTheAttempt(t *testing.T) {
+	want := resilience.Event{Kind: resilience.EventAttempt, Name: "db", Attempt: 2, Err: errDown}
+	one := &filterRecorder{}
+	safe.New("db", one).Attempted(2, errDown)
+	assert.Equal(t, []resilience.Event{want}, one.heard, "a lone Filter")
+
+	a, b := &filterRecorder{}, &recorder{}
+	safe.New("db", a, b).Attempted(2, errDown)
+	assert.Equal(t, []resilience.Event{want}, a.heard, "a Filter of several")
+	assert.Equal(t, []resilience.Event{want}, b.heard, "a listener of several that is no Filter")
+}
