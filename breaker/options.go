@@ -37,7 +37,7 @@ func defaults() config {
 		window:           time.Minute,
 		buckets:          6,
 		openTimeout:      100 * time.Millisecond,
-		halfOpenRequests: 1,
+		halfOpenRequests: 5,
 		flush:            100 * time.Millisecond,
 	}
 }
@@ -112,8 +112,10 @@ func OpenTimeout(d time.Duration) Option {
 }
 
 // HalfOpenRequests sets how many probe calls a half-open breaker lets
-// through at once; that many successes in a row close it. Default 1; n = 0
-// means 1.
+// through; that many successes in a row close it, and one failure opens it
+// again. Default 5: a breaker that closed on one good probe reopened after
+// it in some runs of a slowly recovering dependency (docs/storm.md); 1
+// probes a hanging dependency with one call at a time. n = 0 means 1.
 func HalfOpenRequests(n uint32) Option {
 	return optionFunc(func(c *config) { c.halfOpenRequests = max(n, 1) })
 }
