@@ -57,7 +57,9 @@ func TestGroupProbesInLockstepOnlyWhenTheFailuresAre(t *testing.T) {
 					}
 					return nil
 				}
-				g := breaker.NewGroup(hosts, func(host int) *breaker.Breaker { return breaker.New(strconv.Itoa(host), breaker.ConsecutiveFailures(5)) })
+				g := breaker.NewGroup(hosts, func(host int) *breaker.Breaker {
+					return breaker.New(strconv.Itoa(host), breaker.ConsecutiveFailures(5))
+				})
 				var wg sync.WaitGroup
 				for host := range hosts {
 					b, _ := g.Get(host)
