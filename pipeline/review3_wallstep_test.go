@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 	"unsafe"
@@ -19,8 +21,22 @@ var r3MonotimeBase time.Time
 // step fast at boot, or, for a negative step, a machine that slept: the
 // monotonic clock does not count a suspend, the wall clock does). The
 // monotonic reading of base is kept; only its wall reading moves.
-func r3StepWall(t *testing.T, step time.Duration) {
+//
+// It writes base, which every goroutine of the package reads: it runs the
+// test again in a process of its own, with no goroutine of an earlier test
+// left (a hedge still running, say) whose read would race with the write,
+// and reports false in this one, where the test is then over; true in
+// that process, where base stays stepped to its end.
+func r3StepWall(t *testing.T, step time.Duration) bool {
 	t.Helper()
+	if os.Getenv("R3_WALLSTEP") != t.Name() {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "R3_WALLSTEP="+t.Name())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v in the test's own process:\n%s", err, out)
+		}
+		return false
+	}
 	old := r3MonotimeBase
 	type rawTime struct {
 		wall uint64
@@ -34,10 +50,10 @@ func r3StepWall(t *testing.T, step time.Duration) {
 	}
 	secs := int64(step / time.Second)
 	raw.wall += uint64(secs) << 30 // wall seconds since 1885 sit above 30 bits of nanoseconds
-	t.Cleanup(func() { r3MonotimeBase = old })
 	if got := r3MonotimeBase.Round(0).Sub(old.Round(0)); got != step {
 		t.Fatalf("stepped base by %v, want %v", got, step)
 	}
+	return true
 }
 
 // A caller's deadline without a monotonic reading (time.Unix, a deadline
@@ -48,7 +64,9 @@ func r3StepWall(t *testing.T, step time.Duration) {
 // budget is wrongly judged to come after the caller's deadline and is not
 // set at all. time.Now().Add(budget), as before the change, is right.
 func TestReview3BudgetIgnoredAfterWallStep(t *testing.T) {
-	r3StepWall(t, time.Hour) // the process's first wall reading was an hour fast
+	if !r3StepWall(t, time.Hour) { // the process's first wall reading was an hour fast
+		return
+	}
 	p := New(WithTimeBudget(100 * time.Millisecond))
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(10*time.Second).Round(0))
 	defer cancel()
@@ -75,7 +93,9 @@ func TestReview3BudgetIgnoredAfterWallStep(t *testing.T) {
 // budget context reports its own, later one, which deadline.Inject and
 // any client then pass on.
 func TestReview3DeadlineLaterThanCallersAfterWallStep(t *testing.T) {
-	r3StepWall(t, -time.Hour) // the machine slept an hour since the process started
+	if !r3StepWall(t, -time.Hour) { // the machine slept an hour since the process started
+		return
+	}
 	p := New(WithTimeBudget(10 * time.Second))
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(200*time.Millisecond).Round(0))
 	defer cancel()
@@ -97,7 +117,9 @@ func TestReview3DeadlineLaterThanCallersAfterWallStep(t *testing.T) {
 // looks to end an hour ago, and WaitWhenOpen refuses to wait for a probe
 // 200 ms away: the call fails at once with the rejection.
 func TestReview3WaitWhenOpenRefusesAfterWallStep(t *testing.T) {
-	r3StepWall(t, -time.Hour)
+	if !r3StepWall(t, -time.Hour) {
+		return
+	}
 	b := breaker.New("r3-wallwait", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(200*time.Millisecond))
 	_ = b.Execute(context.Background(), func(context.Context) error { return r3Transient })
 	p := New(WithBreaker(b), WaitWhenOpen(), WithTimeBudget(5*time.Second))
