@@ -108,9 +108,9 @@ type Breaker struct {
 }
 
 // New returns a closed Breaker named name (the name appears in its errors
-// and state changes), configured by opts. Defaults: open after 10
+// and state changes), configured by opts. Defaults: open after 5
 // consecutive failures, counted over a 60 s window of 6 buckets; stay open
-// 100 ms; 5 probe calls when half-open, closing on 5 successes.
+// 100 ms; 1 probe call when half-open.
 func New(name string, opts ...Option) *Breaker {
 	cfg := defaults()
 	for _, o := range opts {

@@ -61,8 +61,7 @@ func fleetStatus(t *testing.T, b *breaker.Breaker) breaker.FleetStatus {
 // TestFleetProbeGrantEdges: a replica asks for the fleet's probe only for
 // calls rejected in the last two flush intervals, holds a grant for one
 // full flush interval from the flush that asked, and gives it up after; a
-// probe's outcome is reported at the next flush, within one interval. One
-// probe (HalfOpenRequests(1)) closes the fleet.
+// probe's outcome is reported at the next flush, within one interval.
 func TestFleetProbeGrantEdges(t *testing.T) {
 	tests := []struct {
 		name           string
@@ -77,7 +76,7 @@ func TestFleetProbeGrantEdges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := sharedFleet(t, newMemStore(), 1, breaker.ConsecutiveFailures(0), breaker.HalfOpenRequests(1))[0]
+				b := sharedFleet(t, newMemStore(), 1, breaker.ConsecutiveFailures(0))[0]
 				start := time.Now()
 				calls(b, 10, failed)
 				at(start, tt.rejected)
@@ -322,12 +321,11 @@ func TestFleetSlowRequestTakesTheStateItFinds(t *testing.T) {
 // TestFleetRunningProbeKeepsItsGrant: with an open timeout (40 ms) shorter
 // than a flush interval, a probe that runs for seconds keeps the fleet's
 // only grant: the grant lasts three flush intervals from each renewal,
-// not the open timeout, and the other replica never probes meanwhile
-// (HalfOpenRequests(1): one grant fleet-wide).
+// not the open timeout, and the other replica never probes meanwhile.
 func TestFleetRunningProbeKeepsItsGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newMemStore()
-		bs := sharedFleet(t, store, 2, breaker.ConsecutiveFailures(0), breaker.OpenTimeout(40*time.Millisecond), breaker.HalfOpenRequests(1))
+		bs := sharedFleet(t, store, 2, breaker.ConsecutiveFailures(0), breaker.OpenTimeout(40*time.Millisecond))
 		a, b := bs[0], bs[1]
 		start := time.Now()
 		calls(a, 10, failed)
@@ -365,14 +363,12 @@ func TestFleetRunningProbeKeepsItsGrant(t *testing.T) {
 
 // pair returns two replicas on one store, the second made lag after the
 // first: the first's own breaker opens at its first failure, the other's
-// never. Each breaker, the fleet's and the replicas' own, has one probe
-// (HalfOpenRequests(1)): the first's own probe keeps its own breaker busy,
-// and one probe closes the fleet.
+// never.
 func pair(t *testing.T, lag time.Duration) (*breaker.Breaker, *breaker.Breaker) {
 	store := newMemStore()
-	first := sharedFleet(t, store, 1, breaker.ConsecutiveFailures(1), breaker.HalfOpenRequests(1))[0]
+	first := sharedFleet(t, store, 1, breaker.ConsecutiveFailures(1))[0]
 	time.Sleep(lag)
-	return first, sharedFleet(t, store, 1, breaker.ConsecutiveFailures(0), breaker.HalfOpenRequests(1))[0]
+	return first, sharedFleet(t, store, 1, breaker.ConsecutiveFailures(0))[0]
 }
 
 // TestFleetProbeGoesToAReplicaThatCanReachTheDependency: a replica whose
@@ -451,12 +447,11 @@ func TestFleetProbeRejectedByTheOwnBreakerIsGivenBack(t *testing.T) {
 // TestFleetFirstCallAfterTheOwnTimeoutWantsTheProbe: the first call after
 // a replica's own breaker's open timeout, rejected by the open fleet,
 // asks for the fleet's probe (its own breaker is half-open now): granted
-// at the flush that finds the fleet half-open, it is the next call's, and
-// closes the fleet (HalfOpenRequests(1)).
+// at the flush that finds the fleet half-open, it is the next call's.
 func TestFleetFirstCallAfterTheOwnTimeoutWantsTheProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		events := fleetEvents()
-		b := sharedFleet(t, newMemStore(), 1, breaker.ConsecutiveFailures(1), breaker.FailureRate(0.5, 1), breaker.HalfOpenRequests(1), breaker.WithListener(events))[0]
+		b := sharedFleet(t, newMemStore(), 1, breaker.ConsecutiveFailures(1), breaker.FailureRate(0.5, 1), breaker.WithListener(events))[0]
 		start := time.Now()
 		calls(b, 1, failed) // both open: its own at 0, the fleet at 100 ms
 		at(start, 1050*time.Millisecond)
@@ -470,11 +465,10 @@ func TestFleetFirstCallAfterTheOwnTimeoutWantsTheProbe(t *testing.T) {
 }
 
 // TestFleetCanceledProbeGivesItsPermitBack: a probe whose caller cancels
-// counts for nothing: the replica's next call is the probe, whose success
-// closes the fleet (HalfOpenRequests(1)).
+// counts for nothing: the replica's next call is the probe.
 func TestFleetCanceledProbeGivesItsPermitBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := sharedFleet(t, newMemStore(), 1, breaker.ConsecutiveFailures(0), breaker.HalfOpenRequests(1))[0]
+		b := sharedFleet(t, newMemStore(), 1, breaker.ConsecutiveFailures(0))[0]
 		start := time.Now()
 		calls(b, 10, failed)
 		at(start, 1050*time.Millisecond)
@@ -566,12 +560,12 @@ func pause(ctx context.Context, d time.Duration) error {
 
 // TestFleetProbeEndingDuringCloseIsReported: a probe that succeeds while
 // Close's flush is on its way (a slow link, 40 ms down) is reported by one
-// more flush: the fleet, with one probe (HalfOpenRequests(1)), closes.
+// more flush: the fleet closes.
 func TestFleetProbeEndingDuringCloseIsReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newMemStore()
 		b := sharedFleet(t, slowLink{watchingStore: watchingStore{memStore: store}, down: 40 * time.Millisecond}, 1,
-			breaker.ConsecutiveFailures(0), breaker.OpenTimeout(1050*time.Millisecond), breaker.HalfOpenRequests(1))[0]
+			breaker.ConsecutiveFailures(0), breaker.OpenTimeout(1050*time.Millisecond))[0]
 		start := time.Now()
 		calls(b, 10, failed)             // open at 100 ms (the watcher tells it at once), half-open at 1150 ms
 		at(start, 1050*time.Millisecond) // before the tick of 1100 ms, which moves to 1150 ms

@@ -16,8 +16,7 @@ import (
 
 func TestProbeThatCallsGoexitReports(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// One probe (HalfOpenRequests(1)): the next probe's success closes it.
-		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1))
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
 		_ = b.Execute(t.Context(), func(context.Context) error { return errDown })
 		require.Equal(t, resilience.StateOpen, b.State())
 		time.Sleep(time.Second + time.Nanosecond)

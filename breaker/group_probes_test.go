@@ -18,9 +18,8 @@ import (
 
 // The probes of a Group's breakers, one per host, all calling one shared
 // dependency that is down from the start until 500 ms and then healthy.
-// The breakers open after 5 failures in a row (pinned: the default is 10)
-// and probe after 100 ms, the default, which has no jitter. Calls come
-// every 7 ms.
+// The breakers have the defaults: open after 5 failures in a row, a probe
+// after 100 ms, which has no jitter. Calls come every 7 ms.
 //
 // When every call goes to every host at once (a fan-out), the breakers see
 // the same failures at the same instants, open in the same instant, and
@@ -57,9 +56,7 @@ func TestGroupProbesInLockstepOnlyWhenTheFailuresAre(t *testing.T) {
 					}
 					return nil
 				}
-				g := breaker.NewGroup(hosts, func(host int) *breaker.Breaker {
-					return breaker.New(strconv.Itoa(host), breaker.ConsecutiveFailures(5))
-				})
+				g := breaker.NewGroup(hosts, func(host int) *breaker.Breaker { return breaker.New(strconv.Itoa(host)) })
 				var wg sync.WaitGroup
 				for host := range hosts {
 					b, _ := g.Get(host)

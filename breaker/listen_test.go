@@ -56,7 +56,7 @@ func changes() *recorder {
 func TestListenHearsUntilStopped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		own, first, second := changes(), changes(), changes()
-		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1), breaker.WithListener(own))
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.WithListener(own))
 		stopFirst := b.Listen(first)
 		stopSecond := b.Listen(second)
 		calls(b, 1, failed)

@@ -33,11 +33,11 @@ type config struct {
 
 func defaults() config {
 	return config{
-		consecutive:      10,
+		consecutive:      5,
 		window:           time.Minute,
 		buckets:          6,
 		openTimeout:      100 * time.Millisecond,
-		halfOpenRequests: 5,
+		halfOpenRequests: 1,
 		flush:            100 * time.Millisecond,
 	}
 }
@@ -57,12 +57,8 @@ func (c *config) readyToTrip(n Counts, rate bool) bool {
 }
 
 // ConsecutiveFailures opens the breaker after n failures in a row. Default
-// 10: with 5, a dependency coming back slowly, which fails a tenth of the
-// calls in bursts, gave runs of 5 failures by chance, and the breaker
-// opened again in some runs and not in others (docs/storm.md, "Seeds for
-// runs"); 10 costs 5 more failed calls at the start of an outage. n = 0
-// turns this threshold off: without [FailureRate] too, the breaker never
-// opens (it still counts, for tests and measurements).
+// 5; n = 0 turns this threshold off: without [FailureRate] too, the breaker
+// never opens (it still counts, for tests and measurements).
 func ConsecutiveFailures(n uint32) Option {
 	return optionFunc(func(c *config) { c.consecutive = n })
 }
@@ -116,12 +112,8 @@ func OpenTimeout(d time.Duration) Option {
 }
 
 // HalfOpenRequests sets how many probe calls a half-open breaker lets
-// through; that many successes in a row close it, and one failure opens it
-// again. Default 5: a breaker that closed on one good probe closed, in a
-// dependency coming back slowly, as early as the probe's timing allowed,
-// and the flood that followed opened it again in some runs and not in
-// others (docs/storm.md, "Seeds for runs"); 1 probes a hanging dependency
-// with one call at a time. n = 0 means 1.
+// through at once; that many successes in a row close it. Default 1; n = 0
+// means 1.
 func HalfOpenRequests(n uint32) Option {
 	return optionFunc(func(c *config) { c.halfOpenRequests = max(n, 1) })
 }

@@ -16,12 +16,10 @@ import (
 // TestProbeGoesToTheWaiterWithTheMostTimeLeft: when the breaker turns
 // half-open, its probe is the waiter whose deadline comes last (one
 // without a deadline first), not the oldest, which may have too little
-// time left to get an answer; on closing, every waiter goes. One probe
-// (HalfOpenRequests(1)): with more, the waiters beyond the first would
-// probe too.
+// time left to get an answer; on closing, every waiter goes.
 func TestProbeGoesToTheWaiterWithTheMostTimeLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1))
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
 		require.ErrorIs(t, b.Execute(t.Context(), func(context.Context) error { return errDown }), errDown)
 		budgets := []time.Duration{1100 * time.Millisecond, 3 * time.Second, 2 * time.Second, 0} // 0: no deadline
 		var mu sync.Mutex

@@ -12,10 +12,10 @@ import (
 
 // Cancellations are ignored: a probe whose caller cancels mid-call (its
 // error a failure) frees its slot for the next call, which decides; a ctx
-// done before the call takes no slot. One slot (HalfOpenRequests(1)).
+// done before the call takes no slot.
 func TestReviewCanceledProbeIgnored(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("x", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1))
+		b := breaker.New("x", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
 		_ = b.Execute(context.Background(), func(context.Context) error { return errBoom })
 		time.Sleep(2 * time.Second)
 		done, cancel := context.WithCancel(context.Background())

@@ -135,11 +135,10 @@ func TestReviewHalfOpenAdmitsExactly(t *testing.T) {
 }
 
 // Calls admitted while closed, ending after the breaker opened and went
-// half-open, count for nothing: their successes do not close it; the one
-// probe's (HalfOpenRequests(1)) does.
+// half-open, count for nothing: their successes do not close it.
 func TestReviewStaleSuccessesDoNotClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("x", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1))
+		b := breaker.New("x", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
 		var olds []*pending
 		for range 5 {
 			olds = append(olds, startRK(b))

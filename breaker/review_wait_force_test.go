@@ -58,7 +58,7 @@ func TestReviewWaitReleasedOnCoreTimeout(t *testing.T) {
 func TestReviewForcedModesOverCore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := &recL{}
-		b := breaker.New("x", breaker.ConsecutiveFailures(2), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1), breaker.WithListener(l))
+		b := breaker.New("x", breaker.ConsecutiveFailures(2), breaker.OpenTimeout(time.Second), breaker.WithListener(l))
 		ctx := context.Background()
 		fail := func() error { return b.Execute(ctx, func(context.Context) error { return errBoom }) }
 		_ = b.SetMode(ctx, breaker.ForcedClosed, "t")

@@ -28,10 +28,10 @@ func waitedUntil(ctx context.Context, b *breaker.Breaker, rejection error, start
 }
 
 // busyHalfOpen returns a breaker (FlushInterval 100 ms) half-open since
-// just now, whose one probe (HalfOpenRequests(1)) runs until release is
-// closed, and the rejection of a call meanwhile.
+// just now, whose probe runs until release is closed, and the rejection
+// of a call meanwhile.
 func busyHalfOpen(t *testing.T) (b *breaker.Breaker, busy error, release chan struct{}) {
-	b = breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.FlushInterval(100*time.Millisecond), breaker.HalfOpenRequests(1))
+	b = breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.FlushInterval(100*time.Millisecond))
 	calls(b, 1, failed)
 	time.Sleep(time.Second + time.Nanosecond)
 	release = make(chan struct{})
@@ -88,11 +88,11 @@ func TestCanceledWaiterKeepsTheOrder(t *testing.T) {
 }
 
 // TestFreedProbeSlotGoesToOneWaiter: two probes canceled in a row free
-// one slot (HalfOpenRequests(1)), not two: the first caller to wait takes
+// one slot (HalfOpenRequests), not two: the first caller to wait takes
 // it at once, and the next one waits for that probe to end.
 func TestFreedProbeSlotGoesToOneWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1))
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
 		calls(b, 1, failed)
 		time.Sleep(time.Second + time.Nanosecond)
 		for range 2 {

@@ -82,10 +82,10 @@ func TestWaitersProbeOldestFirst(t *testing.T) {
 
 // TestReopenDropsHopelessWaiters: a waiter whose deadline comes before the
 // next probe gives up as soon as the breaker opens again, not at its
-// deadline. One probe (HalfOpenRequests(1)): the waiter is not one.
+// deadline.
 func TestReopenDropsHopelessWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1))
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
 		fail := func(context.Context) error {
 			time.Sleep(100 * time.Millisecond)
 			return errDown
@@ -106,8 +106,8 @@ func TestReopenDropsHopelessWaiters(t *testing.T) {
 
 // TestCanceledWaiterPassesItsTurn: a waiter whose context ends as the
 // breaker lets it go, too late to leave the queue, does not take the
-// probe slot (of one: HalfOpenRequests(1)) with it: it passes its turn to
-// the next waiter, which probes at once, not a FlushInterval later. Both ways the two can meet are
+// probe slot with it: it passes its turn to the next waiter, which probes
+// at once, not a FlushInterval later. Both ways the two can meet are
 // made here, each in the one goroutine that also releases the waiter: on
 // one P that goroutine goes on until it blocks, and the waiter runs after
 // it (on more, another P may run the waiter in between, and it would take
@@ -120,7 +120,7 @@ func TestCanceledWaiterPassesItsTurn(t *testing.T) {
 	t.Run("released, then its context ends", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
-			b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1),
+			b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second),
 				breaker.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
 					if e.Kind == resilience.EventStateChange && e.To == resilience.StateHalfOpen {
 						cancel()
@@ -141,7 +141,7 @@ func TestCanceledWaiterPassesItsTurn(t *testing.T) {
 	t.Run("its context ends, then it is released", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
-			b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.FlushInterval(time.Hour), breaker.HalfOpenRequests(1))
+			b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.FlushInterval(time.Hour))
 			require.Error(t, b.Execute(t.Context(), func(context.Context) error { return errDown }))
 			time.Sleep(time.Second + time.Nanosecond)
 			probe := make(chan struct{})
@@ -225,10 +225,10 @@ func TestWaitUnderChurn(t *testing.T) {
 // TestFreedProbeSlotGoesToTheNextCaller: a half-open probe that counts for
 // nothing (its caller canceled) frees its slot; a caller that waits just
 // after, with nobody queued when it freed, takes it at once rather than a
-// FlushInterval later. One slot (HalfOpenRequests(1)).
+// FlushInterval later.
 func TestFreedProbeSlotGoesToTheNextCaller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1))
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
 		require.Error(t, b.Execute(t.Context(), func(context.Context) error { return errDown }))
 		time.Sleep(time.Second + time.Millisecond)
 		ctx, cancel := context.WithCancel(t.Context())

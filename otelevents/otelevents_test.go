@@ -65,8 +65,7 @@ func TestMetrics(t *testing.T) {
 		l, err := otelevents.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 		require.NoError(t, err)
 
-		// One probe (HalfOpenRequests(1)): the last call closes the breaker.
-		b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.HalfOpenRequests(1), breaker.WithListener(l))
+		b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.WithListener(l))
 		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(l),
 			pipeline.WithRetry(retrypolicy.New(retrypolicy.Jitter(retrypolicy.None), retrypolicy.MaxAttempts(2))))
 		errDown := errors.New("down")

@@ -165,14 +165,13 @@ func TestOneListenerOfSeveralPipelinesHearsEachChangeOnce(t *testing.T) {
 
 // TestEveryPipelineHearsItsBreaker: pipelines that share a breaker hear
 // the same state changes, whichever was built first and whichever made
-// the call that changed the state; each hears only its own calls. One
-// probe (HalfOpenRequests(1)) closes the breaker.
+// the call that changed the state; each hears only its own calls.
 func TestEveryPipelineHearsItsBreaker(t *testing.T) {
 	for _, order := range []string{"first built calls", "last built calls"} {
 		t.Run(order, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r1, r2 := &recorder{}, &recorder{}
-				b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(1))
+				b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Second))
 				p1 := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r1))
 				p2 := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(r2))
 				caller, other := p1, r2
@@ -217,7 +216,7 @@ func TestUnusedPipelinesStopListening(t *testing.T) {
 			heard.Add(1)
 		}
 	})
-	b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Millisecond), breaker.HalfOpenRequests(1)) // one probe closes it
+	b := breaker.New("stock", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Millisecond))
 	kept := pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(counter))
 	for range 100 {
 		pipeline.New(pipeline.WithBreaker(b), pipeline.WithListener(counter))

@@ -43,7 +43,7 @@ func Example() {
 	payments := breaker.New("payments") // one per dependency, shared by every caller
 	charge := pipeline.New(
 		pipeline.WithTimeBudget(2*time.Second), // the whole call, retries included
-		pipeline.WithBreaker(payments),         // opens after 10 failures in a row
+		pipeline.WithBreaker(payments),         // opens after 5 failures in a row
 		pipeline.WithRetry(retrypolicy.New( // full jitter, 100 ms base, 10 s cap
 			retrypolicy.MaxAttempts(3),
 		)),

@@ -95,11 +95,10 @@ func TestIdlePacerLeavesTheOtherGates(t *testing.T) {
 }
 
 // TestCallsThatNeverWaitedCountInTheBacklogsPacer: while a call that
-// waited is out, a call that did not takes a slot of the pacer too. One
-// probe (HalfOpenRequests(1)) closes the breaker.
+// waited is out, a call that did not takes a slot of the pacer too.
 func TestCallsThatNeverWaitedCountInTheBacklogsPacer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond), breaker.HalfOpenRequests(1))
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond))
 		p := New(WithBreaker(b), WaitWhenOpen())
 		_, _ = Do(t.Context(), p, func(context.Context) (int, error) { return 0, errors.New("503") })
 		var n atomic.Int64

@@ -707,11 +707,10 @@ func TestWaitWhenOpenNeverSendsWhileOpen(t *testing.T) {
 // TestWaitWhenOpenDoesNotQueueCallsThatNeverWaited: while a call that
 // waited for the breaker is still out, calls that never waited keep their
 // concurrency: 3000 healthy 100 ms calls at once take 100 ms, not a turn
-// each behind the pacer. One probe (HalfOpenRequests(1)) closes the
-// breaker.
+// each behind the pacer.
 func TestWaitWhenOpenDoesNotQueueCallsThatNeverWaited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond), breaker.HalfOpenRequests(1))
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond))
 		p := pipeline.New(pipeline.WithBreaker(b), pipeline.WaitWhenOpen())
 		_, err := pipeline.Do(t.Context(), p, func(context.Context) (int, error) { return 0, errOverloaded })
 		require.ErrorIs(t, err, errOverloaded) // opens the breaker
@@ -873,10 +872,10 @@ func TestRefusedHedgeLeavesTheAnswer(t *testing.T) {
 // waited for the breaker and is made its probe with too little of its
 // budget left to get an answer fails for want of time, not because of the
 // dependency: the breaker does not reopen on it, and the next waiter
-// probes at once in the one probe slot (HalfOpenRequests(1)).
+// probes at once.
 func TestProbeOutOfTimeAfterAWaitIsNotHeldAgainstTheDependency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond), breaker.HalfOpenRequests(1))
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond))
 		_, _ = pipeline.Do(t.Context(), pipeline.New(pipeline.WithBreaker(b)), func(context.Context) (int, error) { return 0, errOverloaded })
 		short := pipeline.New(pipeline.WithBreaker(b), pipeline.WithTimeBudget(150*time.Millisecond), pipeline.WaitWhenOpen())
 		long := pipeline.New(pipeline.WithBreaker(b), pipeline.WithTimeBudget(time.Second), pipeline.WaitWhenOpen())

@@ -268,9 +268,8 @@ const strategyLegend = `Strategies (each within the caller's deadline of 1 s):
   grpc-go retry + throttling   and its retryThrottling: maxTokens 10, tokenRatio 0.1
   failsafe-go retry + breaker  failsafe-go v0.9.8's retry and circuit breaker with their defaults (3 attempts,
                                no delay; opens after 1 failure for 1 minute); attempt timeout 250 ms
-  pipeline, defaults           breaker.New() (opens after 10 failures in a row, for 100 ms; closes after 5 good
-                               probes) and retrypolicy.New(); attempt timeout 250 ms (the README's quick start
-                               sets one too)
+  pipeline, defaults           breaker.New() (opens after 5 failures in a row, for 100 ms) and retrypolicy.New();
+                               attempt timeout 250 ms (the README's quick start sets one too)
   pipeline, recommended        what docs/retries.md recommends: the same with no attempt timeout;
                                hedging at the p90 for the heavy tail
 `
@@ -279,10 +278,6 @@ const strategyLegend = `Strategies (each within the caller's deadline of 1 s):
 var extraLegends = map[string]string{
 	openName: `  pipeline, defaults + OpenTimeout 30s
                                the default pipeline with the breaker's former default, open for 30 s
-`,
-	formerName: `  pipeline, defaults + 5 in a row, 1 probe
-                               the default pipeline with the breaker's former defaults: opens after 5
-                               failures in a row, closes after 1 good probe
 `,
 	quotaName: "  ... + quota 10%              the recommended pipeline with a retry quota of 10% of the calls plus 10 a second\n",
 	waitName:  "  ... + WaitWhenOpen           the recommended pipeline, calls waiting while the breaker is open\n",

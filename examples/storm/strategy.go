@@ -122,7 +122,7 @@ var strategies = []strategy{
 var strategyKeys = map[string]string{
 	"none": noRetryName, "retry": plainName, "grpc": grpcName, "grpc-throttled": grpcThrottled,
 	"failsafe": failsafeName, "defaults": defaultsName, "recommended": recommendedName,
-	"defaults-open30s": openName, "defaults-former": formerName, "wait": waitName, "quota": quotaName,
+	"defaults-open30s": openName, "wait": waitName, "quota": quotaName,
 }
 
 // strategyByName returns the strategy called name, or false.
@@ -281,16 +281,10 @@ func failsafeCaller(sc *scenario) caller {
 // what the change bought.
 const oldOpenTimeout = 30 * time.Second
 
-// formerConsecutive is the breaker's trip by default before the slow
-// recovery's real-time runs chose 10 failures in a row (and 5 probes to
-// close, where it was 1): the -extra row that keeps both shows what the
-// change bought.
-const formerConsecutive = 5
-
 // recommended are the options docs/retries.md recommends for sc: the
-// defaults of the breaker (10 failures in a row, open 100 ms, 5 good
-// probes to close) and of the retry policy, no attempt timeout (the
-// backend's attempts never hang; an attempt timeout shorter than the
+// defaults of the breaker (5 failures in a row, a probe every 100 ms) and
+// of the retry policy, no attempt timeout
+// (the backend's attempts never hang; an attempt timeout shorter than the
 // queueing a slowdown builds is what turns it into a metastable failure),
 // no retry quota (its 10% starves the retries of a brownout, a dead host
 // and a flapping backend), and hedging at the p90 for a heavy tail.
@@ -306,14 +300,12 @@ func recommended(sc *scenario, retry newRetry) []pipeline.Option {
 }
 
 // Strategies the demo adds on request (-extra): the default pipeline with
-// the breaker's former open timeout, 30 s, or its former trip and close
-// (5 failures in a row, 1 good probe), and the recommended pipeline with a
-// retry quota of 10% plus 10 a second.
+// the breaker's former open timeout, 30 s, and the recommended pipeline
+// with a retry quota of 10% plus 10 a second.
 const (
-	openName   = "pipeline, defaults + OpenTimeout 30s"
-	formerName = "pipeline, defaults + 5 in a row, 1 probe"
-	waitName   = "pipeline, recommended + WaitWhenOpen"
-	quotaName  = "pipeline, recommended + quota 10%"
+	openName  = "pipeline, defaults + OpenTimeout 30s"
+	waitName  = "pipeline, recommended + WaitWhenOpen"
+	quotaName = "pipeline, recommended + quota 10%"
 )
 
 // waitStrategy is the recommended pipeline with WaitWhenOpen (-wait). It is
@@ -328,10 +320,6 @@ var extraStrategies = []strategy{
 	pipelineStrategy(openName, func(sc *scenario, retry newRetry) []pipeline.Option {
 		return []pipeline.Option{pipeline.WithBreaker(breaker.New("backend", breaker.OpenTimeout(oldOpenTimeout))),
 			pipeline.WithRetry(retry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)}
-	}),
-	pipelineStrategy(formerName, func(sc *scenario, retry newRetry) []pipeline.Option {
-		b := breaker.New("backend", breaker.ConsecutiveFailures(formerConsecutive), breaker.HalfOpenRequests(1))
-		return []pipeline.Option{pipeline.WithBreaker(b), pipeline.WithRetry(retry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)}
 	}),
 	pipelineStrategy(quotaName, func(sc *scenario, retry newRetry) []pipeline.Option {
 		return append(recommended(sc, retry),

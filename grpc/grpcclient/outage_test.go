@@ -100,9 +100,7 @@ func TestOutageComparison(t *testing.T) {
 		{"Pipeline: the same retry (4 attempts, 100 ms base, full jitter)", pipelineDial(pipeline.New(pipeline.WithRetry(retry)))},
 		{"Pipeline: retry + quota (10%) + breaker (5 failures, 1 s open)", pipelineDial(pipeline.New(
 			pipeline.WithRetry(retry.With(retrypolicy.WithQuota(retrypolicy.NewQuota(0.1, 1, 10*time.Second)))),
-			// 5 failures in a row, as the row's name and docs/grpc.md say
-			// (the default became 10 after these figures).
-			pipeline.WithBreaker(breaker.New("backend", breaker.ConsecutiveFailures(5), breaker.OpenTimeout(time.Second)))))},
+			pipeline.WithBreaker(breaker.New("backend", breaker.OpenTimeout(time.Second)))))},
 	}
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n| strategy | backend load during the outage (× offered) | p99 latency of failed calls |\n| --- | ---: | ---: |\n")

@@ -51,8 +51,7 @@ type replicaConfig struct {
 	WindowMS    int // in 10 buckets
 	OpenMS      int
 	FlushMS     int
-	PauseUS     int    // between calls
-	Probes      uint32 // HalfOpenRequests; 0: the default
+	PauseUS     int // between calls
 }
 
 func (c replicaConfig) options(store breaker.SharedStore) []breaker.Option {
@@ -60,9 +59,6 @@ func (c replicaConfig) options(store breaker.SharedStore) []breaker.Option {
 		breaker.OpenTimeout(time.Duration(c.OpenMS) * time.Millisecond), breaker.FlushInterval(time.Duration(c.FlushMS) * time.Millisecond)}
 	if c.Consecutive >= 0 {
 		o = append(o, breaker.ConsecutiveFailures(uint32(c.Consecutive)))
-	}
-	if c.Probes > 0 {
-		o = append(o, breaker.HalfOpenRequests(c.Probes))
 	}
 	return o
 }

@@ -322,11 +322,11 @@ func TestCountsAreExactWhenAnswersAreLost(t *testing.T) {
 }
 
 // TestBusyReplicaProbesNotAnIdleOne and the fleet stays open until a
-// probe, the one of HalfOpenRequests(1), closes it.
+// probe closes it.
 func TestBusyReplicaProbesNotAnIdleOne(t *testing.T) {
 	srv := redistest.Start(t)
 	bs := replicas(t, srv, 2, breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 10), breaker.Window(10*time.Second, 10),
-		breaker.OpenTimeout(300*time.Millisecond), breaker.HalfOpenRequests(1))
+		breaker.OpenTimeout(300*time.Millisecond))
 	busy, idle := bs[0], bs[1]
 	for range 20 {
 		_ = busy.Execute(context.Background(), func(context.Context) error { return errDown })
