@@ -61,17 +61,20 @@ func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) bool {
 	return true
 }
 
-// remove takes e out of the heap, if it is there. The timer is left set:
+// remove takes e out of the heap, if it is there, and reports whether it
+// was: whether e's race is not, and will not be, fired. The timer is left set:
 // stopping it and setting it again for the next race would cost two
 // operations on the runtime's timers per call; left set, it fires at most
 // once a hedging delay for races that answered, finds none due, and is set
 // again only if a race waits.
-func (t *hedgeTimers) remove(e *hedgeDue) {
+func (t *hedgeTimers) remove(e *hedgeDue) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e.pos != 0 {
-		heap.Remove(&t.due, e.pos-1)
+	if e.pos == 0 {
+		return false
 	}
+	heap.Remove(&t.due, e.pos-1)
+	return true
 }
 
 // reset sets the timer for the first race due; t.mu is held.

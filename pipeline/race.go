@@ -89,6 +89,12 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 // failure's (the one with the longest retry-after hint).
 func (r *race[T]) run() (T, error) {
 	o := r.runFirst()
+	if r.disarm() {
+		// Nothing was sent but the first attempt, and nothing will be: its
+		// keeper is the caller's alone.
+		r.keepAlone(o)
+		return o.res, o.err
+	}
 	r.mu.Lock()
 	hedged := r.running > 0
 	if !hedged {
@@ -100,6 +106,17 @@ func (r *race[T]) run() (T, error) {
 		return o.res, o.err
 	}
 	return r.finish(o)
+}
+
+// disarm takes r's next hedge off its timer, and reports whether r had sent
+// none and will send none: it was armed and its delay had not run out. The
+// timer's fire, which alone sends hedges, then never sees r; its last
+// fire, which sent one if any, put r back in the timer after it (r.sent).
+func (r *race[T]) disarm() bool {
+	if r.c.p.cfg.hedgeTimers.remove(&r.due) {
+		return r.sent == 1
+	}
+	return false
 }
 
 // runFirst runs the first attempt on the caller's goroutine. If it panics
@@ -126,20 +143,29 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 
 // arm starts the hedging delay, as the first attempt is sent: not from a
 // wait for a slot of the concurrency limit.
+// No other goroutine sees r before the pipeline's timer does, which
+// takes its own lock: r.mu is needed for a timer of r's own only.
 func (r *race[T]) arm() {
+	r.sent, r.due.race = 1, r
+	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
+		return
+	}
 	r.mu.Lock()
-	r.sent = 1
-	r.due.race = r
-	r.after()
+	r.ownTimer()
 	r.mu.Unlock()
 }
 
 // after sets r's next hedge due one delay from now: in the pipeline's
 // timer, or in a testing/synctest bubble, in one of r's own; r.mu is held.
 func (r *race[T]) after() {
-	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
-		return
+	if !r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
+		r.ownTimer()
 	}
+}
+
+// ownTimer sets r's own timer for its next hedge, in a testing/synctest
+// bubble; r.mu is held.
+func (r *race[T]) ownTimer() {
 	if r.timer == nil {
 		r.timer = time.AfterFunc(r.delay, r.fire)
 	} else {
@@ -302,11 +328,26 @@ func (r *race[T]) dispose(o outcome[T]) {
 // keep hands o's contexts to the call's keeper, if it has one, else
 // cancels them.
 func (r *race[T]) keep(o outcome[T]) {
-	k := r.c.k
-	if k == nil {
+	if r.c.k == nil {
 		o.keep.release()
 		return
 	}
+	r.handOver(o)
+}
+
+// keepAlone is keep for an outcome whose keeper no other goroutine has
+// seen: it cancels without its once.
+func (r *race[T]) keepAlone(o outcome[T]) {
+	if r.c.k == nil {
+		o.keep.cancel()
+		return
+	}
+	r.handOver(o)
+}
+
+// handOver hands o's contexts to the call's keeper.
+func (r *race[T]) handOver(o outcome[T]) {
+	k := r.c.k
 	prev := k.attempt
 	k.attempt = o.keep.release
 	if prev != nil {
