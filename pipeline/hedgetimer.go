@@ -38,6 +38,10 @@ type hedgeDue struct {
 	at   monotime.Reading
 	race interface{ fire() } // a pointer: no allocation
 	pos  int                 // index in the heap + 1; 0 when not in it
+	// sent counts the attempts the race sent, under its lock; its fire,
+	// which sends a hedge, adds e again after it, so while e is in the
+	// heap it does not change.
+	sent int32
 }
 
 // add puts e in the heap, due d from now, and reports true; or, in a
@@ -61,16 +65,28 @@ func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) bool {
 	return true
 }
 
-// remove takes e out of the heap, if it is there, and reports whether it
-// was: whether e's race is not, and will not be, fired. The timer is left set:
+// remove takes e out of the heap, if it is there. The timer is left set:
 // stopping it and setting it again for the next race would cost two
 // operations on the runtime's timers per call; left set, it fires at most
 // once a hedging delay for races that answered, finds none due, and is set
 // again only if a race waits.
-func (t *hedgeTimers) remove(e *hedgeDue) bool {
+func (t *hedgeTimers) remove(e *hedgeDue) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e.pos == 0 {
+	if e.pos != 0 {
+		heap.Remove(&t.due, e.pos-1)
+	}
+}
+
+// disarm takes e out of the heap if its race has sent only its first
+// attempt, and reports whether it did: the race then sends no hedge, as
+// the timer will not fire it, and no other goroutine has seen its call.
+// Out of the heap, e may be firing; a race that sent a hedge must wait
+// for it.
+func (t *hedgeTimers) disarm(e *hedgeDue) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.pos == 0 || e.sent != 1 {
 		return false
 	}
 	heap.Remove(&t.due, e.pos-1)

@@ -99,7 +99,7 @@ func New(opts ...Option) *Pipeline {
 	// hedging's and the tracer's state have work to do.
 	cfg.intoBreaker = cfg.breaker != nil && (cfg.budget == 0 || cfg.budgetBehindBreaker()) && cfg.hedge == nil && cfg.tracer == nil
 	if cfg.hedge != nil {
-		cfg.hedgeTimers = new(hedgeTimers)
+		cfg.hedgeTimers, cfg.spare = new(hedgeTimers), new(spareHedged)
 	}
 	p := &Pipeline{cfg: cfg, opts: opts}
 	if cfg.breaker != nil {

@@ -33,16 +33,16 @@ type race[T any] struct {
 	ctx      context.Context
 	delay    time.Duration
 	first    keeper
-	firstCtx lazyCtx
+	firstCtx *lazyCtx     // allocated with r, unless r is reused (spareHedged): its operation may keep it
 	phase    atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
 	over     bool         // no more hedges; under mu
 	have     bool         // last is set
+	alone    bool         // no hedge was or will be sent: no other goroutine has seen r's call
 
 	mu      sync.Mutex      // between the caller and the timer, which sends the hedges
 	extra   int32           // most hedges (the policy's, up to math.MaxInt32)
-	sent    int32           // attempts sent, hedges included
 	running int32           // hedges sent whose outcome is not yet taken
-	due     hedgeDue        // in the pipeline's hedgeTimers while a hedge is due
+	due     hedgeDue        // in the pipeline's hedgeTimers while a hedge is due; the attempts sent
 	timer   *time.Timer     // instead, in a testing/synctest bubble
 	results chan outcome[T] // made with the first hedge
 	keepers []*keeper       // the hedges'
@@ -77,7 +77,11 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 	c.p.cfg.hedge.Called()
 	r := c.race
 	if r == nil {
-		r = new(race[T])
+		m := new(struct {
+			r   race[T]
+			ctx lazyCtx
+		}) // not reused: the first attempt's context with it
+		r, m.r.firstCtx = &m.r, &m.ctx
 	}
 	c.race = nil                                         // the next race's is its own
 	r.c, r.ctx, r.delay, r.extra = *c, ctx, delay, extra // into zeroed memory: no copy of the rest
@@ -89,7 +93,7 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 // failure's (the one with the longest retry-after hint).
 func (r *race[T]) run() (T, error) {
 	o := r.runFirst()
-	if r.disarm() {
+	if r.alone = r.disarm(); r.alone {
 		// Nothing was sent but the first attempt, and nothing will be: its
 		// keeper is the caller's alone.
 		r.keepAlone(o)
@@ -108,22 +112,19 @@ func (r *race[T]) run() (T, error) {
 	return r.finish(o)
 }
 
-// disarm takes r's next hedge off its timer, and reports whether r had sent
-// none and will send none: it was armed and its delay had not run out. The
-// timer's fire, which alone sends hedges, then never sees r; its last
-// fire, which sent one if any, put r back in the timer after it (r.sent).
-func (r *race[T]) disarm() bool {
-	if r.c.p.cfg.hedgeTimers.remove(&r.due) {
-		return r.sent == 1
-	}
-	return false
-}
+// disarm reports whether r sent no hedge and will send none, taken off the
+// pipeline's timer before its delay ran out: then the timer's fire, which
+// alone sends hedges, never sees r.
+func (r *race[T]) disarm() bool { return r.c.p.cfg.hedgeTimers.disarm(&r.due) }
 
 // runFirst runs the first attempt on the caller's goroutine. If it panics
 // or calls runtime.Goexit, the hedges out are canceled first.
 func (r *race[T]) runFirst() (o outcome[T]) {
+	if r.firstCtx == nil { // r may be reused: the context its operation may keep is apart
+		r.firstCtx = new(lazyCtx)
+	}
 	r.firstCtx.Context = r.ctx // zeroed memory, as above
-	r.first.own = &r.firstCtx
+	r.first.own = r.firstCtx
 	a := r.c
 	a.k = &r.first
 	r.c.spare = nil // the first attempt's, not the hedges'
@@ -134,7 +135,7 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 			r.first.release()
 		}
 	}()
-	o.res, o.err = a.attempt(&r.firstCtx, false, r)
+	o.res, o.err = a.attempt(r.firstCtx, false, r)
 	o.keep = &r.first
 	returned = true
 	r.phase.CompareAndSwap(firstRunning, firstReturned)
@@ -146,7 +147,7 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 // No other goroutine sees r before the pipeline's timer does, which
 // takes its own lock: r.mu is needed for a timer of r's own only.
 func (r *race[T]) arm() {
-	r.sent, r.due.race = 1, r
+	r.due.sent, r.due.race = 1, r
 	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
 		return
 	}
@@ -222,13 +223,13 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 func (r *race[T]) fire() {
 	c := &r.c
 	r.mu.Lock()
-	if r.over || r.phase.Load() == firstCut || r.sent > r.extra || r.ctx.Err() != nil || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
+	if r.over || r.phase.Load() == firstCut || r.due.sent > r.extra || r.ctx.Err() != nil || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
 		r.mu.Unlock()
 		return
 	}
-	r.sent++
-	r.launch(r.sent)
-	if r.sent <= r.extra {
+	r.due.sent++
+	r.launch(r.due.sent)
+	if r.due.sent <= r.extra {
 		r.after()
 	}
 	r.mu.Unlock()
@@ -377,6 +378,34 @@ func (r *race[T]) abandon(winner *keeper) {
 			r.dispose(<-results)
 		}
 	}()
+}
+
+// spareHedged keeps the memory of one hedged call that is over, for the
+// pipeline's next call of the same result type, which would otherwise
+// allocate it: a pipeline keeps one, zeroed, and nothing of the call. Only
+// a call whose races sent no hedge leaves it (call.shared): the pipeline's
+// timer had let go of its race before it was due, no hedge ran, and the
+// first attempt's context, which its operation may keep, is allocated
+// apart. A call that finds none, or one of another result type, allocates
+// its own. It is safe for concurrent use.
+type spareHedged struct{ h atomic.Pointer[any] }
+
+// takeHedged returns s's spare if it is a *hedged[T], else a new one.
+func takeHedged[T any](s *spareHedged) *hedged[T] {
+	if p := s.h.Swap(nil); p != nil {
+		if h, ok := (*p).(*hedged[T]); ok {
+			return h
+		}
+	}
+	h := new(hedged[T])
+	h.self = h
+	return h
+}
+
+// putHedged zeroes h and leaves it in s for the next call.
+func putHedged[T any](s *spareHedged, h *hedged[T]) {
+	h.state, h.race = state{}, race[T]{}
+	s.h.Store(&h.self)
 }
 
 // hedgeKey marks a hedge's context with the Pipeline that sent it.
