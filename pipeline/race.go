@@ -25,9 +25,12 @@ import (
 // an operation that ignores its context's cancellation holds the answer
 // until it does.
 //
-// A call that never hedges allocates one race with its state (hedged): it
-// is kept within 512 bytes, the largest objects the allocator and the
-// collector handle without a header, hence the narrow counts.
+// A call allocates its state with its first race (hedged), within 512
+// bytes, the largest objects the allocator and the collector handle
+// without a header, hence the narrow counts; a call that sent no hedge
+// leaves them, zeroed, to the pipeline's next call (spareHedged), and
+// such a call allocates only its first attempt's context (64 bytes).
+// The timing of hedges does not depend on it.
 type race[T any] struct {
 	c        call[T] // a copy: each attempt runs a copy of it with its own keeper
 	ctx      context.Context
