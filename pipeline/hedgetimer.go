@@ -38,9 +38,9 @@ type hedgeDue struct {
 	at   monotime.Reading
 	race interface{ fire() } // a pointer: no allocation
 	pos  int                 // index in the heap + 1; 0 when not in it
-	// sent counts the attempts the race sent, under its lock; its fire,
-	// which sends a hedge, adds e again after it, so while e is in the
-	// heap it does not change.
+	// sent counts the attempts the race sent, under its lock once the
+	// timer has e; its fire, which sends a hedge, adds e again after it,
+	// so while e is in the heap it does not change.
 	sent int32
 }
 

@@ -146,9 +146,9 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 }
 
 // arm starts the hedging delay, as the first attempt is sent: not from a
-// wait for a slot of the concurrency limit.
-// No other goroutine sees r before the pipeline's timer does, which
-// takes its own lock: r.mu is needed for a timer of r's own only.
+// wait for a slot of the concurrency limit. No other goroutine sees r
+// before the pipeline's timer, under its own lock, does: r.mu is taken for
+// a timer of r's own only.
 func (r *race[T]) arm() {
 	r.due.sent, r.due.race = 1, r
 	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
