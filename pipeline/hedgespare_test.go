@@ -124,3 +124,42 @@ func TestHedgedCallsOfTwoResultTypesShareAPipeline(t *testing.T) {
 		t.Error("the last call, of type string, left no spare")
 	}
 }
+
+// Many calls at once through one pipeline, some hedged and some not, a
+// few streamed: each gets its own answer, whatever the calls before it
+// left to the pipeline, and the hedges of a call that returned do not
+// reach the calls that took its memory.
+func TestTheSpareUnderConcurrentCallsSomeHedged(t *testing.T) {
+	p := New(WithHedging(hedge.New(hedge.Delay(100*time.Microsecond), hedge.MaxExtra(2), hedge.MaxShare(1))))
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				want := g*1000 + i
+				op := func(ctx context.Context) (int, error) {
+					if i%3 == 0 { // slow: hedged
+						time.Sleep(300 * time.Microsecond)
+					}
+					return want, nil
+				}
+				var got int
+				var err error
+				if i%7 == 0 {
+					var release func()
+					got, release, err = DoStream(context.Background(), p, op)
+					release()
+				} else {
+					got, err = Do(context.Background(), p, op)
+				}
+				if err != nil || got != want {
+					t.Errorf("call %d of goroutine %d: got %d, %v; want %d", i, g, got, err, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	time.Sleep(20 * time.Millisecond) // the losers' drains
+}
