@@ -163,3 +163,15 @@ func TestTheSpareUnderConcurrentCallsSomeHedged(t *testing.T) {
 	wg.Wait()
 	time.Sleep(20 * time.Millisecond) // the losers' drains
 }
+
+// A call of a large result type leaves nothing: a pipeline keeps at most
+// a small call's memory.
+func TestAHedgedCallOfALargeResultLeavesNoSpare(t *testing.T) {
+	p := New(WithHedging(hedge.New(hedge.Delay(time.Hour))))
+	if _, err := Do(context.Background(), p, func(context.Context) ([1 << 12]byte, error) { return [1 << 12]byte{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if spareOf[[1 << 12]byte](p) != nil {
+		t.Error("a call of a 4 KiB result left its memory, three times that, to the pipeline")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -385,13 +386,34 @@ func (r *race[T]) abandon(winner *keeper) {
 
 // spareHedged keeps the memory of one hedged call that is over, for the
 // pipeline's next call of the same result type, which would otherwise
-// allocate it: a pipeline keeps one, zeroed, and nothing of the call. Only
+// allocate it: a pipeline keeps one, zeroed, and nothing of the call, of
+// at most maxSpare bytes (a small result type's). Only
 // a call whose races sent no hedge leaves it (call.shared): the pipeline's
 // timer had let go of its race before it was due, no hedge ran, and the
 // first attempt's context, which its operation may keep, is allocated
 // apart. A call that finds none, or one of another result type, allocates
 // its own. It is safe for concurrent use.
 type spareHedged struct{ h atomic.Pointer[any] }
+
+// maxSpare is the most memory a pipeline keeps for its next hedged call:
+// the largest objects without a header (see race).
+const maxSpare = 512
+
+// newHedged returns the memory of a hedged call, and whether to leave it
+// to s once the call is over: s's spare or a new one, if reusable and
+// small enough; else one of its own, with its first race's context.
+func newHedged[T any](s *spareHedged, reusable bool) (*hedged[T], bool) {
+	var h *hedged[T]
+	if reusable && unsafe.Sizeof(*h) <= maxSpare {
+		return takeHedged[T](s), true
+	}
+	m := new(struct {
+		h   hedged[T]
+		ctx lazyCtx
+	})
+	m.h.race.firstCtx = &m.ctx
+	return &m.h, false
+}
 
 // takeHedged returns s's spare if it is a *hedged[T], else a new one.
 func takeHedged[T any](s *spareHedged) *hedged[T] {

@@ -73,20 +73,13 @@ type hedged[T any] struct {
 func (c *call[T]) run(ctx context.Context) (res T, err error) {
 	cfg := &c.p.cfg
 	var h *hedged[T]
+	reused := false
 	switch {
 	case cfg.hedge != nil:
 		if by, _ := ctx.Value(hedgeKey{}).(*Pipeline); by == c.p {
 			ctx = context.WithValue(ctx, hedgeKey{}, (*Pipeline)(nil)) // a call that a hedge of p's makes through p is a call of its own
 		}
-		if c.k == nil {
-			h = takeHedged[T](cfg.spare)
-		} else { // not reused: its keeper may hold its first race's
-			m := new(struct {
-				h   hedged[T]
-				ctx lazyCtx
-			})
-			h, m.h.race.firstCtx = &m.h, &m.ctx
-		}
+		h, reused = newHedged[T](cfg.spare, c.k == nil) // a streamed call's keeper may hold its first race's
 		h.state.p = c.p
 		c.s, c.race = &h.state, &h.race
 	case cfg.tracer != nil:
@@ -97,7 +90,7 @@ func (c *call[T]) run(ctx context.Context) (res T, err error) {
 	} else {
 		res, err = c.timed(ctx)
 	}
-	if h != nil && !c.shared && c.k == nil {
+	if reused && !c.shared {
 		putHedged(cfg.spare, h)
 	}
 	return res, err
