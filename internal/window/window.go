@@ -8,7 +8,6 @@ package window
 
 import (
 	"math"
-	"math/bits"
 	"sync/atomic"
 	"time"
 )
@@ -33,7 +32,7 @@ type Clock struct {
 	bucket int64 // nanoseconds of time per bucket
 	start  time.Time
 	epoch  atomic.Int64 // the latest bucket of time seen since start
-	every  atomic.Int64 // events between clock reads of Tick: a power of two, 1 to maxEvery
+	every  atomic.Int64 // events between clock reads of Tick: 1 to maxEvery
 }
 
 // NewClock returns a Clock for a window of length w (at least one
@@ -148,7 +147,7 @@ func (c *Clock) Epoch() int64 { return c.epoch.Load() }
 // bucket it counted the event in.
 func (c *Clock) Tick(r *Ring) int64 {
 	e := c.epoch.Load()
-	if r.Add(e)&uint64(c.every.Load()-1) == 0 { // a mask, not a division: every is a power of two
+	if r.Add(e)%uint64(c.every.Load()) == 0 {
 		c.Now(r)
 	}
 	return e
@@ -184,7 +183,7 @@ func (c *Clock) Now(r *Ring) int64 {
 		if e > seen+1 {
 			perBucket = 0 // a bucket went by unseen: events are rare now
 		}
-		c.every.Store(1 << (bits.Len64(min(max(perBucket/16, 1), maxEvery)) - 1))
+		c.every.Store(int64(min(max(perBucket/16, 1), maxEvery)))
 		return e
 	}
 }
