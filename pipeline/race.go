@@ -400,12 +400,16 @@ type spareHedged struct{ h atomic.Pointer[any] }
 const maxSpare = 512
 
 // newHedged returns the memory of a hedged call, and whether to leave it
-// to s once the call is over: s's spare or a new one, if reusable and
-// small enough; else one of its own, with its first race's context.
+// to s once the call is over: s's spare, or a new one if s has none, if
+// reusable and small enough; else, or if s keeps another result type's
+// (left there for its own calls), one of its own, with its first race's
+// context.
 func newHedged[T any](s *spareHedged, reusable bool) (*hedged[T], bool) {
 	var h *hedged[T]
 	if reusable && unsafe.Sizeof(*h) <= maxSpare {
-		return takeHedged[T](s), true
+		if h, ok := takeHedged[T](s); ok {
+			return h, true
+		}
 	}
 	m := new(struct {
 		h   hedged[T]
@@ -415,16 +419,23 @@ func newHedged[T any](s *spareHedged, reusable bool) (*hedged[T], bool) {
 	return &m.h, false
 }
 
-// takeHedged returns s's spare if it is a *hedged[T], else a new one.
-func takeHedged[T any](s *spareHedged) *hedged[T] {
-	if p := s.h.Swap(nil); p != nil {
-		if h, ok := (*p).(*hedged[T]); ok {
-			return h
+// takeHedged returns s's spare if it is a *hedged[T], or a new one if s
+// has none; ok is false if s keeps another type's, which it leaves.
+func takeHedged[T any](s *spareHedged) (h *hedged[T], ok bool) {
+	for {
+		p := s.h.Load()
+		if p == nil {
+			h = new(hedged[T])
+			h.self = h
+			return h, true
+		}
+		if h, ok = (*p).(*hedged[T]); !ok {
+			return nil, false
+		}
+		if s.h.CompareAndSwap(p, nil) {
+			return h, true
 		}
 	}
-	h := new(hedged[T])
-	h.self = h
-	return h
 }
 
 // putHedged zeroes h and leaves it in s for the next call.
