@@ -59,6 +59,13 @@ func BenchmarkPipelineOverloadStages(b *testing.B) {
 // goroutines, the baseline of BenchmarkPipelineOverloadStages.
 func BenchmarkPipelineParallel(b *testing.B) { benchmarkParallel(b) }
 
+// BenchmarkPipelineParallelHedging adds hedging that never fires to
+// BenchmarkPipelineParallel's stages: concurrent calls share the
+// pipeline's timer, and its one spare race, which most of them miss.
+func BenchmarkPipelineParallelHedging(b *testing.B) {
+	benchmarkParallel(b, pipeline.WithHedging(hedge.New(hedge.Delay(time.Hour))))
+}
+
 // benchmarkParallel runs successful calls from many goroutines through a
 // pipeline of a breaker, a retry policy and opts.
 func benchmarkParallel(b *testing.B, opts ...pipeline.Option) {

@@ -16,7 +16,9 @@ import (
 
 // A successful call allocates nothing but the contexts it makes: one for
 // a time budget or an attempt timeout (a budget's with its first
-// attempt's), one for hedging (the race). A streamed call that makes a
+// attempt's), one for hedging (the first attempt's context, the race's
+// memory being the last call's; a streamed call's race, with the context,
+// is its own). A streamed call that makes a
 // context keeps it until released, at three allocations more; one that
 // makes none keeps nothing.
 func TestAllocsSuccess(t *testing.T) {

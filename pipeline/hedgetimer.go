@@ -38,6 +38,10 @@ type hedgeDue struct {
 	at   monotime.Reading
 	race interface{ fire() } // a pointer: no allocation
 	pos  int                 // index in the heap + 1; 0 when not in it
+	// sent counts the attempts the race sent, under its lock once the
+	// timer has e; its fire, which sends a hedge, adds e again after it,
+	// so while e is in the heap it does not change.
+	sent int32
 }
 
 // add puts e in the heap, due d from now, and reports true; or, in a
@@ -72,6 +76,21 @@ func (t *hedgeTimers) remove(e *hedgeDue) {
 	if e.pos != 0 {
 		heap.Remove(&t.due, e.pos-1)
 	}
+}
+
+// disarm takes e out of the heap if its race has sent only its first
+// attempt, and reports whether it did: the race then sends no hedge, as
+// the timer will not fire it, and no other goroutine has seen its call.
+// Out of the heap, e may be firing; a race that sent a hedge must wait
+// for it.
+func (t *hedgeTimers) disarm(e *hedgeDue) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.pos == 0 || e.sent != 1 {
+		return false
+	}
+	heap.Remove(&t.due, e.pos-1)
+	return true
 }
 
 // reset sets the timer for the first race due; t.mu is held.

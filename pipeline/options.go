@@ -42,6 +42,7 @@ type config struct {
 	attemptFollows bool         // nothing waits between the budget and the first attempt; set by New
 	intoBreaker    bool         // the stages before the breaker's have nothing to do but time a call; set by New
 	hedgeTimers    *hedgeTimers // with hedging: its races' one timer; made by New
+	spare          *spareHedged // with hedging: a call's memory for the next; made by New
 }
 
 // WithBreaker guards calls with b, shared by every pipeline calling the

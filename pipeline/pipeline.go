@@ -99,7 +99,7 @@ func New(opts ...Option) *Pipeline {
 	// hedging's and the tracer's state have work to do.
 	cfg.intoBreaker = cfg.breaker != nil && (cfg.budget == 0 || cfg.budgetBehindBreaker()) && cfg.hedge == nil && cfg.tracer == nil
 	if cfg.hedge != nil {
-		cfg.hedgeTimers = new(hedgeTimers)
+		cfg.hedgeTimers, cfg.spare = new(hedgeTimers), new(spareHedged)
 	}
 	p := &Pipeline{cfg: cfg, opts: opts}
 	if cfg.breaker != nil {
@@ -264,17 +264,19 @@ type keeper struct {
 
 // release cancels the contexts kept; it may be called more than once, from
 // any goroutine.
-func (k *keeper) release() {
-	k.once.Do(func() {
-		for _, c := range []context.CancelFunc{k.budget, k.attempt} {
-			if c != nil {
-				c()
-			}
+func (k *keeper) release() { k.once.Do(k.cancel) }
+
+// cancel cancels the contexts kept, once: release, or its owner while no
+// other goroutine has k.
+func (k *keeper) cancel() {
+	for _, c := range []context.CancelFunc{k.budget, k.attempt} {
+		if c != nil {
+			c()
 		}
-		if k.own != nil {
-			k.own.end()
-		}
-	})
+	}
+	if k.own != nil {
+		k.own.end()
+	}
 }
 
 // outOfTime returns the error of a call whose ctx ended after attempts

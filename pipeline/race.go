@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -25,24 +26,27 @@ import (
 // an operation that ignores its context's cancellation holds the answer
 // until it does.
 //
-// A call that never hedges allocates one race with its state (hedged): it
-// is kept within 512 bytes, the largest objects the allocator and the
-// collector handle without a header, hence the narrow counts.
+// A call allocates its state with its first race (hedged), within 512
+// bytes, the largest objects the allocator and the collector handle
+// without a header, hence the narrow counts; a call that sent no hedge
+// leaves them, zeroed, to the pipeline's next call (spareHedged), and
+// such a call allocates only its first attempt's context (64 bytes).
+// The timing of hedges does not depend on it.
 type race[T any] struct {
 	c        call[T] // a copy: each attempt runs a copy of it with its own keeper
 	ctx      context.Context
 	delay    time.Duration
 	first    keeper
-	firstCtx lazyCtx
+	firstCtx *lazyCtx     // allocated with r, unless r is reused (spareHedged): its operation may keep it
 	phase    atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
 	over     bool         // no more hedges; under mu
 	have     bool         // last is set
+	alone    bool         // no hedge was or will be sent: no other goroutine has seen r's call
 
 	mu      sync.Mutex      // between the caller and the timer, which sends the hedges
 	extra   int32           // most hedges (the policy's, up to math.MaxInt32)
-	sent    int32           // attempts sent, hedges included
 	running int32           // hedges sent whose outcome is not yet taken
-	due     hedgeDue        // in the pipeline's hedgeTimers while a hedge is due
+	due     hedgeDue        // in the pipeline's hedgeTimers while a hedge is due; the attempts sent
 	timer   *time.Timer     // instead, in a testing/synctest bubble
 	results chan outcome[T] // made with the first hedge
 	keepers []*keeper       // the hedges'
@@ -77,7 +81,11 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 	c.p.cfg.hedge.Called()
 	r := c.race
 	if r == nil {
-		r = new(race[T])
+		m := new(struct {
+			r   race[T]
+			ctx lazyCtx
+		}) // not reused: the first attempt's context with it
+		r, m.r.firstCtx = &m.r, &m.ctx
 	}
 	c.race = nil                                         // the next race's is its own
 	r.c, r.ctx, r.delay, r.extra = *c, ctx, delay, extra // into zeroed memory: no copy of the rest
@@ -89,6 +97,12 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 // failure's (the one with the longest retry-after hint).
 func (r *race[T]) run() (T, error) {
 	o := r.runFirst()
+	if r.alone = r.disarm(); r.alone {
+		// Nothing was sent but the first attempt, and nothing will be: its
+		// keeper is the caller's alone.
+		r.keepAlone(o)
+		return o.res, o.err
+	}
 	r.mu.Lock()
 	hedged := r.running > 0
 	if !hedged {
@@ -102,11 +116,19 @@ func (r *race[T]) run() (T, error) {
 	return r.finish(o)
 }
 
+// disarm reports whether r sent no hedge and will send none, taken off the
+// pipeline's timer before its delay ran out: then the timer's fire, which
+// alone sends hedges, never sees r.
+func (r *race[T]) disarm() bool { return r.c.p.cfg.hedgeTimers.disarm(&r.due) }
+
 // runFirst runs the first attempt on the caller's goroutine. If it panics
 // or calls runtime.Goexit, the hedges out are canceled first.
 func (r *race[T]) runFirst() (o outcome[T]) {
+	if r.firstCtx == nil { // r may be reused: the context its operation may keep is apart
+		r.firstCtx = new(lazyCtx)
+	}
 	r.firstCtx.Context = r.ctx // zeroed memory, as above
-	r.first.own = &r.firstCtx
+	r.first.own = r.firstCtx
 	a := r.c
 	a.k = &r.first
 	r.c.spare = nil // the first attempt's, not the hedges'
@@ -117,7 +139,7 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 			r.first.release()
 		}
 	}()
-	o.res, o.err = a.attempt(&r.firstCtx, false, r)
+	o.res, o.err = a.attempt(r.firstCtx, false, r)
 	o.keep = &r.first
 	returned = true
 	r.phase.CompareAndSwap(firstRunning, firstReturned)
@@ -125,21 +147,30 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 }
 
 // arm starts the hedging delay, as the first attempt is sent: not from a
-// wait for a slot of the concurrency limit.
+// wait for a slot of the concurrency limit. No other goroutine sees r
+// before the pipeline's timer, under its own lock, does: r.mu is taken for
+// a timer of r's own only.
 func (r *race[T]) arm() {
+	r.due.sent, r.due.race = 1, r
+	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
+		return
+	}
 	r.mu.Lock()
-	r.sent = 1
-	r.due.race = r
-	r.after()
+	r.ownTimer()
 	r.mu.Unlock()
 }
 
 // after sets r's next hedge due one delay from now: in the pipeline's
 // timer, or in a testing/synctest bubble, in one of r's own; r.mu is held.
 func (r *race[T]) after() {
-	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
-		return
+	if !r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
+		r.ownTimer()
 	}
+}
+
+// ownTimer sets r's own timer for its next hedge, in a testing/synctest
+// bubble; r.mu is held.
+func (r *race[T]) ownTimer() {
 	if r.timer == nil {
 		r.timer = time.AfterFunc(r.delay, r.fire)
 	} else {
@@ -196,13 +227,13 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 func (r *race[T]) fire() {
 	c := &r.c
 	r.mu.Lock()
-	if r.over || r.phase.Load() == firstCut || r.sent > r.extra || r.ctx.Err() != nil || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
+	if r.over || r.phase.Load() == firstCut || r.due.sent > r.extra || r.ctx.Err() != nil || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
 		r.mu.Unlock()
 		return
 	}
-	r.sent++
-	r.launch(r.sent)
-	if r.sent <= r.extra {
+	r.due.sent++
+	r.launch(r.due.sent)
+	if r.due.sent <= r.extra {
 		r.after()
 	}
 	r.mu.Unlock()
@@ -302,11 +333,26 @@ func (r *race[T]) dispose(o outcome[T]) {
 // keep hands o's contexts to the call's keeper, if it has one, else
 // cancels them.
 func (r *race[T]) keep(o outcome[T]) {
-	k := r.c.k
-	if k == nil {
+	if r.c.k == nil {
 		o.keep.release()
 		return
 	}
+	r.handOver(o)
+}
+
+// keepAlone is keep for an outcome whose keeper no other goroutine has
+// seen: it cancels without its once.
+func (r *race[T]) keepAlone(o outcome[T]) {
+	if r.c.k == nil {
+		o.keep.cancel()
+		return
+	}
+	r.handOver(o)
+}
+
+// handOver hands o's contexts to the call's keeper.
+func (r *race[T]) handOver(o outcome[T]) {
+	k := r.c.k
 	prev := k.attempt
 	k.attempt = o.keep.release
 	if prev != nil {
@@ -336,6 +382,66 @@ func (r *race[T]) abandon(winner *keeper) {
 			r.dispose(<-results)
 		}
 	}()
+}
+
+// spareHedged keeps the memory of one hedged call that is over, for the
+// pipeline's next call of the same result type, which would otherwise
+// allocate it: a pipeline keeps one, zeroed, and nothing of the call, of
+// at most maxSpare bytes (a small result type's). Only
+// a call whose races sent no hedge leaves it (call.shared): the pipeline's
+// timer had let go of its race before it was due, no hedge ran, and the
+// first attempt's context, which its operation may keep, is allocated
+// apart. A call that finds none, or one of another result type, allocates
+// its own. It is safe for concurrent use.
+type spareHedged struct{ h atomic.Pointer[any] }
+
+// maxSpare is the most memory a pipeline keeps for its next hedged call:
+// the largest objects without a header (see race).
+const maxSpare = 512
+
+// newHedged returns the memory of a hedged call, and whether to leave it
+// to s once the call is over: s's spare, or a new one if s has none, if
+// reusable and small enough; else, or if s keeps another result type's
+// (left there for its own calls), one of its own, with its first race's
+// context.
+func newHedged[T any](s *spareHedged, reusable bool) (*hedged[T], bool) {
+	var h *hedged[T]
+	if reusable && unsafe.Sizeof(*h) <= maxSpare {
+		if h, ok := takeHedged[T](s); ok {
+			return h, true
+		}
+	}
+	m := new(struct {
+		h   hedged[T]
+		ctx lazyCtx
+	})
+	m.h.race.firstCtx = &m.ctx
+	return &m.h, false
+}
+
+// takeHedged returns s's spare if it is a *hedged[T], or a new one if s
+// has none; ok is false if s keeps another type's, which it leaves.
+func takeHedged[T any](s *spareHedged) (h *hedged[T], ok bool) {
+	for {
+		p := s.h.Load()
+		if p == nil {
+			h = new(hedged[T])
+			h.self = h
+			return h, true
+		}
+		if h, ok = (*p).(*hedged[T]); !ok {
+			return nil, false
+		}
+		if s.h.CompareAndSwap(p, nil) {
+			return h, true
+		}
+	}
+}
+
+// putHedged zeroes h and leaves it in s for the next call.
+func putHedged[T any](s *spareHedged, h *hedged[T]) {
+	h.state, h.race = state{}, race[T]{}
+	s.h.Store(&h.self)
 }
 
 // hedgeKey marks a hedge's context with the Pipeline that sent it.

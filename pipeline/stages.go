@@ -57,32 +57,43 @@ type call[T any] struct {
 	ran      bool     // the breaker admitted the call: inside ran
 	res      T        // what inside leaves for through
 	race     *race[T] // for the call's first race, allocated with c.s; nil once used
+	shared   bool     // a race of the call may have let another goroutine have c.s
 }
 
-// hedged is the state of a hedged call with the memory of its first race.
+// hedged is the state of a hedged call with the memory of its first race,
+// in one allocation; self is h, for [spareHedged].
 type hedged[T any] struct {
 	state state
 	race  race[T]
+	self  any
 }
 
 // run reports the call to the tracer, if any, and times it for the
 // listener if it wants EventCallDone.
-func (c *call[T]) run(ctx context.Context) (T, error) {
+func (c *call[T]) run(ctx context.Context) (res T, err error) {
 	cfg := &c.p.cfg
+	var h *hedged[T]
+	reused := false
 	switch {
 	case cfg.hedge != nil:
 		if by, _ := ctx.Value(hedgeKey{}).(*Pipeline); by == c.p {
 			ctx = context.WithValue(ctx, hedgeKey{}, (*Pipeline)(nil)) // a call that a hedge of p's makes through p is a call of its own
 		}
-		h := &hedged[T]{state: state{p: c.p}} // the state and the call's first race, in one allocation
+		h, reused = newHedged[T](cfg.spare, c.k == nil) // a streamed call's keeper may hold its first race's
+		h.state.p = c.p
 		c.s, c.race = &h.state, &h.race
 	case cfg.tracer != nil:
 		c.s = &state{p: c.p}
 	}
 	if cfg.tracer != nil {
-		return c.traced(ctx)
+		res, err = c.traced(ctx)
+	} else {
+		res, err = c.timed(ctx)
 	}
-	return c.timed(ctx)
+	if reused && !c.shared {
+		putHedged(cfg.spare, h)
+	}
+	return res, err
 }
 
 // traced runs the call within its span.
@@ -374,7 +385,10 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 func (c *call[T]) hedge(ctx context.Context) (T, error) {
 	if h := c.p.cfg.hedge; h != nil && !c.probe && !c.opts.single && !c.opts.sequential {
 		if d, ok := h.After(); ok {
-			return newRace(c, ctx, d).run()
+			r := newRace(c, ctx, d)
+			res, err := r.run()
+			c.shared = c.shared || !r.alone
+			return res, err
 		}
 	}
 	return c.attempt(ctx, false, nil)

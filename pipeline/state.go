@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -15,8 +16,8 @@ type state struct {
 	p     *Pipeline
 	trace resilience.CallTrace
 
-	mu      sync.Mutex       // hedged attempts run at once
-	n       int32            // attempts started
+	n       atomic.Int32     // attempts started
+	mu      sync.Mutex       // hedged attempts run at once: for the tracer's fields
 	hasEnd  bool             // an attempt ended, while tracing: lastEnd is set
 	lastEnd monotime.Reading // when the last attempt ended, while tracing
 	lastErr error
@@ -27,17 +28,17 @@ func (s *state) start(hedge bool) resilience.AttemptInfo {
 	if s == nil {
 		return resilience.AttemptInfo{}
 	}
+	a := resilience.AttemptInfo{Number: int(s.n.Add(1)), Hedge: hedge}
+	if s.trace == nil {
+		return a
+	}
+	a.State = s.p.cfg.breaker.State()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.n++
-	a := resilience.AttemptInfo{Number: int(s.n), Hedge: hedge}
-	if s.trace != nil {
-		a.State = s.p.cfg.breaker.State()
-		if !hedge && s.hasEnd {
-			a.Delay = monotime.Since(s.lastEnd)
-			if hint, ok := resilience.RetryAfterHint(s.lastErr); ok && s.p.cfg.retry != nil {
-				a.RetryAfter = min(hint, s.p.cfg.retry.MaxDelay()) // as the retry used it
-			}
+	if !hedge && s.hasEnd {
+		a.Delay = monotime.Since(s.lastEnd)
+		if hint, ok := resilience.RetryAfterHint(s.lastErr); ok && s.p.cfg.retry != nil {
+			a.RetryAfter = min(hint, s.p.cfg.retry.MaxDelay()) // as the retry used it
 		}
 	}
 	return a
