@@ -22,9 +22,9 @@ type zrevKey struct{}
 type zrevTracer struct{ bad, late, holes atomic.Int64 }
 
 type zrevTrace struct {
-	t    *zrevTracer
-	mu   sync.Mutex
-	nums map[int]bool
+	t     *zrevTracer
+	mu    sync.Mutex
+	nums  map[int]bool
 	ended bool
 }
 
