@@ -22,7 +22,7 @@
 //	go run ./examples/storm -extra           # two more pipelines (-wait: and WaitWhenOpen)
 //	go run ./examples/storm -chain           # the "don't retry" signal through a flapping chain
 //	go run ./examples/storm -contention      # Brooker's contention model
-//	go run ./examples/storm -realtime [-http [-remote] | -grpc] [-runs 3] [-maxshort 0.05] -scenarios outage
+//	go run ./examples/storm -realtime [-http | -grpc] [-remote] [-runs 3] [-maxshort 0.05] -scenarios outage
 //
 // In real time, on the machine's clock, a run measures its own lag (how
 // late its calls started) and is not reported if it fell behind (with
@@ -62,7 +62,7 @@ type options struct {
 	runs       int     // in real time, how many runs of each scenario
 	maxShort   float64 // in real time, if above 0: report a run unless its offered load fell more than this short
 	grpc       bool    // in real time, over gRPC
-	remote     bool    // over HTTP, to the backends in a process of their own
+	remote     bool    // over HTTP or gRPC, to the backends in a process of their own
 	serve      bool    // be that process
 }
 
@@ -81,14 +81,14 @@ func parseArgs(args []string) (options, error) {
 	realtime := fs.Bool("realtime", false, "run in real time, on the machine's clock, measuring the harness's own lag")
 	overHTTP := fs.Bool("http", false, "in real time, call each backend over HTTP on 127.0.0.1")
 	overGRPC := fs.Bool("grpc", false, "in real time, call each backend over gRPC on 127.0.0.1: the Pipeline's rows through grpcclient's interceptor, the others one RPC per attempt (grpc-go's own retry: TestRealTimeGRPC)")
-	remote := fs.Bool("remote", false, "in real time over HTTP, with the backends in a process of their own (implies -http)")
-	serve := fs.Bool("serve", false, "be the backends' process of -remote: listen on 127.0.0.1 and print the address")
+	remote := fs.Bool("remote", false, "in real time over HTTP, or over gRPC with -grpc, with the backends in a process of their own (implies -http unless -grpc)")
+	serve := fs.Bool("serve", false, "be the backends' process of -remote: listen on 127.0.0.1 for HTTP and for gRPC, and print the two addresses")
 	runs := fs.Int("runs", 1, "in real time, run each scenario this many times, and compare the runs with each other and with virtual time")
 	maxShort := fs.Float64("maxshort", 0, "in real time, report a run unless its offered load fell more than this share short of schedule in a second (issue #24's bound: 0.05) or a call started 100 ms late or more; 0: refuse a run by its lag")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	o := options{keys: headline, strategies: strategies, extra: *extra, seed: *seed, svgDir: *svgDir, contention: *contention, chain: *chain, realtime: *realtime || *overHTTP || *remote || *overGRPC, http: *overHTTP || *remote, grpc: *overGRPC, runs: *runs, remote: *remote, serve: *serve}
+	o := options{keys: headline, strategies: strategies, extra: *extra, seed: *seed, svgDir: *svgDir, contention: *contention, chain: *chain, realtime: *realtime || *overHTTP || *remote || *overGRPC, http: *overHTTP || *remote && !*overGRPC, grpc: *overGRPC, runs: *runs, remote: *remote, serve: *serve}
 	if o.grpc && o.http {
 		return options{}, fmt.Errorf("-grpc and -http: one or the other")
 	}

@@ -24,7 +24,7 @@ import (
 var update = flag.Bool("update", false, "TestDocsQuoteTheDemo rewrites the outputs docs/storm.md quotes")
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envServe) != "" { // started by startBackendProcess, in TestRemoteBackend
+	if os.Getenv(envServe) != "" { // started by startBackendProcess, in TestRemoteBackend and TestRemoteGRPC
 		scenarios = remoteScenarios()
 		if err := serveBackends(os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -568,13 +568,13 @@ func TestRemoteBackend(t *testing.T) {
 	require.NoError(t, err)
 	defer stop()
 	none, _ := strategyByName(noRetryName)
-	r := runScenarioWith(healthy, []strategy{none}, 1, remoteHTTP(addr))
+	r := runScenarioWith(healthy, []strategy{none}, 1, remoteHTTP(addr.http))
 	require.Len(t, r, 1)
 	assert.Equal(t, 30, r[0].ok())
 	assert.Equal(t, 30, r[0].requests, "the backend's own count, sent back")
 
 	inProcess := runScenario(dead, []strategy{none}, 5)
-	remote := runScenarioWith(dead, []strategy{none}, 5, remoteHTTP(addr))
+	remote := runScenarioWith(dead, []strategy{none}, 5, remoteHTTP(addr.http))
 	assert.Equal(t, inProcess[0].ok(), remote[0].ok(), "the same calls refused")
 	assert.Less(t, remote[0].ok(), 30, "a third of the calls go to the dead host")
 	assert.Equal(t, 30, remote[0].requests)

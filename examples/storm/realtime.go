@@ -142,6 +142,8 @@ func runRealtime(w io.Writer, o options, virtual [][]result) bool {
 
 func (o options) transport() string {
 	switch {
+	case o.remote && o.grpc:
+		return "gRPC over TCP on 127.0.0.1 to the backends in a process of their own, the Pipeline's rows through grpcclient"
 	case o.remote:
 		return "HTTP on 127.0.0.1 to the backends in a process of their own"
 	case o.http:
@@ -161,16 +163,20 @@ func runScenarioOver(sc *scenario, strategies []strategy, seed uint64, overHTTP 
 }
 
 // realtimeTransport is the transport o asks for: in process (the zero
-// transport), HTTP to a server in process, HTTP to the backends' own
-// process (-remote), which it starts, or gRPC (grpcStorm); stop ends it.
+// transport), HTTP to a server in process, HTTP or gRPC to the backends'
+// own process (-remote), which it starts, or gRPC to servers in process
+// (grpcStorm); stop ends it.
 func realtimeTransport(o options) (tr transport, stop func(), err error) {
 	switch {
 	case o.remote:
-		addr, stop, err := startBackendProcess()
+		addrs, stop, err := startBackendProcess()
 		if err != nil {
 			return transport{}, nil, err
 		}
-		return remoteHTTP(addr), stop, nil
+		if o.grpc {
+			return remoteGRPC(addrs), stop, nil
+		}
+		return remoteHTTP(addrs.http), stop, nil
 	case o.http:
 		return transport{attempts: serveHTTP}, func() {}, nil
 	case o.grpc:
