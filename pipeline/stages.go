@@ -104,7 +104,7 @@ func (c *call[T]) traced(ctx context.Context) (res T, err error) {
 		if !returned {
 			err = errPanicked
 		}
-		c.s.trace.End(err)
+		c.s.end(err)
 	}()
 	res, err = c.timed(ctx)
 	returned = true
@@ -452,7 +452,11 @@ func (c *call[T]) reopened() error {
 func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held tickets, r *race[T]) (res T, err error) {
 	var end func(error)
 	if c.s != nil && c.s.trace != nil {
-		ctx, end = c.s.trace.StartAttempt(ctx, info)
+		var ok bool
+		if ctx, end, ok = c.s.span(ctx, info); !ok {
+			release(c.p.cfg.gates, held, context.Canceled) // a hedge as its call returned: not sent
+			return res, context.Canceled
+		}
 	}
 	var start monotime.Reading
 	learns := c.p.cfg.hedge.Learns()

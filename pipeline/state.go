@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ type state struct {
 
 	n       atomic.Int32     // attempts started
 	mu      sync.Mutex       // hedged attempts run at once: for the tracer's fields
+	over    bool             // the call's span has ended: no attempt's starts
 	hasEnd  bool             // an attempt ended, while tracing: lastEnd is set
 	lastEnd monotime.Reading // when the last attempt ended, while tracing
 	lastErr error
@@ -42,6 +44,29 @@ func (s *state) start(hedge bool) resilience.AttemptInfo {
 		}
 	}
 	return a
+}
+
+// span starts an attempt's span, unless the call's has ended (a hedge
+// admitted as its call returned, which is then not sent): under s.mu, as
+// end marks the call over, so that every attempt's span starts before the
+// call's ends.
+func (s *state) span(ctx context.Context, info resilience.AttemptInfo) (context.Context, func(error), bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.over {
+		return ctx, nil, false
+	}
+	ctx, end := s.trace.StartAttempt(ctx, info)
+	return ctx, end, true
+}
+
+// end ends the call's span, once no attempt's span is starting; none
+// starts after it.
+func (s *state) end(err error) {
+	s.mu.Lock()
+	s.over = true
+	s.mu.Unlock()
+	s.trace.End(err)
 }
 
 // ended records the end of an attempt, for the tracer.
