@@ -24,6 +24,7 @@ func TestReview3WaitWhenOpenAttemptNumbers(t *testing.T) {
 		WithListener(rec),
 	)
 	n := 0
+	closed := make(chan struct{})
 	_, err := Do(context.Background(), p, func(context.Context) (int, error) {
 		n++
 		switch n {
@@ -33,6 +34,7 @@ func TestReview3WaitWhenOpenAttemptNumbers(t *testing.T) {
 				t.Errorf("breaker %v, want open", b.State())
 			}
 			go func() { // and an operator closes it
+				defer close(closed)
 				time.Sleep(50 * time.Millisecond)
 				b.SetMode(context.Background(), breaker.ForcedClosed, "r3")
 			}()
@@ -48,8 +50,12 @@ func TestReview3WaitWhenOpenAttemptNumbers(t *testing.T) {
 	if n != 3 {
 		t.Fatalf("op ran %d times, want 3", n)
 	}
+	<-closed // SetMode tells rec of the change after it woke the call
+	rec.mu.Lock()
+	events := rec.events
+	rec.mu.Unlock()
 	var seq []resilience.Event
-	for _, e := range rec.events {
+	for _, e := range events {
 		if e.Kind == resilience.EventAttempt || e.Kind == resilience.EventRetry {
 			seq = append(seq, e)
 		}

@@ -447,16 +447,25 @@ func (c *call[T]) reopened() error {
 	return nil
 }
 
+// spanned starts an admitted attempt's span if the call is traced; ok is
+// false for a hedge admitted as its call returned, which is then not sent
+// and gives its slot back.
+func (c *call[T]) spanned(ctx context.Context, info resilience.AttemptInfo, held tickets) (_ context.Context, end func(error), ok bool) {
+	if c.s == nil || c.s.trace == nil {
+		return ctx, nil, true
+	}
+	if ctx, end, ok = c.s.span(ctx, info); !ok {
+		release(c.p.cfg.gates, held, context.Canceled)
+	}
+	return ctx, end, ok
+}
+
 // sent runs an admitted attempt, with its span if the call is traced, and
 // gives its outcome to the gates, the tracer and the hedging policy.
 func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held tickets, r *race[T]) (res T, err error) {
-	var end func(error)
-	if c.s != nil && c.s.trace != nil {
-		var ok bool
-		if ctx, end, ok = c.s.span(ctx, info); !ok {
-			release(c.p.cfg.gates, held, context.Canceled) // a hedge as its call returned: not sent
-			return res, context.Canceled
-		}
+	ctx, end, ok := c.spanned(ctx, info, held)
+	if !ok {
+		return res, context.Canceled
 	}
 	var start monotime.Reading
 	learns := c.p.cfg.hedge.Learns()
