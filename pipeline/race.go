@@ -98,9 +98,7 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 func (r *race[T]) run() (T, error) {
 	o := r.runFirst()
 	if r.alone = r.disarm(); r.alone {
-		// Nothing was sent but the first attempt, and nothing will be: its
-		// keeper is the caller's alone.
-		r.keepAlone(o)
+		r.keep(o)
 		return o.res, o.err
 	}
 	r.mu.Lock()
@@ -331,28 +329,18 @@ func (r *race[T]) dispose(o outcome[T]) {
 }
 
 // keep hands o's contexts to the call's keeper, if it has one, else
-// cancels them.
+// cancels them: without the keeper's once if r is alone (nothing was sent
+// but the first attempt, whose keeper no other goroutine has seen).
 func (r *race[T]) keep(o outcome[T]) {
-	if r.c.k == nil {
+	k := r.c.k
+	switch {
+	case k == nil && r.alone:
+		o.keep.cancel()
+		return
+	case k == nil:
 		o.keep.release()
 		return
 	}
-	r.handOver(o)
-}
-
-// keepAlone is keep for an outcome whose keeper no other goroutine has
-// seen: it cancels without its once.
-func (r *race[T]) keepAlone(o outcome[T]) {
-	if r.c.k == nil {
-		o.keep.cancel()
-		return
-	}
-	r.handOver(o)
-}
-
-// handOver hands o's contexts to the call's keeper.
-func (r *race[T]) handOver(o outcome[T]) {
-	k := r.c.k
 	prev := k.attempt
 	k.attempt = o.keep.release
 	if prev != nil {
