@@ -30,9 +30,9 @@ import (
 // deadline is set from a reading of the monotonic clock alone, half the
 // cost of time.Now, which Deadline pays when asked (monotime.Reading.Time):
 // its monotonic reading is the deadline's exactly, and its wall clock
-// reading the wall clock's then plus the time left. No deadline (lazyTimed not set) stands for
-// context.WithCancel(parent), made as lazily. It is safe for concurrent
-// use.
+// reading the wall clock's then plus the time left. No deadline (lazyTimed
+// not set) stands for context.WithCancel(parent), made as lazily. It is
+// safe for concurrent use.
 type lazyCtx struct {
 	context.Context                  // the caller's, until inner is made
 	at              monotime.Reading // the deadline, with lazyTimed

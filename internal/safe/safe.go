@@ -229,11 +229,11 @@ func (s *Listener) TellsNoAttempts() *Listener {
 // some listener wants attempts (a single listener is not asked again) and
 // whose retry stage counts them.
 func (s *Listener) Attempted(n int, err error) {
+	e := resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err}
 	if s.one != nil { // a lone listener, asked as the call started
-		deliver(s.ls[0], nil, resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err})
+		deliver(s.ls[0], nil, e)
 		return
 	}
-	e := resilience.Event{Kind: resilience.EventAttempt, Name: s.name, Attempt: n, Err: err}
 	for i, l := range s.ls {
 		if s.fs[i] == nil || wants(s.fs[i], e.Kind) {
 			deliver(l, nil, e)
@@ -346,7 +346,7 @@ func callWanted(f resilience.Filter, t resilience.CallTimer, already bool) (done
 	asked = 1
 	attempts = f == nil || f.Wants(resilience.EventAttempt)
 	asked = 2
-	if done && !already && t != nil {
+	if asksTimeCall(t, done, already) {
 		timed = t.TimeCall()
 	} else {
 		timed = done
@@ -358,7 +358,7 @@ func callWanted(f resilience.Filter, t resilience.CallTimer, already bool) (done
 // timing asks t, under a guard of its own, whether it wants a call timed
 // whose end is wanted (done), as callWanted does; a panic counts as yes.
 func timing(t resilience.CallTimer, done, already bool) (timed bool) {
-	if !done || already || t == nil {
+	if !asksTimeCall(t, done, already) {
 		return done
 	}
 	returned := false
@@ -373,6 +373,13 @@ func timing(t resilience.CallTimer, done, already bool) (timed bool) {
 	timed = t.TimeCall()
 	returned = true
 	return timed
+}
+
+// asksTimeCall reports whether a call's timing is t's to decide: t is a
+// CallTimer, the call's end is wanted (done), and no listener before has
+// had it timed (already); otherwise it is timed if its end is wanted.
+func asksTimeCall(t resilience.CallTimer, done, already bool) bool {
+	return done && !already && t != nil
 }
 
 // wants asks f, a listener as a Filter (nil if it is none, which wants
