@@ -111,11 +111,17 @@ var strategies = []strategy{
 		return grpcRetry(&grpcThrottler{max: grpcMaxTokens, thresh: grpcMaxTokens / 2, ratio: grpcTokenRatio, tokens: grpcMaxTokens})
 	}},
 	{name: failsafeName, build: failsafeCaller},
-	pipelineStrategy(defaultsName, func(sc *scenario, retry newRetry) []pipeline.Option {
-		return []pipeline.Option{pipeline.WithBreaker(breaker.New("backend")),
-			pipeline.WithRetry(retry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)}
-	}),
+	pipelineStrategy(defaultsName, defaultsWith()),
 	pipelineStrategy(recommendedName, recommended),
+}
+
+// defaultsWith is the Pipeline with its defaults and the README's attempt
+// timeout, its breaker made with opts.
+func defaultsWith(opts ...breaker.Option) func(sc *scenario, retry newRetry) []pipeline.Option {
+	return func(sc *scenario, retry newRetry) []pipeline.Option {
+		return []pipeline.Option{pipeline.WithBreaker(breaker.New("backend", opts...)),
+			pipeline.WithRetry(retry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)}
+	}
 }
 
 // strategyKeys name the strategies on the command line (-strategies).
@@ -317,10 +323,7 @@ var waitStrategy = pipelineStrategy(waitName, func(sc *scenario, retry newRetry)
 })
 
 var extraStrategies = []strategy{
-	pipelineStrategy(openName, func(sc *scenario, retry newRetry) []pipeline.Option {
-		return []pipeline.Option{pipeline.WithBreaker(breaker.New("backend", breaker.OpenTimeout(oldOpenTimeout))),
-			pipeline.WithRetry(retry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)}
-	}),
+	pipelineStrategy(openName, defaultsWith(breaker.OpenTimeout(oldOpenTimeout))),
 	pipelineStrategy(quotaName, func(sc *scenario, retry newRetry) []pipeline.Option {
 		return append(recommended(sc, retry),
 			pipeline.WithRetry(retry(retrypolicy.WithQuota(retrypolicy.NewQuota(0.1, 10, time.Second)))))
