@@ -20,8 +20,8 @@ func review4Created() uint64 {
 }
 
 // Issue 28: "Hedging that never fires ... 0 goroutines per call". Calls
-// that answer in a tenth of the delay never hedge, but each of the 8
-// shards' timers, left set as races answer, fires once a delay, on a
+// that answer in a tenth of the delay never hedge, but in a design since
+// taken out, each of the hedge timer's 8 shards' timers, left set as races answer, fires once a delay, on a
 // goroutine of its own (time.AfterFunc), finds nothing due and is set
 // again for the next race: goroutines per call, 8 times the one timer's.
 func TestReview4NeverFiringHedgeGoroutinesPerCall(t *testing.T) {
@@ -55,8 +55,8 @@ func TestReview4NeverFiringHedgeGoroutinesPerCall(t *testing.T) {
 	per := float64(created) / float64(calls.Load())
 	t.Logf("%d calls, %d hedges, %d goroutines created (%.3f per call)", calls.Load(), hedges.Load(), created, per)
 	// Each hedge sent may account for a few (its own, the drain of the
-	// losers', a timer fire); the rest are the timers' fires, which the one
-	// timer before the shards kept to one per delay: 100 in this second.
+	// losers', a timer fire); the rest are the timers' fires, which the
+	// pipeline's one timer keeps to one per delay: 100 in this second.
 	idle := int64(created) - 3*int64(hedges.Load())
 	if bound := int64(1.5 * float64(time.Second) / float64(delay)); idle > bound {
 		t.Errorf("%d hedges sent, yet %d goroutines made (%.3f per call, where issue 28 wants 0): more than %d, one timer's fires each delay", hedges.Load(), created, per, bound)

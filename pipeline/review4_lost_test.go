@@ -13,11 +13,12 @@ import (
 // A race with MaxExtra(2) whose first hedge is out when its first attempt
 // fails (retryably) goes on waiting for that hedge; its second hedge is
 // still due one delay after the first, and must be sent: the race is not
-// over (finish waits for the hedges out), and fire would send it. But
-// run's new disarmed() takes the race out of its shard's heap before it
-// looks at r.sent: with a hedge out (sent == 2) it reports false, yet the
-// entry it removed, the second hedge's, is gone, and the race waits for
-// the slow first hedge alone.
+// over (finish waits for the hedges out), and fire would send it. A
+// design since taken out took the race out of the timer's heap before it
+// looked at the attempts sent: with a hedge out (2 sent) it reported that
+// the race was not alone, yet the entry it removed, the second hedge's,
+// was gone, and the race waited for the slow first hedge alone
+// (hedgeTimers.disarm now looks first).
 func TestReview4SecondHedgeLostWhenFirstAttemptFails(t *testing.T) {
 	const delay = 20 * time.Millisecond
 	p := New(WithHedging(hedge.New(hedge.Delay(delay), hedge.MaxExtra(2), hedge.MaxShare(1))))

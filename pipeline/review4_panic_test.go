@@ -13,8 +13,9 @@ import (
 )
 
 // Panics and runtime.Goexit in first attempts and hedges, around the
-// hedging delay, among ordinary calls reusing pooled races: every ordinary
-// call gets its own answer.
+// hedging delay, among ordinary calls reusing the memory of races that
+// ended (the pipeline's spare; a sync.Pool in a design since taken out):
+// every ordinary call gets its own answer.
 func TestReview4PanicsAmongRaces(t *testing.T) {
 	const delay = 200 * time.Microsecond
 	p := New(WithHedging(hedge.New(hedge.Delay(delay), hedge.MaxExtra(2), hedge.MaxShare(1))))

@@ -10,7 +10,9 @@ import (
 	"github.com/resiliencekit/resiliencekit/hedge"
 )
 
-// The result of a call that never hedged is not kept by its pooled race.
+// The result of a call that never hedged is not kept by its race's memory
+// once reused (the pipeline's spare, zeroed; a sync.Pool in a design
+// since taken out).
 func TestReview4RaceKeepsNoResult(t *testing.T) {
 	p := New(WithHedging(hedge.New(hedge.Delay(time.Hour))))
 	w := func() weak.Pointer[[1 << 20]byte] {

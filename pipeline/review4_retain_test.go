@@ -14,11 +14,12 @@ import (
 type review4Key struct{}
 
 // A call that never hedged is over once Do returns: what its operation
-// captured and the context it was given are the caller's to drop. The
-// pooled race keeps r.c (op, k, s), r.ctx and r.first (with its lazyCtx,
-// whose parent is the caller's context) until a later race of the same
-// result type reuses it, or two GCs pass: one GC after the call, the
-// request's data is still reachable.
+// captured and the context it was given are the caller's to drop. In a
+// design since taken out, a race left in a sync.Pool kept r.c (op, k, s),
+// r.ctx and r.first (with its lazyCtx, whose parent is the caller's
+// context) until a later race of the same result type reused it, or two
+// GCs passed: one GC after the call, the request's data was still
+// reachable. The pipeline's spare is zeroed as the call leaves it.
 func TestReview4RaceKeepsCallDataPastGC(t *testing.T) {
 	p := New(WithHedging(hedge.New(hedge.Delay(time.Hour))))
 	opData := weak.Make(func() *[1 << 20]byte {
@@ -94,10 +95,11 @@ func TestReview4RaceRetentionAfterBurst(t *testing.T) {
 }
 
 // A Pipeline nothing refers to is collectable after a GC (its breaker's
-// listener relies on it: runtime.AddCleanup in New). Its pooled races refer
-// to it (r.c.p), and the pool hangs off its hedgeTimers, which the shard's
-// time.Timer, left set for up to one hedging delay after its races
-// answered, and sync's global pool list keep: the pipeline survives a GC.
+// listener relies on it: runtime.AddCleanup in New). In a design since
+// taken out, its pooled races referred to it (r.c.p), and the pool hung
+// off its hedgeTimers, which a shard's time.Timer, left set for up to one
+// hedging delay after its races answered, and sync's global pool list
+// kept: the pipeline survived a GC.
 func TestReview4RaceKeepsPipelinePastGC(t *testing.T) {
 	made := func(opts ...CallOption) weak.Pointer[Pipeline] {
 		p := New(WithHedging(hedge.New(hedge.Delay(time.Hour))))
