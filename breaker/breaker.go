@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -126,17 +127,17 @@ func New(name string, opts ...Option) *Breaker {
 		errBusy: &rejection{name: name, sentinel: ErrTooManyRequests},
 	}
 	b.listener = safe.New(name, cfg.listeners...)
-	b.cb = newCore(cfg.halfOpenRequests, cfg.openTimeout, cfg.window, cfg.buckets, func(n Counts) bool {
+	b.cb = newCore(cfg.halfOpenRequests, cfg.openTimeout, cfg.window, cfg.buckets, func(n Counts, probation bool) bool {
 		// A shared breaker applies the failure rate to its own calls only
 		// while it decides alone: the fleet's is the rule.
-		trip := cfg.readyToTrip(n, b.fleet == nil || b.fleet.local())
+		trip := cfg.readyToTrip(n, b.fleet == nil || b.fleet.local(), probation)
 		if trip {
-			b.history.trip = n // for the reason, under the core's lock
+			b.history.trip, b.history.probation = n, probation // for the reason, under the core's lock
 		}
 		return trip
-	}, func(from, to resilience.State) {
+	}, func(from, to resilience.State, since time.Duration) {
 		b.state.Store(uint32(to))
-		b.changed(name, from, to, false)
+		b.changed(name, from, to, false, since)
 	})
 	if cfg.shared != nil {
 		b.startFleet()
@@ -144,10 +145,11 @@ func New(name string, opts ...Option) *Breaker {
 	return b
 }
 
-// changed reports a change of state of the breaker called name.
-func (b *Breaker) changed(name string, from, to resilience.State, fleet bool) {
+// changed reports a change of state of the breaker called name, which
+// began since ago by its clock (the open state's cadence; else 0).
+func (b *Breaker) changed(name string, from, to resilience.State, fleet bool, since time.Duration) {
 	b.record(from, to, fleet)
-	b.changedWaiting(to, fleet)
+	b.changedWaiting(to, fleet, since)
 	b.holdForced()
 	b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: name, From: from, To: to})
 }
@@ -155,7 +157,7 @@ func (b *Breaker) changed(name string, from, to resilience.State, fleet bool) {
 // fleetChanged reports a change of state of the fleet breaker, named
 // "NAME (fleet)".
 func (b *Breaker) fleetChanged(from, to resilience.State) {
-	b.changed(b.Name()+" (fleet)", from, to, true)
+	b.changed(b.Name()+" (fleet)", from, to, true, 0)
 }
 
 // Name returns the breaker's name.

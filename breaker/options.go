@@ -44,9 +44,10 @@ func defaults() config {
 
 // readyToTrip opens the breaker when either configured threshold is met;
 // the failure rate only if rate (a shared breaker's is the fleet's, except
-// while it decides alone).
-func (c *config) readyToTrip(n Counts, rate bool) bool {
-	if c.consecutive > 0 && n.ConsecutiveFailures >= c.consecutive {
+// while it decides alone); on probation, after closing on its probes, the
+// run of failures is probationFactor times as long.
+func (c *config) readyToTrip(n Counts, rate, probation bool) bool {
+	if c.consecutive > 0 && uint64(n.ConsecutiveFailures) >= c.run(probation) {
 		return true
 	}
 	if c.rate > 0 && rate {
@@ -54,6 +55,14 @@ func (c *config) readyToTrip(n Counts, rate bool) bool {
 		return done >= c.rateMin && float64(n.TotalFailures) >= c.rate*float64(done)
 	}
 	return false
+}
+
+// run is the failures in a row that open the breaker, on probation or not.
+func (c *config) run(probation bool) uint64 {
+	if probation {
+		return probationFactor * uint64(c.consecutive)
+	}
+	return uint64(c.consecutive)
 }
 
 // ConsecutiveFailures opens the breaker after n failures in a row. Default
