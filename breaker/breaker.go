@@ -6,7 +6,16 @@
 // rejected at once with an error matching [ErrOpen], so a dead dependency
 // gets no traffic and callers fail fast. After [OpenTimeout] it turns
 // half-open and lets [HalfOpenRequests] probe calls through; if they all
-// succeed it closes, and one failure opens it again.
+// succeed it closes, and one failure opens it again, until the next
+// [OpenTimeout] counted from when it opened: it probes on that cadence,
+// one probe per open timeout however long a probe takes to fail.
+//
+// A dependency that comes back usually comes back in part, and fails some
+// calls while it catches up. So for 10 open timeouts after its probes
+// close it (1 s by default), a breaker takes 3 times the
+// [ConsecutiveFailures] to open again (15 by default), where a breaker
+// that opened on the first few would refuse calls the dependency would
+// have served; a [FailureRate] trips it as ever.
 //
 // What counts as a failure follows the shared classes of package
 // resilience: transient and terminal errors count; permanent errors (the
@@ -110,8 +119,9 @@ type Breaker struct {
 
 // New returns a closed Breaker named name (the name appears in its errors
 // and state changes), configured by opts. Defaults: open after 5
-// consecutive failures, counted over a 60 s window of 6 buckets; stay open
-// 100 ms; 1 probe call when half-open.
+// consecutive failures (15 for 1 s after closing on its probes), counted
+// over a 60 s window of 6 buckets; probe every 100 ms while open; 1 probe
+// call when half-open.
 func New(name string, opts ...Option) *Breaker {
 	cfg := defaults()
 	for _, o := range opts {

@@ -65,9 +65,11 @@ func (c *config) run(probation bool) uint64 {
 	return uint64(c.consecutive)
 }
 
-// ConsecutiveFailures opens the breaker after n failures in a row. Default
-// 5; n = 0 turns this threshold off: without [FailureRate] too, the breaker
-// never opens (it still counts, for tests and measurements).
+// ConsecutiveFailures opens the breaker after n failures in a row; for 10
+// open timeouts after its probes close it, after 3n (see the package
+// doc). Default 5; n = 0 turns this threshold off: without [FailureRate]
+// too, the breaker never opens (it still counts, for tests and
+// measurements).
 func ConsecutiveFailures(n uint32) Option {
 	return optionFunc(func(c *config) { c.consecutive = n })
 }
@@ -108,7 +110,12 @@ func Window(d time.Duration, buckets int) Option {
 }
 
 // OpenTimeout sets how long the breaker stays open before it lets probe
-// calls through. Default 100 ms: a probe every 100 ms finds a dependency
+// calls through. While it stays open, it probes every d counted from when
+// it opened: a probe that fails opens it until the next of those moments,
+// not for d from the failure, so that a dead dependency gets at most one
+// probe per d, one per moment of that cadence, however long each takes to
+// fail. (A shared breaker's fleet keeps its store's timing.) Default
+// 100 ms: a probe every 100 ms finds a dependency
 // back within 100 ms, at the cost of up to 10 probes a second per breaker
 // to a dead one (docs/storm.md measures both; with many replicas or a
 // breaker per host, a longer timeout, say 1 s, bounds that cost). It

@@ -35,7 +35,7 @@ func TestProbesKeepTheirCadence(t *testing.T) {
 					failed := time.Since(start)
 					want := (failed/timeout + 1) * timeout // the next moment of the cadence after the failure
 					assert.Equal(t, start.Add(want), b.NextProbe(), "probe %d, sent at %v, failed at %v", probe, sent, failed)
-					assert.GreaterOrEqual(t, want+time.Nanosecond-sent, timeout, "probe %d: probes start at least an open timeout apart", probe)
+					assert.GreaterOrEqual(t, want+time.Nanosecond-sent, timeout, "probe %d: sent at the cadence's moment, the next goes an open timeout later at the earliest", probe)
 				}
 			})
 		})
