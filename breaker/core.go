@@ -242,7 +242,7 @@ func (c *core) advance(age uint64) {
 // onProbation reports whether, at now, the breaker closed on its probes
 // less than probationTimeouts open timeouts ago; under mu.
 func (c *core) onProbation(now monotime.Reading) bool {
-	return c.probation && time.Duration(now-c.closed) < probationTimeouts*c.timeout
+	return c.probation && time.Duration(now-c.closed)/probationTimeouts < c.timeout // not 10*timeout, which may overflow
 }
 
 // set moves to state to as of now, under mu, in a new generation with

@@ -2,6 +2,7 @@ package breaker_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -162,3 +163,21 @@ func failing(took time.Duration) func(context.Context) error {
 }
 
 func succeeding(context.Context) error { return nil }
+
+// TestProbationWithTheLongestOpenTimeout: an open timeout whose 10 times
+// overflow a time.Duration still puts the breaker on probation.
+func TestProbationWithTheLongestOpenTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("db", breaker.OpenTimeout(math.MaxInt64/3))
+		for range 5 {
+			_ = b.Execute(t.Context(), failing(0))
+		}
+		require.Equal(t, resilience.StateOpen, b.State())
+		time.Sleep(math.MaxInt64/3 + 1)
+		require.NoError(t, b.Execute(t.Context(), succeeding))
+		for range 14 {
+			_ = b.Execute(t.Context(), failing(0))
+		}
+		assert.Equal(t, resilience.StateClosed, b.State(), "14 failures on probation")
+	})
+}
