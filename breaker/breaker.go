@@ -10,12 +10,14 @@
 // [OpenTimeout] counted from when it opened: it probes on that cadence,
 // one probe per open timeout however long a probe takes to fail.
 //
-// A dependency that comes back usually comes back in part, and fails some
-// calls while it catches up. So for 10 open timeouts after its probes
-// close it (1 s by default), a breaker takes 3 times the
-// [ConsecutiveFailures] to open again (15 by default), where a breaker
-// that opened on the first few would refuse calls the dependency would
-// have served; a [FailureRate] trips it as ever.
+// A dependency that comes back from an outage usually comes back in part,
+// and fails some calls while it catches up. So for 10 open timeouts after
+// its probes close it, if one of them failed first (1 s by default), a
+// breaker takes 3 times the [ConsecutiveFailures] to open again (15 by
+// default), where a breaker that opened on the first few would refuse
+// calls the dependency would have served; a [FailureRate] trips it as
+// ever. A breaker that closes on its first probe, after a blip, opens on
+// the usual run.
 //
 // What counts as a failure follows the shared classes of package
 // resilience: transient and terminal errors count; permanent errors (the
@@ -119,7 +121,8 @@ type Breaker struct {
 
 // New returns a closed Breaker named name (the name appears in its errors
 // and state changes), configured by opts. Defaults: open after 5
-// consecutive failures (15 for 1 s after closing on its probes), counted
+// consecutive failures (15 for 1 s after closing on its probes after an
+// outage), counted
 // over a 60 s window of 6 buckets; probe every 100 ms while open; 1 probe
 // call when half-open.
 func New(name string, opts ...Option) *Breaker {

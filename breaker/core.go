@@ -35,11 +35,15 @@ import (
 //     latency, and a dead dependency gets one probe per open timeout,
 //     however long each takes to fail.
 //   - Probation. For probationTimeouts open timeouts after it closes on its
-//     probes, it takes probationFactor times the failures in a row that
-//     open it otherwise to open it again: a dependency back in part, as
-//     one coming back usually is, fails some calls while it catches up,
-//     and a breaker that opens on the first few refuses the calls it would
-//     have served. A failure rate trips it as usual.
+//     probes after an outage (a probe failed since it opened), it takes
+//     probationFactor times the failures in a row that open it otherwise
+//     to open it again: a dependency back in part, as one coming back from
+//     an outage usually is, fails some calls while it catches up, and a
+//     breaker that opens on the first few refuses the calls it would have
+//     served. A blip, over before the first probe, earns no probation: the
+//     dependency is back whole, and a breaker slower to open again there
+//     stays open longer into the next blip's healthy time. A failure rate
+//     trips it as usual.
 type core struct {
 	maxRequests uint32        // probes let through when half-open, at least 1
 	timeout     time.Duration // how long the open state lasts
@@ -57,6 +61,7 @@ type core struct {
 	opened    monotime.Reading // when it opened from closed: the open state's cadence counts from it
 	closed    monotime.Reading // when it closed from half-open, if probation: the probation counts from it
 	probation bool
+	outage    bool     // a probe failed since it opened from closed: the dependency was down for longer than a blip
 	age       uint64   // the current bucket, counted from start
 	win       Counts   // the sum of buckets
 	buckets   []Counts // indexed by age modulo their number
@@ -259,10 +264,11 @@ func (c *core) set(to resilience.State, now monotime.Reading) {
 	case c.gobreakerTiming:
 	case to == resilience.StateOpen && from == resilience.StateHalfOpen && now >= c.opened:
 		c.start = c.opened + monotime.Reading(time.Duration(now-c.opened)/c.timeout*c.timeout)
+		c.outage = true
 	case to == resilience.StateOpen:
-		c.opened, c.probation = now, false
+		c.opened, c.probation, c.outage = now, false, false
 	case to == resilience.StateClosed && from == resilience.StateHalfOpen:
-		c.closed, c.probation = now, true
+		c.closed, c.probation = now, c.outage
 	}
 	c.changed(from, to, time.Duration(now-c.start))
 }

@@ -62,9 +62,9 @@ func TestAWaiterGoesAtTheCadence(t *testing.T) {
 }
 
 // TestProbationAfterClosing: for 10 open timeouts after the breaker closes
-// on its probes, it takes 3 times the failures in a row to open it again;
-// after that, or after it opened from closed, the run it is configured
-// with. A failure rate trips it on probation as ever.
+// on its probes after an outage (a probe failed), it takes 3 times the
+// failures in a row to open it again; after that, the run it is
+// configured with.
 func TestProbationAfterClosing(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -78,13 +78,7 @@ func TestProbationAfterClosing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := breaker.New("db", breaker.OpenTimeout(100*time.Millisecond))
-				for range 5 {
-					_ = b.Execute(t.Context(), failing(0))
-				}
-				require.Equal(t, resilience.StateOpen, b.State())
-				time.Sleep(100*time.Millisecond + time.Nanosecond)
-				require.NoError(t, b.Execute(t.Context(), succeeding))
-				require.Equal(t, resilience.StateClosed, b.State())
+				throughAnOutage(t, b)
 				time.Sleep(tc.wait)
 				for i := 1; i < tc.trips; i++ {
 					require.ErrorIs(t, b.Execute(t.Context(), failing(0)), errDown)
@@ -104,10 +98,10 @@ func TestProbationAfterClosing(t *testing.T) {
 	}
 }
 
-// TestNoProbationBeforeTheFirstClose: a breaker that never opened, or
-// that opened from closed and was not closed by its probes since, opens
-// on its run.
-func TestNoProbationBeforeTheFirstClose(t *testing.T) {
+// TestNoProbationAfterABlip: a breaker that never opened, or that closed
+// on its first probe (the dependency was down for less than an open
+// timeout: a blip, not an outage), opens on its run.
+func TestNoProbationAfterABlip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := breaker.New("db", breaker.OpenTimeout(100*time.Millisecond))
 		for range 5 {
@@ -116,6 +110,19 @@ func TestNoProbationBeforeTheFirstClose(t *testing.T) {
 		require.Equal(t, resilience.StateOpen, b.State(), "5 in a row, new")
 		time.Sleep(100*time.Millisecond + time.Nanosecond)
 		require.NoError(t, b.Execute(t.Context(), succeeding))
+		for range 5 {
+			_ = b.Execute(t.Context(), failing(0))
+		}
+		require.Equal(t, resilience.StateOpen, b.State(), "5 in a row after a blip")
+	})
+}
+
+// TestProbationStartsAnewAfterEachOutage: a breaker that opens on
+// probation, fails a probe and closes again is on a new probation.
+func TestProbationStartsAnewAfterEachOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("db", breaker.OpenTimeout(100*time.Millisecond))
+		throughAnOutage(t, b)
 		for range 15 {
 			_ = b.Execute(t.Context(), failing(0))
 		}
@@ -144,6 +151,8 @@ func TestProbationKeepsTheFailureRate(t *testing.T) {
 		}
 		require.Equal(t, resilience.StateOpen, b.State())
 		time.Sleep(100*time.Millisecond + time.Nanosecond)
+		require.ErrorIs(t, b.Execute(t.Context(), failing(0)), errDown) // a failed probe: an outage
+		time.Sleep(100 * time.Millisecond)
 		require.NoError(t, b.Execute(t.Context(), succeeding)) // the probe, which closes it: counts start anew
 		require.NoError(t, b.Execute(t.Context(), succeeding))
 		require.NoError(t, b.Execute(t.Context(), succeeding))
@@ -152,6 +161,21 @@ func TestProbationKeepsTheFailureRate(t *testing.T) {
 		_ = b.Execute(t.Context(), failing(0))
 		assert.Equal(t, resilience.StateOpen, b.State(), "2 failures of 4")
 	})
+}
+
+// throughAnOutage opens b with 5 failures, fails its first probe and
+// closes it on its second: a dependency down for longer than a blip.
+func throughAnOutage(t *testing.T, b *breaker.Breaker) {
+	t.Helper()
+	for range 5 {
+		_ = b.Execute(t.Context(), failing(0))
+	}
+	require.Equal(t, resilience.StateOpen, b.State())
+	time.Sleep(time.Until(b.NextProbe()) + time.Nanosecond)
+	require.ErrorIs(t, b.Execute(t.Context(), failing(0)), errDown)
+	time.Sleep(time.Until(b.NextProbe()) + time.Nanosecond)
+	require.NoError(t, b.Execute(t.Context(), succeeding))
+	require.Equal(t, resilience.StateClosed, b.State())
 }
 
 // failing is an operation that fails with errDown after took.
@@ -174,6 +198,8 @@ func TestProbationWithTheLongestOpenTimeout(t *testing.T) {
 		}
 		require.Equal(t, resilience.StateOpen, b.State())
 		time.Sleep(math.MaxInt64/3 + 1)
+		require.ErrorIs(t, b.Execute(t.Context(), failing(0)), errDown)
+		time.Sleep(math.MaxInt64 / 3)
 		require.NoError(t, b.Execute(t.Context(), succeeding))
 		for range 14 {
 			_ = b.Execute(t.Context(), failing(0))
