@@ -17,7 +17,8 @@
 // default), where a breaker that opened on the first few would refuse
 // calls the dependency would have served; a [FailureRate] trips it as
 // ever. A breaker that closes on its first probe, after a blip, opens on
-// the usual run.
+// the usual run. Both are the local state's: a shared breaker's fleet
+// (see [Shared]) keeps its store's rules.
 //
 // What counts as a failure follows the shared classes of package
 // resilience: transient and terminal errors count; permanent errors (the
