@@ -6,9 +6,12 @@
 // rejected at once with an error matching [ErrOpen], so a dead dependency
 // gets no traffic and callers fail fast. After [OpenTimeout] it turns
 // half-open and lets [HalfOpenRequests] probe calls through; if they all
-// succeed it closes, and one failure opens it again, until the next
-// [OpenTimeout] counted from when it opened: it probes on that cadence,
-// one probe per open timeout however long a probe takes to fail.
+// succeed it closes, and one failure opens it again: until an
+// [OpenTimeout], and a drift of up to an eighth of it, after the last
+// moment it could turn half-open. It probes on that cadence, whatever a probe's latency
+// (up to about half an open timeout), so a run probes at the same moments
+// as the next, and a dead dependency gets at most one probe per open
+// timeout.
 //
 // A dependency that comes back from an outage usually comes back in part,
 // and fails some calls while it catches up. So for 10 open timeouts after
@@ -124,8 +127,8 @@ type Breaker struct {
 // and state changes), configured by opts. Defaults: open after 5
 // consecutive failures (15 for 1 s after closing on its probes after an
 // outage), counted
-// over a 60 s window of 6 buckets; probe every 100 ms while open; 1 probe
-// call when half-open.
+// over a 60 s window of 6 buckets; probe every 100 to 112.5 ms while
+// open; 1 probe call when half-open.
 func New(name string, opts ...Option) *Breaker {
 	cfg := defaults()
 	for _, o := range opts {

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -28,12 +29,17 @@ import (
 // holds it to gobreaker v2's, with gobreakerTiming) but in two things,
 // both about a dependency coming back:
 //
-//   - Cadence. While the breaker stays open, it turns half-open every open
-//     timeout counted from when it opened: a probe that fails opens it
-//     until the next of those moments, not for a whole open timeout from
-//     the failure. The moments it probes do not drift with the probes'
-//     latency, and a dead dependency gets one probe per open timeout,
-//     however long each takes to fail.
+//   - Cadence. A probe that fails opens the breaker until the next moment
+//     of its cadence: an open timeout after the last moment it turned
+//     half-open, plus a drift of up to an eighth of it, not an open
+//     timeout after the failure. The moments it probes then do not move
+//     with the probes' latency or the calls' arrival, so a run probes at
+//     the same moments as the next; the drift, fractions of the golden
+//     ratio's multiples, follows no period, so the probes do not lock onto
+//     a dependency that is up on a regular beat, between them. A probe
+//     slow to fail, one that would leave less than half an open timeout
+//     to the next moment, opens it for an open timeout from the failure,
+//     and the cadence starts there anew.
 //   - Probation. For probationTimeouts open timeouts after it closes on its
 //     probes after an outage (a probe failed since it opened), it takes
 //     probationFactor times the failures in a row that open it otherwise
@@ -58,7 +64,8 @@ type core struct {
 	state     resilience.State
 	gen       uint64
 	start     monotime.Reading // of the state; buckets are counted from it, and the open timeout
-	opened    monotime.Reading // when it opened from closed: the open state's cadence counts from it
+	due       monotime.Reading // when the open state ends, or ended last: the cadence's last moment
+	cycle     uint64           // open states since it opened from closed, or the cadence started anew
 	closed    monotime.Reading // when it closed from half-open, if probation: the probation counts from it
 	probation bool
 	outage    bool     // a probe failed since it opened from closed: the dependency was down for longer than a blip
@@ -262,15 +269,37 @@ func (c *core) set(to resilience.State, now monotime.Reading) {
 	c.renew(now)
 	switch {
 	case c.gobreakerTiming:
-	case to == resilience.StateOpen && from == resilience.StateHalfOpen && now >= c.opened:
-		c.start = c.opened + monotime.Reading(time.Duration(now-c.opened)/c.timeout*c.timeout)
+	case to == resilience.StateOpen && from == resilience.StateHalfOpen:
 		c.outage = true
+		c.cycle++
+		c.due = after(c.due, c.timeout+drift(c.cycle, c.timeout))
+		if c.due < after(now, c.timeout/2) {
+			c.due, c.cycle = after(now, c.timeout), 0
+		}
+		c.start = c.due - monotime.Reading(c.timeout)
 	case to == resilience.StateOpen:
-		c.opened, c.probation, c.outage = now, false, false
+		c.due, c.cycle = after(now, c.timeout), 0
+		c.probation, c.outage = false, false
 	case to == resilience.StateClosed && from == resilience.StateHalfOpen:
 		c.closed, c.probation = now, c.outage
 	}
 	c.changed(from, to, time.Duration(now-c.start))
+}
+
+// drift is how much later than an open timeout after the last the n-th
+// moment of a cadence comes: the fractional part of n times the golden
+// ratio, an eighth of d at most.
+func drift(n uint64, d time.Duration) time.Duration {
+	_, f := math.Modf(float64(n) * math.Phi)
+	return time.Duration(f * float64(d/8))
+}
+
+// after returns r plus d, or the end of time if that is past it.
+func after(r monotime.Reading, d time.Duration) monotime.Reading {
+	if t := r + monotime.Reading(d); t >= r {
+		return t
+	}
+	return math.MaxInt64
 }
 
 // renew starts a new generation as of now, under mu, with empty counts:

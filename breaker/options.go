@@ -110,16 +110,19 @@ func Window(d time.Duration, buckets int) Option {
 }
 
 // OpenTimeout sets how long the breaker stays open before it lets probe
-// calls through. While it stays open, it probes every d counted from when
-// it opened: a probe that fails opens it until the next of those moments,
-// not for d from the failure, so that a dead dependency gets at most one
-// probe per d, one per moment of that cadence, however long each takes to
-// fail. (A shared breaker's fleet keeps its store's timing.) Default
-// 100 ms: a probe every 100 ms finds a dependency
-// back within 100 ms, at the cost of up to 10 probes a second per breaker
-// to a dead one (docs/storm.md measures both; with many replicas or a
-// breaker per host, a longer timeout, say 1 s, bounds that cost). It
-// panics if d is not positive.
+// calls through. While it stays open, its probes keep a cadence: a probe
+// that fails opens it until d after the last moment it could turn
+// half-open, plus up to d/8 (a drift that follows no period, so that the probes do
+// not lock onto a dependency that is up on a regular beat), not for d
+// from the failure; one slower to fail than about d/2 opens it for d from
+// the failure. So the moments it probes do not move with the probes'
+// latency, and a dead dependency gets at most one probe per d. (A shared
+// breaker's fleet keeps its store's timing.) Default 100 ms: a probe
+// every 100 to 112.5 ms finds a dependency back within about 100 ms, at
+// the cost of up to 10 probes a second per breaker to a dead one
+// (docs/storm.md measures both; with many replicas or a breaker per host,
+// a longer timeout, say 1 s, bounds that cost). It panics if d is not
+// positive.
 func OpenTimeout(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("breaker: OpenTimeout(%v): d must be more than 0", d))

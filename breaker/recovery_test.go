@@ -15,50 +15,94 @@ import (
 )
 
 // TestProbesKeepTheirCadence: a probe that fails opens the breaker until
-// the next moment of its cadence, every open timeout from when it opened,
-// however long the probe took to fail; NextProbe says that moment, and
-// Wait lets its waiter go then.
+// the next moment of its cadence, an open timeout and at most an eighth
+// more after the last, whatever the probe's latency up to about half an
+// open timeout; NextProbe says that moment, and the moments are the same
+// for every such latency. A probe slower to fail opens it for an open
+// timeout from the failure.
 func TestProbesKeepTheirCadence(t *testing.T) {
-	for _, took := range []time.Duration{0, 30 * time.Millisecond, 99 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 250 * time.Millisecond} {
-		t.Run(took.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const timeout = 100 * time.Millisecond
-				b := breaker.New("db", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(timeout))
-				start := time.Now()
-				require.ErrorIs(t, b.Execute(t.Context(), failing(0)), errDown)
-				for probe := 1; probe <= 3; probe++ {
-					// The probe goes at the first moment past the cadence's.
-					time.Sleep(time.Until(b.NextProbe()))
-					require.ErrorIs(t, b.Execute(t.Context(), failing(0)), breaker.ErrOpen, "probe %d: open at the cadence's moment itself", probe)
-					time.Sleep(time.Nanosecond)
-					sent := time.Since(start)
-					require.ErrorIs(t, b.Execute(t.Context(), failing(took)), errDown, "probe %d", probe)
-					failed := time.Since(start)
-					want := (failed/timeout + 1) * timeout // the next moment of the cadence after the failure
-					assert.Equal(t, start.Add(want), b.NextProbe(), "probe %d, sent at %v, failed at %v", probe, sent, failed)
-					assert.GreaterOrEqual(t, want+time.Nanosecond-sent, timeout, "probe %d: sent at the cadence's moment, the next goes an open timeout later at the earliest", probe)
-				}
-			})
+	const timeout = 100 * time.Millisecond
+	moments := func(t *testing.T, took time.Duration) (at, failed []time.Duration) {
+		b := breaker.New("db", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(timeout))
+		start := time.Now()
+		require.ErrorIs(t, b.Execute(t.Context(), failing(0)), errDown)
+		for probe := 1; probe <= 12; probe++ {
+			time.Sleep(time.Until(b.NextProbe()))
+			require.ErrorIs(t, b.Execute(t.Context(), failing(0)), breaker.ErrOpen, "probe %d: open at the cadence's moment itself", probe)
+			at = append(at, time.Since(start))
+			time.Sleep(time.Nanosecond)
+			require.ErrorIs(t, b.Execute(t.Context(), failing(took)), errDown, "probe %d", probe)
+			failed = append(failed, time.Since(start))
+		}
+		return at, failed
+	}
+	var fast []time.Duration
+	synctest.Test(t, func(t *testing.T) { fast, _ = moments(t, 0) })
+	for i, m := range fast {
+		prev := time.Duration(0)
+		if i > 0 {
+			prev = fast[i-1]
+		}
+		gap := m - prev
+		if i > 0 {
+			gap -= time.Nanosecond // the probe went a nanosecond past the moment before
+		}
+		assert.GreaterOrEqual(t, gap, timeout, "moment %d", i+1)
+		assert.LessOrEqual(t, gap, timeout+timeout/8, "moment %d", i+1)
+	}
+	assert.Equal(t, timeout, fast[0], "the first probe an open timeout after opening")
+	for _, took := range []time.Duration{time.Millisecond, 20 * time.Millisecond, 37 * time.Millisecond} {
+		synctest.Test(t, func(t *testing.T) {
+			at, _ := moments(t, took)
+			assert.Equal(t, fast, at, "probes taking %v to fail", took)
+		})
+	}
+	for _, took := range []time.Duration{90 * time.Millisecond, 150 * time.Millisecond, 250 * time.Millisecond} {
+		synctest.Test(t, func(t *testing.T) {
+			at, failed := moments(t, took)
+			for i := 1; i < len(at); i++ {
+				assert.Equal(t, failed[i-1]+timeout, at[i], "probes taking %v to fail: probe %d an open timeout after the failure before", took, i+1)
+			}
 		})
 	}
 }
 
-// TestAWaiterGoesAtTheCadence: a call waiting for an open breaker is let
-// go as the probe at the cadence's next moment, not an open timeout after
-// the probe before it failed.
-func TestAWaiterGoesAtTheCadence(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := breaker.New("db", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond))
-		start := time.Now()
-		require.ErrorIs(t, b.Execute(t.Context(), failing(0)), errDown)
-		time.Sleep(100*time.Millisecond + time.Nanosecond)
-		require.ErrorIs(t, b.Execute(t.Context(), failing(40*time.Millisecond)), errDown)
-		err := b.Execute(t.Context(), failing(0))
-		require.ErrorIs(t, err, breaker.ErrOpen)
-		require.NoError(t, b.Wait(t.Context(), err))
-		assert.Equal(t, 200*time.Millisecond+time.Nanosecond, time.Since(start).Round(time.Nanosecond), "let go past 200 ms, not 240 ms")
-		assert.Equal(t, resilience.StateHalfOpen, b.State())
-	})
+// TestProbesFindADependencyUpOnABeat: the cadence's drift walks the
+// probes across the period of a dependency that is up for a short window
+// on a regular beat, a multiple of the open timeout, so that one of them
+// lands in a window and closes the breaker.
+func TestProbesFindADependencyUpOnABeat(t *testing.T) {
+	for _, beat := range []struct{ up, period time.Duration }{
+		{50 * time.Millisecond, 500 * time.Millisecond},
+		{50 * time.Millisecond, time.Second},
+		{30 * time.Millisecond, 300 * time.Millisecond},
+		{10 * time.Millisecond, 200 * time.Millisecond},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			b := breaker.New("db", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(100*time.Millisecond))
+			start := time.Now()
+			up := func() bool { return time.Since(start)%beat.period < beat.up }
+			call := func(context.Context) error {
+				if up() {
+					return nil
+				}
+				return errDown
+			}
+			time.Sleep(beat.up) // down
+			_ = b.Execute(t.Context(), call)
+			closes := 0
+			for time.Since(start) < 20*time.Second {
+				time.Sleep(time.Until(b.NextProbe()) + time.Millisecond)
+				_ = b.Execute(t.Context(), call)
+				if b.State() == resilience.StateClosed {
+					closes++
+					time.Sleep(beat.period - time.Since(start)%beat.period + time.Millisecond) // down again
+					_ = b.Execute(t.Context(), call)
+				}
+			}
+			assert.GreaterOrEqual(t, closes, 5, "up %v of every %v: closes in 20 s", beat.up, beat.period)
+		})
+	}
 }
 
 // TestProbationAfterClosing: for 10 open timeouts after the breaker closes
@@ -152,7 +196,7 @@ func TestProbationKeepsTheFailureRate(t *testing.T) {
 		require.Equal(t, resilience.StateOpen, b.State())
 		time.Sleep(100*time.Millisecond + time.Nanosecond)
 		require.ErrorIs(t, b.Execute(t.Context(), failing(0)), errDown) // a failed probe: an outage
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(time.Until(b.NextProbe()) + time.Nanosecond)
 		require.NoError(t, b.Execute(t.Context(), succeeding)) // the probe, which closes it: counts start anew
 		require.NoError(t, b.Execute(t.Context(), succeeding))
 		require.NoError(t, b.Execute(t.Context(), succeeding))
@@ -199,7 +243,7 @@ func TestProbationWithTheLongestOpenTimeout(t *testing.T) {
 		require.Equal(t, resilience.StateOpen, b.State())
 		time.Sleep(math.MaxInt64/3 + 1)
 		require.ErrorIs(t, b.Execute(t.Context(), failing(0)), errDown)
-		time.Sleep(math.MaxInt64 / 3)
+		time.Sleep(time.Until(b.NextProbe()) + time.Nanosecond)
 		require.NoError(t, b.Execute(t.Context(), succeeding))
 		for range 14 {
 			_ = b.Execute(t.Context(), failing(0))

@@ -249,7 +249,7 @@ func (b *Breaker) nextChance() time.Time {
 
 // NextProbe returns when the breaker, open, will let a probe through: its
 // open timeout after it opened, or, after a probe failed, the next moment
-// of its cadence (every open timeout from when it opened; see [OpenTimeout]). It is the zero Time unless the breaker is
+// of its cadence (see [OpenTimeout]). It is the zero Time unless the breaker is
 // open.
 func (b *Breaker) NextProbe() time.Time {
 	if b.State() != resilience.StateOpen {
