@@ -16,7 +16,7 @@
 // A dependency that comes back from an outage usually comes back in part,
 // and fails some calls while it catches up. So for 10 open timeouts after
 // its probes close it, if one of them failed first (1 s by default), a
-// breaker takes 3 times the [ConsecutiveFailures] to open again (15 by
+// breaker takes 5 times the [ConsecutiveFailures] to open again (25 by
 // default), where a breaker that opened on the first few would refuse
 // calls the dependency would have served; a [FailureRate] trips it as
 // ever. A breaker that closes on its first probe, after a blip, opens on
@@ -125,7 +125,7 @@ type Breaker struct {
 
 // New returns a closed Breaker named name (the name appears in its errors
 // and state changes), configured by opts. Defaults: open after 5
-// consecutive failures (15 for 1 s after closing on its probes after an
+// consecutive failures (25 for 1 s after closing on its probes after an
 // outage), counted
 // over a 60 s window of 6 buckets; probe every 100 to 112.5 ms while
 // open; 1 probe call when half-open.

@@ -66,7 +66,7 @@ func (c *config) run(probation bool) uint64 {
 }
 
 // ConsecutiveFailures opens the breaker after n failures in a row; for 10
-// open timeouts after its probes close it after an outage, after 3n (see
+// open timeouts after its probes close it after an outage, after 5n (see
 // the package doc). Default 5; n = 0 turns this threshold off: without [FailureRate]
 // too, the breaker never opens (it still counts, for tests and
 // measurements).

@@ -106,7 +106,7 @@ func TestProbesFindADependencyUpOnABeat(t *testing.T) {
 }
 
 // TestProbationAfterClosing: for 10 open timeouts after the breaker closes
-// on its probes after an outage (a probe failed), it takes 3 times the
+// on its probes after an outage (a probe failed), it takes 5 times the
 // failures in a row to open it again; after that, the run it is
 // configured with.
 func TestProbationAfterClosing(t *testing.T) {
@@ -115,8 +115,8 @@ func TestProbationAfterClosing(t *testing.T) {
 		wait  time.Duration // from closing to the first failure
 		trips int           // failures in a row that open it
 	}{
-		{"just closed", 0, 15},
-		{"near the end of probation", 999 * time.Millisecond, 15},
+		{"just closed", 0, 25},
+		{"near the end of probation", 999 * time.Millisecond, 25},
 		{"after probation", time.Second, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,8 +132,8 @@ func TestProbationAfterClosing(t *testing.T) {
 				assert.Equal(t, resilience.StateOpen, b.State(), "after %d failures", tc.trips)
 				tr := b.Snapshot().Transitions
 				reason := tr[len(tr)-1].Reason
-				if tc.trips == 15 {
-					assert.Equal(t, "15 consecutive failures, on probation after closing", reason)
+				if tc.trips == 25 {
+					assert.Equal(t, "25 consecutive failures, on probation after closing", reason)
 				} else {
 					assert.Equal(t, "5 consecutive failures", reason)
 				}
@@ -167,10 +167,10 @@ func TestProbationStartsAnewAfterEachOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := breaker.New("db", breaker.OpenTimeout(100*time.Millisecond))
 		throughAnOutage(t, b)
-		for range 15 {
+		for range 25 {
 			_ = b.Execute(t.Context(), failing(0))
 		}
-		require.Equal(t, resilience.StateOpen, b.State(), "15 in a row on probation")
+		require.Equal(t, resilience.StateOpen, b.State(), "25 in a row on probation")
 		// Opened on probation: its next close starts a new probation, but
 		// a failed probe in between does not close it.
 		time.Sleep(time.Until(b.NextProbe()) + time.Nanosecond)
@@ -178,7 +178,7 @@ func TestProbationStartsAnewAfterEachOutage(t *testing.T) {
 		require.Equal(t, resilience.StateOpen, b.State())
 		time.Sleep(time.Until(b.NextProbe()) + time.Nanosecond)
 		require.NoError(t, b.Execute(t.Context(), succeeding))
-		for i := range 14 {
+		for i := range 24 {
 			_ = b.Execute(t.Context(), failing(0))
 			require.Equal(t, resilience.StateClosed, b.State(), "on a new probation, after %d", i+1)
 		}
@@ -245,9 +245,9 @@ func TestProbationWithTheLongestOpenTimeout(t *testing.T) {
 		require.ErrorIs(t, b.Execute(t.Context(), failing(0)), errDown)
 		time.Sleep(time.Until(b.NextProbe()) + time.Nanosecond)
 		require.NoError(t, b.Execute(t.Context(), succeeding))
-		for range 14 {
+		for range 24 {
 			_ = b.Execute(t.Context(), failing(0))
 		}
-		assert.Equal(t, resilience.StateClosed, b.State(), "14 failures on probation")
+		assert.Equal(t, resilience.StateClosed, b.State(), "24 failures on probation")
 	})
 }
