@@ -6,22 +6,7 @@
 // rejected at once with an error matching [ErrOpen], so a dead dependency
 // gets no traffic and callers fail fast. After [OpenTimeout] it turns
 // half-open and lets [HalfOpenRequests] probe calls through; if they all
-// succeed it closes, and one failure opens it again: until an
-// [OpenTimeout], and a drift of up to an eighth of it, after the last
-// moment it could turn half-open. It probes on that cadence, whatever a probe's latency
-// (up to about half an open timeout), so a run probes at the same moments
-// as the next, and a dead dependency gets at most one probe per open
-// timeout.
-//
-// A dependency that comes back from an outage usually comes back in part,
-// and fails some calls while it catches up. So for 10 open timeouts after
-// its probes close it, if one of them failed first (1 s by default), a
-// breaker takes 5 times the [ConsecutiveFailures] to open again (25 by
-// default), where a breaker that opened on the first few would refuse
-// calls the dependency would have served; a [FailureRate] trips it as
-// ever. A breaker that closes on its first probe, after a blip, opens on
-// the usual run. Both are the local state's: a shared breaker's fleet
-// (see [Shared]) keeps its store's rules.
+// succeed it closes, and one failure opens it again.
 //
 // What counts as a failure follows the shared classes of package
 // resilience: transient and terminal errors count; permanent errors (the
@@ -40,7 +25,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -125,10 +109,8 @@ type Breaker struct {
 
 // New returns a closed Breaker named name (the name appears in its errors
 // and state changes), configured by opts. Defaults: open after 5
-// consecutive failures (25 for 1 s after closing on its probes after an
-// outage), counted
-// over a 60 s window of 6 buckets; probe every 100 to 112.5 ms while
-// open; 1 probe call when half-open.
+// consecutive failures, counted over a 60 s window of 6 buckets; stay open
+// 100 ms; 1 probe call when half-open.
 func New(name string, opts ...Option) *Breaker {
 	cfg := defaults()
 	for _, o := range opts {
@@ -144,17 +126,17 @@ func New(name string, opts ...Option) *Breaker {
 		errBusy: &rejection{name: name, sentinel: ErrTooManyRequests},
 	}
 	b.listener = safe.New(name, cfg.listeners...)
-	b.cb = newCore(cfg.halfOpenRequests, cfg.openTimeout, cfg.window, cfg.buckets, func(n Counts, probation bool) bool {
+	b.cb = newCore(cfg.halfOpenRequests, cfg.openTimeout, cfg.window, cfg.buckets, func(n Counts) bool {
 		// A shared breaker applies the failure rate to its own calls only
 		// while it decides alone: the fleet's is the rule.
-		trip := cfg.readyToTrip(n, b.fleet == nil || b.fleet.local(), probation)
+		trip := cfg.readyToTrip(n, b.fleet == nil || b.fleet.local())
 		if trip {
-			b.history.trip, b.history.probation = n, probation // for the reason, under the core's lock
+			b.history.trip = n // for the reason, under the core's lock
 		}
 		return trip
-	}, func(from, to resilience.State, since time.Duration) {
+	}, func(from, to resilience.State) {
 		b.state.Store(uint32(to))
-		b.changed(name, from, to, false, since)
+		b.changed(name, from, to, false)
 	})
 	if cfg.shared != nil {
 		b.startFleet()
@@ -162,11 +144,10 @@ func New(name string, opts ...Option) *Breaker {
 	return b
 }
 
-// changed reports a change of state of the breaker called name, which
-// began since ago by its clock (the open state's cadence; else 0).
-func (b *Breaker) changed(name string, from, to resilience.State, fleet bool, since time.Duration) {
+// changed reports a change of state of the breaker called name.
+func (b *Breaker) changed(name string, from, to resilience.State, fleet bool) {
 	b.record(from, to, fleet)
-	b.changedWaiting(to, fleet, since)
+	b.changedWaiting(to, fleet)
 	b.holdForced()
 	b.emit(resilience.Event{Kind: resilience.EventStateChange, Name: name, From: from, To: to})
 }
@@ -174,7 +155,7 @@ func (b *Breaker) changed(name string, from, to resilience.State, fleet bool, si
 // fleetChanged reports a change of state of the fleet breaker, named
 // "NAME (fleet)".
 func (b *Breaker) fleetChanged(from, to resilience.State) {
-	b.changed(b.Name()+" (fleet)", from, to, true, 0)
+	b.changed(b.Name()+" (fleet)", from, to, true)
 }
 
 // Name returns the breaker's name.

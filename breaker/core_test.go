@@ -42,10 +42,9 @@ func TestCoreAgreesWithGobreaker(t *testing.T) {
 						return n.ConsecutiveFailures >= 3 || (n.TotalFailures+n.TotalSuccesses >= 4 && n.TotalFailures*2 >= n.TotalFailures+n.TotalSuccesses)
 					}
 					var ours, theirs []string
-					c := newCore(probes, 300*time.Millisecond, w.window, w.buckets, func(n Counts, _ bool) bool { return trip(n) }, func(from, to resilience.State, _ time.Duration) {
+					c := newCore(probes, 300*time.Millisecond, w.window, w.buckets, trip, func(from, to resilience.State) {
 						ours = append(ours, from.String()+">"+to.String())
 					})
-					c.gobreakerTiming = true // cadence and probation are ours: TestCoreCadence, TestCoreProbation
 					st := gobreaker.Settings{
 						MaxRequests: probes, Timeout: 300 * time.Millisecond,
 						ReadyToTrip:  func(n gobreaker.Counts) bool { return trip(Counts(n)) },

@@ -271,7 +271,7 @@ func (b *Breaker) setForcing(f Forcing, fleet bool) {
 	switch {
 	case f.Mode == ForcedOpen && !wasOpen:
 		b.openedBefore.Store(b.wait.openedAt.Swap(farFuture))
-		b.changedWaiting(resilience.StateOpen, true, 0)
+		b.changedWaiting(resilience.StateOpen, true)
 	case f.Mode != ForcedOpen && wasOpen:
 		b.wait.openedAt.CompareAndSwap(farFuture, b.openedBefore.Load())
 	}

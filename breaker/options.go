@@ -44,10 +44,9 @@ func defaults() config {
 
 // readyToTrip opens the breaker when either configured threshold is met;
 // the failure rate only if rate (a shared breaker's is the fleet's, except
-// while it decides alone); on probation, after closing on its probes, the
-// run of failures is probationFactor times as long.
-func (c *config) readyToTrip(n Counts, rate, probation bool) bool {
-	if c.consecutive > 0 && uint64(n.ConsecutiveFailures) >= c.run(probation) {
+// while it decides alone).
+func (c *config) readyToTrip(n Counts, rate bool) bool {
+	if c.consecutive > 0 && n.ConsecutiveFailures >= c.consecutive {
 		return true
 	}
 	if c.rate > 0 && rate {
@@ -57,19 +56,9 @@ func (c *config) readyToTrip(n Counts, rate, probation bool) bool {
 	return false
 }
 
-// run is the failures in a row that open the breaker, on probation or not.
-func (c *config) run(probation bool) uint64 {
-	if probation {
-		return probationFactor * uint64(c.consecutive)
-	}
-	return uint64(c.consecutive)
-}
-
-// ConsecutiveFailures opens the breaker after n failures in a row; for 10
-// open timeouts after its probes close it after an outage, after 5n (see
-// the package doc). Default 5; n = 0 turns this threshold off: without [FailureRate]
-// too, the breaker never opens (it still counts, for tests and
-// measurements).
+// ConsecutiveFailures opens the breaker after n failures in a row. Default
+// 5; n = 0 turns this threshold off: without [FailureRate] too, the breaker
+// never opens (it still counts, for tests and measurements).
 func ConsecutiveFailures(n uint32) Option {
 	return optionFunc(func(c *config) { c.consecutive = n })
 }
@@ -110,19 +99,11 @@ func Window(d time.Duration, buckets int) Option {
 }
 
 // OpenTimeout sets how long the breaker stays open before it lets probe
-// calls through. While it stays open, its probes keep a cadence: a probe
-// that fails opens it until d after the last moment it could turn
-// half-open, plus up to d/8 (a drift that follows no period, so that the probes do
-// not lock onto a dependency that is up on a regular beat), not for d
-// from the failure; one slower to fail than about d/2 opens it for d from
-// the failure. So the moments it probes do not move with the probes'
-// latency, and a dead dependency gets at most one probe per d. (A shared
-// breaker's fleet keeps its store's timing.) Default 100 ms: a probe
-// every 100 to 112.5 ms finds a dependency back within about 100 ms, at
-// the cost of up to 10 probes a second per breaker to a dead one
-// (docs/storm.md measures both; with many replicas or a breaker per host,
-// a longer timeout, say 1 s, bounds that cost). It panics if d is not
-// positive.
+// calls through. Default 100 ms: a probe every 100 ms finds a dependency
+// back within 100 ms, at the cost of up to 10 probes a second per breaker
+// to a dead one (docs/storm.md measures both; with many replicas or a
+// breaker per host, a longer timeout, say 1 s, bounds that cost). It
+// panics if d is not positive.
 func OpenTimeout(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("breaker: OpenTimeout(%v): d must be more than 0", d))

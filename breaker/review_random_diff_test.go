@@ -105,7 +105,7 @@ func runDiffUnit(t *testing.T, seed uint64, fifo, checkState bool, bucketsChoice
 		if c.rate > 0 {
 			opts = append(opts, breaker.FailureRate(c.rate, c.rateMin))
 		}
-		b := breaker.GobreakerTiming(breaker.New("x", opts...)) // cadence and probation are ours
+		b := breaker.New("x", opts...)
 		st := gobreaker.Settings{
 			MaxRequests: c.halfOpen, Interval: c.window, Timeout: c.timeout,
 			ReadyToTrip: func(n gobreaker.Counts) bool { return c.trip(breaker.Counts(n)) },

@@ -81,8 +81,7 @@ type history struct {
 	n    int // changes ever
 	// trip holds the counts that opened the breaker, written and read
 	// under the core's lock (when it trips, then as it reports the change).
-	trip      Counts
-	probation bool // the breaker was on probation as it tripped
+	trip Counts
 }
 
 func (h *history) add(t Transition) {
@@ -113,7 +112,7 @@ func (b *Breaker) record(from, to resilience.State, fleet bool) {
 	case to == resilience.StateOpen && from == resilience.StateHalfOpen:
 		t.Reason = "a probe failed"
 	case to == resilience.StateOpen:
-		t.Reason = b.cfg.tripReason(b.history.trip, b.history.probation)
+		t.Reason = b.cfg.tripReason(b.history.trip)
 	case to == resilience.StateHalfOpen:
 		t.Reason = fmt.Sprintf("open for %v: probing", b.cfg.openTimeout)
 	case to == resilience.StateClosed && from == resilience.StateHalfOpen:
@@ -135,11 +134,8 @@ func (f *fleet) closed() bool {
 }
 
 // tripReason says which threshold the counts n met.
-func (c *config) tripReason(n Counts, probation bool) string {
-	if c.consecutive > 0 && uint64(n.ConsecutiveFailures) >= c.run(probation) {
-		if probation {
-			return fmt.Sprintf("%d consecutive failures, on probation after closing", n.ConsecutiveFailures)
-		}
+func (c *config) tripReason(n Counts) string {
+	if c.consecutive > 0 && n.ConsecutiveFailures >= c.consecutive {
 		return fmt.Sprintf("%d consecutive failures", n.ConsecutiveFailures)
 	}
 	done := n.TotalSuccesses + n.TotalFailures

@@ -41,9 +41,8 @@ type waiter struct {
 // changedWaiting is called on every change of state, local or of the
 // fleet, with the core's lock held for a local one: it must not ask for
 // the state. NextProbe is the local breaker's, so only its opening sets
-// openedAt, since ago (its cadence's last moment); the fleet, opening,
-// probes an open timeout later too.
-func (b *Breaker) changedWaiting(to resilience.State, fleet bool, since time.Duration) {
+// openedAt; the fleet, opening, probes an open timeout later too.
+func (b *Breaker) changedWaiting(to resilience.State, fleet bool) {
 	w := &b.wait
 	w.mu.Lock()
 	w.freed = 0
@@ -52,10 +51,10 @@ func (b *Breaker) changedWaiting(to resilience.State, fleet bool, since time.Dur
 	case resilience.StateOpen:
 		now := time.Now()
 		if !fleet {
-			w.openedAt.Store(now.Add(-since).UnixNano())
+			w.openedAt.Store(now.UnixNano())
 		}
 		if w.n.Load() > 0 {
-			w.dropHopeless(now.Add(b.cfg.openTimeout - since))
+			w.dropHopeless(now.Add(b.cfg.openTimeout))
 		}
 	case resilience.StateHalfOpen:
 		w.release(int(b.cfg.halfOpenRequests))
@@ -248,8 +247,7 @@ func (b *Breaker) nextChance() time.Time {
 }
 
 // NextProbe returns when the breaker, open, will let a probe through: its
-// open timeout after it opened, or, after a probe failed, the next moment
-// of its cadence (see [OpenTimeout]). It is the zero Time unless the breaker is
+// open timeout after it opened. It is the zero Time unless the breaker is
 // open.
 func (b *Breaker) NextProbe() time.Time {
 	if b.State() != resilience.StateOpen {
