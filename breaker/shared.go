@@ -251,6 +251,7 @@ type fleet struct {
 	state    atomic.Uint32 // the fleet's State, as last heard from the store
 	gen      atomic.Uint64
 	heard    atomic.Int64  // when the store last spoke, in ns since epoch
+	changed  atomic.Int64  // when the watcher last heard a new generation, in ns since epoch
 	stale    time.Duration // how long an open or half-open state holds unconfirmed
 	since    atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
 	permits  atomic.Int64  // probes granted to this replica for gen, not yet run
@@ -441,7 +442,8 @@ func (f *fleet) flush() {
 		// generation again). Dropped, not sent.
 		c.requests, c.failures = 0, 0
 	}
-	if f.pending != nil && (time.Since(f.formed) > f.policy.Window || (!f.pending.GenerationUnknown && f.pending.Generation != f.gen.Load())) {
+	if f.pending != nil && (time.Since(f.formed) > f.policy.Window || (!f.pending.GenerationUnknown && f.pending.Generation != f.gen.Load()) ||
+		(f.pending.GenerationUnknown && f.pendingFrom.Sub(f.epoch) < time.Duration(f.changed.Load()))) {
 		f.pending = nil
 	}
 	if f.pending == nil {
@@ -533,15 +535,24 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
 			return // heard already
 		}
 		f.watched++
+		// Counts of an unknown generation made so far, pending or not,
+		// began before this change: they belong to the generation it
+		// ended. A store drops such counts by their age, but one
+		// restarted empty since cannot tell (it would count again the
+		// failures that opened the fleet); the replica drops them.
+		f.changed.Store(int64(time.Since(f.epoch)))
+		if c := f.counts.Load(); c.unknown.Load() {
+			next := &tally{}
+			next.gen.Store(got.Generation)
+			f.counts.Store(next)
+		}
 	} else if f.watched != watched && got.Generation < f.gen.Load() {
 		return // the watcher heard of a later change while the flush ran
 	}
 	if c := f.counts.Load(); c.unknown.Load() && !fromWatch {
 		// The first answer of a flush: the counts made so far are the
 		// fleet's current generation's, unless they began before its last
-		// change (the answer says when; the flusher's own fields). A
-		// change the watcher hears leaves them unknown, for the next
-		// flush's answer to decide.
+		// change (the answer says when; the flusher's own fields).
 		if got.ChangedFor > 0 && c.from.Before(time.Now().Add(-got.ChangedFor)) {
 			next := &tally{}
 			next.gen.Store(got.Generation)

@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
 // watchFirstStore is unreachable until up; its watcher delivers one change
@@ -45,7 +49,7 @@ func (s *watchFirstStore) Watch(ctx context.Context, name string, changed func(b
 // closed in generation 5) a moment before the first flush's answer. The
 // outage's failures began before that change: they must not be sent as
 // generation 5's (they would reopen the recovered fleet).
-func TestAChangeHeardFromTheWatcherLeavesOutageCountsUnknown(t *testing.T) {
+func TestAChangeHeardFromTheWatcherVoidsOutageCounts(t *testing.T) {
 	st := &watchFirstStore{change: make(chan breaker.Fleet, 1)}
 	b := breaker.New("w", breaker.Shared(st), breaker.FlushInterval(20*time.Millisecond),
 		breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 1000), breaker.Window(10*time.Second, 10))
@@ -68,4 +72,35 @@ func TestAChangeHeardFromTheWatcherLeavesOutageCountsUnknown(t *testing.T) {
 			t.Fatalf("the outage's %d failures were sent as the new generation's: %+v", sy.Failures, sy)
 		}
 	}
+}
+
+// The first flush's counts open the fleet, but its answer is lost: the
+// replica hears the opening from the watcher only, with its batch still
+// unacknowledged and of an unknown generation. The store is then cut off,
+// and restarts empty once the replica's view has gone stale. The batch
+// the replica sends again belongs to the generation the opening ended: a
+// store that lost the record of having applied it must not count it again
+// (it would reopen the fleet from the old evidence).
+func TestCountsOfAnOpeningHeardFromTheWatcherAreNotCountedAgain(t *testing.T) {
+	st := watchingStore{memStore: newMemStore()}
+	st.lose.Store(1 << 30) // every answer lost; the Syncs are applied
+	b := breaker.New("again", breaker.Shared(st), breaker.FlushInterval(20*time.Millisecond),
+		breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 4), breaker.Window(10*time.Second, 10),
+		breaker.OpenTimeout(200*time.Millisecond), breaker.HalfOpenRequests(1))
+	defer b.Close()
+	for range 10 {
+		_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("down") })
+	}
+	require.Eventually(t, func() bool { return b.FleetState() == resilience.StateOpen }, 2*time.Second, time.Millisecond)
+	st.fail.Store(true)
+	time.Sleep(300 * time.Millisecond) // unconfirmed for longer than OpenTimeout: the view is closed
+	require.Equal(t, resilience.StateClosed, b.FleetState())
+	st.forget()
+	st.lose.Store(0)
+	st.fail.Store(false)
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		state, _ := st.state("again")
+		require.Equal(t, resilience.StateClosed, state, "the batch that opened the fleet was counted again")
+	}
+	assert.Positive(t, st.syncs.Load())
 }
