@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,4 +104,73 @@ func TestCountsOfAnOpeningHeardFromTheWatcherAreNotCountedAgain(t *testing.T) {
 		require.Equal(t, resilience.StateClosed, state, "the batch that opened the fleet was counted again")
 	}
 	assert.Positive(t, st.syncs.Load())
+}
+
+// downThenEmpty is a store that fails every Sync until up, and is then a
+// memStore that lost every fleet (restarted empty); its watcher delivers
+// the changes sent to change.
+type downThenEmpty struct {
+	*memStore
+	up     atomic.Bool
+	tries  atomic.Int64
+	hold   chan struct{} // the first Sync fails once it is closed
+	change chan breaker.Fleet
+}
+
+func (s *downThenEmpty) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker.Fleet, error) {
+	if !s.up.Load() {
+		if s.tries.Add(1) == 1 {
+			select {
+			case <-s.hold:
+			case <-ctx.Done():
+			}
+		}
+		return breaker.Fleet{}, errors.New("down")
+	}
+	return s.memStore.Sync(ctx, name, sy)
+}
+
+func (s *downThenEmpty) Watch(ctx context.Context, name string, changed func(breaker.Fleet)) error {
+	for {
+		select {
+		case f := <-s.change:
+			changed(f)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// A replica cut off from its start gathers an outage's failures, some in
+// its unacknowledged batch and some after it; the watcher hears the fleet
+// close, and the store, restarted empty, answers again before the next
+// flush. Neither the batch nor the failures made after it may reach the
+// store as counts of an unknown generation: it cannot tell their age any
+// more, and would reopen the recovered fleet from them.
+func TestOutageCountsAfterTheBatchAreVoidedByAChangeHeard(t *testing.T) {
+	st := &downThenEmpty{memStore: newMemStore(), hold: make(chan struct{}), change: make(chan breaker.Fleet, 1)}
+	b := breaker.New("voided", breaker.Shared(st), breaker.FlushInterval(200*time.Millisecond),
+		breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 4), breaker.Window(10*time.Second, 10))
+	defer b.Close()
+	fail := func() {
+		for range 10 {
+			_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("outage") })
+		}
+	}
+	flushed := func(n int64) {
+		require.Eventually(t, func() bool { return st.tries.Load() >= n }, 2*time.Second, time.Millisecond)
+	}
+	fail()
+	flushed(1) // the batch, under way
+	fail()     // counted, as the store is not known to be down yet
+	close(st.hold)
+	flushed(2) // these wait behind the unacknowledged batch
+	st.change <- breaker.Fleet{Generation: 5}
+	time.Sleep(20 * time.Millisecond)
+	st.up.Store(true)
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		state, _ := st.state("voided")
+		require.Equal(t, resilience.StateClosed, state, "the outage's failures reopened the fleet")
+	}
+	assert.Positive(t, st.syncs.Load(), "the replica flushed to the restarted store")
 }
