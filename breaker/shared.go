@@ -63,7 +63,9 @@ type Sync struct {
 	// Batch identifies the counts below: a Sync that failed is sent again
 	// with the same Batch and counts, and a store applies a Batch once, so
 	// that counts whose answer was lost are not counted twice. Empty: no
-	// counts.
+	// counts. A batch of an unknown generation (GenerationUnknown) is not
+	// sent again: a store that lost its record of it meanwhile could not
+	// tell it from a new one.
 	Batch string
 	// Requests and Failures count the outcomes of the batch: calls that
 	// ended, and the failures among them, all admitted under Generation.
@@ -251,7 +253,6 @@ type fleet struct {
 	state    atomic.Uint32 // the fleet's State, as last heard from the store
 	gen      atomic.Uint64
 	heard    atomic.Int64  // when the store last spoke, in ns since epoch
-	changed  atomic.Int64  // when the watcher last heard a new generation, in ns since epoch
 	stale    time.Duration // how long an open or half-open state holds unconfirmed
 	since    atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
 	permits  atomic.Int64  // probes granted to this replica for gen, not yet run
@@ -442,8 +443,7 @@ func (f *fleet) flush() {
 		// generation again). Dropped, not sent.
 		c.requests, c.failures = 0, 0
 	}
-	if f.pending != nil && (time.Since(f.formed) > f.policy.Window || (!f.pending.GenerationUnknown && f.pending.Generation != f.gen.Load()) ||
-		(f.pending.GenerationUnknown && f.pendingFrom.Sub(f.epoch) < time.Duration(f.changed.Load()))) {
+	if f.pending != nil && (time.Since(f.formed) > f.policy.Window || (!f.pending.GenerationUnknown && f.pending.Generation != f.gen.Load())) {
 		f.pending = nil
 	}
 	if f.pending == nil {
@@ -508,6 +508,14 @@ func (f *fleet) flush() {
 	cancel()
 	f.lastErr = err
 	if err != nil {
+		// A batch of an unknown generation that may have reached the
+		// store (its answer lost) is not sent again: a store that lost its
+		// record of it since (restarted empty, or from a snapshot taken
+		// before it) would count it twice, and no generation tells it
+		// apart. Its counts are lost if it never did.
+		if s.GenerationUnknown {
+			f.pending = nil
+		}
 		if !f.down.Swap(true) {
 			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: err})
 		}
@@ -535,12 +543,10 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
 			return // heard already
 		}
 		f.watched++
-		// Counts of an unknown generation made so far, pending or not,
-		// began before this change: they belong to the generation it
-		// ended. A store drops such counts by their age, but one
-		// restarted empty since cannot tell (it would count again the
-		// failures that opened the fleet); the replica drops them.
-		f.changed.Store(int64(time.Since(f.epoch)))
+		// Counts of an unknown generation made so far began before this
+		// change: they belong to the generation it ended. A store drops
+		// such counts by their age, but one restarted empty since cannot
+		// tell; the replica drops them.
 		if c := f.counts.Load(); c.unknown.Load() {
 			next := &tally{}
 			next.gen.Store(got.Generation)
