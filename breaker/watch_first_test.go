@@ -85,13 +85,7 @@ func TestAChangeHeardFromTheWatcherVoidsOutageCounts(t *testing.T) {
 func TestCountsOfAnOpeningHeardFromTheWatcherAreNotCountedAgain(t *testing.T) {
 	st := watchingStore{memStore: newMemStore()}
 	st.lose.Store(1 << 30) // every answer lost; the Syncs are applied
-	b := breaker.New("again", breaker.Shared(st), breaker.FlushInterval(20*time.Millisecond),
-		breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 4), breaker.Window(10*time.Second, 10),
-		breaker.OpenTimeout(200*time.Millisecond), breaker.HalfOpenRequests(1))
-	defer b.Close()
-	for range 10 {
-		_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("down") })
-	}
+	b := failedTenTimes(t, "again", st)
 	require.Eventually(t, func() bool { return b.FleetState() == resilience.StateOpen }, 2*time.Second, time.Millisecond)
 	st.fail.Store(true)
 	time.Sleep(300 * time.Millisecond) // unconfirmed for longer than OpenTimeout: the view is closed
@@ -170,13 +164,7 @@ func TestCountsMadeBeforeAChangeHeardAreVoided(t *testing.T) {
 func TestAnUnknownBatchThatMayHaveBeenAppliedIsNotSentAgain(t *testing.T) {
 	st := newMemStore()
 	st.lose.Store(1 << 30) // every answer lost; the Syncs are applied
-	b := breaker.New("resent", breaker.Shared(st), breaker.FlushInterval(20*time.Millisecond),
-		breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 4), breaker.Window(10*time.Second, 10),
-		breaker.OpenTimeout(200*time.Millisecond), breaker.HalfOpenRequests(1))
-	defer b.Close()
-	for range 10 {
-		_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("down") })
-	}
+	failedTenTimes(t, "resent", st)
 	require.Eventually(t, func() bool { state, _ := st.state("resent"); return state == resilience.StateOpen },
 		2*time.Second, time.Millisecond)
 	tries := st.syncs.Load()
@@ -187,4 +175,18 @@ func TestAnUnknownBatchThatMayHaveBeenAppliedIsNotSentAgain(t *testing.T) {
 		state, _ := st.state("resent")
 		require.Equal(t, resilience.StateClosed, state, "the batch that opened the fleet was counted again")
 	}
+}
+
+// failedTenTimes returns a new replica of name on st, flushing every 20
+// ms, opening at 4 calls half failed, with 10 failures made before its
+// first flush.
+func failedTenTimes(t *testing.T, name string, st breaker.SharedStore) *breaker.Breaker {
+	b := breaker.New(name, breaker.Shared(st), breaker.FlushInterval(20*time.Millisecond),
+		breaker.ConsecutiveFailures(0), breaker.FailureRate(0.5, 4), breaker.Window(10*time.Second, 10),
+		breaker.OpenTimeout(200*time.Millisecond), breaker.HalfOpenRequests(1))
+	t.Cleanup(func() { _ = b.Close() })
+	for range 10 {
+		_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("down") })
+	}
+	return b
 }

@@ -84,21 +84,9 @@ func TestReview10StaleUnknownBatchAfterRestart(t *testing.T) {
 			p := breaker.FleetPolicy{Window: 10 * time.Second, Buckets: 10, OpenTimeout: 100 * time.Millisecond, Rate: 0.5, MinRequests: 10,
 				HalfOpenRequests: 1, ProbeTimeout: 150 * time.Millisecond, FlushInterval: 50 * time.Millisecond}
 			ctx := context.Background()
-			require.Eventually(t, func() bool {
-				st, err := direct.Read(ctx, name, p)
-				return err == nil && st.State == resilience.StateOpen
-			}, 2*time.Second, 5*time.Millisecond, "the replica's first batch opened the fleet")
+			awaitOpen(t, direct, name, p)
 			// Another replica probes and closes the fleet: the dependency is back.
-			var g breaker.Fleet
-			require.Eventually(t, func() bool {
-				var err error
-				st, _ := direct.Read(ctx, name, p)
-				g, err = direct.Sync(ctx, name, breaker.Sync{Generation: st.Generation, State: resilience.StateOpen, WantProbe: true, Replica: "other", Policy: p})
-				return err == nil && g.ProbeGranted
-			}, 2*time.Second, 10*time.Millisecond)
-			c, err := direct.Sync(ctx, name, breaker.Sync{Batch: "other-1", Requests: 1, ProbeSuccesses: 1, Generation: g.Generation, State: resilience.StateHalfOpen, Replica: "other", Policy: p})
-			require.NoError(t, err)
-			require.Equal(t, resilience.StateClosed, c.State, "closed by the probe")
+			closeAsAnother(t, direct, name, p)
 			time.Sleep(150 * time.Millisecond) // the replica's flushes go on, unanswered
 			srv.Kill()
 			srv.Restart()
@@ -185,21 +173,9 @@ func TestReview10StaleUnknownBatchAfterRestartRealCut(t *testing.T) {
 	p := breaker.FleetPolicy{Window: 10 * time.Second, Buckets: 10, OpenTimeout: 100 * time.Millisecond, Rate: 0.5, MinRequests: 10,
 		HalfOpenRequests: 1, ProbeTimeout: 150 * time.Millisecond, FlushInterval: 50 * time.Millisecond}
 	ctx := context.Background()
-	require.Eventually(t, func() bool {
-		st, err := direct.Read(ctx, name, p)
-		return err == nil && st.State == resilience.StateOpen
-	}, 2*time.Second, time.Millisecond, "the replica's first batch opened the fleet")
+	awaitOpen(t, direct, name, p)
 	px.Cut() // the answer and the publish are still in the proxy
-	var g breaker.Fleet
-	require.Eventually(t, func() bool {
-		var err error
-		st, _ := direct.Read(ctx, name, p)
-		g, err = direct.Sync(ctx, name, breaker.Sync{Generation: st.Generation, State: resilience.StateOpen, WantProbe: true, Replica: "other", Policy: p})
-		return err == nil && g.ProbeGranted
-	}, 2*time.Second, 10*time.Millisecond)
-	c, err := direct.Sync(ctx, name, breaker.Sync{Batch: "other-1", Requests: 1, ProbeSuccesses: 1, Generation: g.Generation, State: resilience.StateHalfOpen, Replica: "other", Policy: p})
-	require.NoError(t, err)
-	require.Equal(t, resilience.StateClosed, c.State)
+	closeAsAnother(t, direct, name, p)
 	require.Equal(t, resilience.StateClosed, b.FleetState(), "the replica never heard the opening")
 	srv.Kill()
 	srv.Restart()
@@ -240,20 +216,8 @@ func TestReview10StaleUnknownBatchAfterSnapshotRestore(t *testing.T) {
 			for range 10 {
 				_ = b.Execute(ctx, func(context.Context) error { return errDown })
 			}
-			require.Eventually(t, func() bool {
-				st, err := direct.Read(ctx, name, p)
-				return err == nil && st.State == resilience.StateOpen
-			}, 2*time.Second, 5*time.Millisecond, "the replica's first batch opened the fleet")
-			var g breaker.Fleet
-			require.Eventually(t, func() bool {
-				var err error
-				st, _ := direct.Read(ctx, name, p)
-				g, err = direct.Sync(ctx, name, breaker.Sync{Generation: st.Generation, State: resilience.StateOpen, WantProbe: true, Replica: "other", Policy: p})
-				return err == nil && g.ProbeGranted
-			}, 2*time.Second, 10*time.Millisecond)
-			c, err := direct.Sync(ctx, name, breaker.Sync{Batch: "other-1", Requests: 1, ProbeSuccesses: 1, Generation: g.Generation, State: resilience.StateHalfOpen, Replica: "other", Policy: p})
-			require.NoError(t, err)
-			require.Equal(t, resilience.StateClosed, c.State)
+			awaitOpen(t, direct, name, p)
+			closeAsAnother(t, direct, name, p)
 			time.Sleep(150 * time.Millisecond)
 			srv.Kill()
 			srv.Restart() // from the snapshot
@@ -370,4 +334,30 @@ func TestReview10HeardBeforeFirstFlushCountsExactly(t *testing.T) {
 	require.Equal(t, c.Generation, st.Generation)
 	require.EqualValues(t, 100, st.Requests)
 	require.EqualValues(t, 0, st.Failures)
+}
+
+// awaitOpen waits until the store holds name's fleet open.
+func awaitOpen(t *testing.T, direct *breakerstore.Store, name string, p breaker.FleetPolicy) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		st, err := direct.Read(context.Background(), name, p)
+		return err == nil && st.State == resilience.StateOpen
+	}, 2*time.Second, time.Millisecond, "the replica's first batch opened the fleet")
+}
+
+// closeAsAnother has another replica probe name's open fleet once it is
+// half-open, and close it: the dependency is back.
+func closeAsAnother(t *testing.T, direct *breakerstore.Store, name string, p breaker.FleetPolicy) {
+	t.Helper()
+	ctx := context.Background()
+	var g breaker.Fleet
+	require.Eventually(t, func() bool {
+		var err error
+		st, _ := direct.Read(ctx, name, p)
+		g, err = direct.Sync(ctx, name, breaker.Sync{Generation: st.Generation, State: resilience.StateOpen, WantProbe: true, Replica: "other", Policy: p})
+		return err == nil && g.ProbeGranted
+	}, 2*time.Second, 10*time.Millisecond)
+	c, err := direct.Sync(ctx, name, breaker.Sync{Batch: "other-1", Requests: 1, ProbeSuccesses: 1, Generation: g.Generation, State: resilience.StateHalfOpen, Replica: "other", Policy: p})
+	require.NoError(t, err)
+	require.Equal(t, resilience.StateClosed, c.State, "closed by the probe")
 }
