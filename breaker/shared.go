@@ -422,7 +422,8 @@ func (f *fleet) left() uint64 {
 
 // flush sends the batch of counts and takes the fleet's state: once per
 // flush interval, whatever the traffic. A batch is sent again until the
-// store acknowledges it (the store applies a batch once); the counts of
+// store acknowledges it (the store applies a batch once), but for one of
+// an unknown generation (see [Sync]); the counts of
 // the calls meanwhile wait for the next one. A batch older than the
 // window is dropped (its counts are outside it), and so is one of a
 // generation that the replica has heard is over (the store would drop it).
