@@ -115,7 +115,10 @@ type Forcing struct {
 // for concurrent use and honour ctx's deadline.
 type SharedForcer interface {
 	// Force keeps f as the fleet's mode of the breaker called name, and
-	// changes the ForceVersion of the next answers to Sync.
+	// changes the ForceVersion of the next answers to Sync to one never
+	// used before for that name, even by a store that lost its state: a
+	// replica that took a mode under a version does not read the mode
+	// again under the same version.
 	Force(ctx context.Context, name string, f Forcing) error
 	// Forced returns the fleet's mode of the breaker called name: the
 	// zero Forcing if none was ever set.

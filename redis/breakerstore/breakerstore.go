@@ -491,10 +491,17 @@ func (s *Store) Read(ctx context.Context, name string, p breaker.FleetPolicy) (b
 
 // forceScript: KEYS[1] is the breaker's key prefix, ARGV[1] the mode as
 // "mode at-ms by". It keeps the mode and moves its version on, which the
-// next answer to every replica's Sync carries.
+// next answer to every replica's Sync carries: to the server's time in ms,
+// or past the last version, so that a server restarted empty does not give
+// a new mode the version of one a replica already took (it would not take
+// the new one).
 var forceScript = redis.NewScript(`
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local v = string.format("%d", math.max(now, tonumber(redis.call("GET", KEYS[1] .. ":forcev") or "0") + 1))
 redis.call("SET", KEYS[1] .. ":force", ARGV[1])
-return redis.call("INCR", KEYS[1] .. ":forcev")
+redis.call("SET", KEYS[1] .. ":forcev", v)
+return v
 `)
 
 // Force implements breaker.SharedForcer: it keeps f as the fleet's mode of

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/redis/breakerstore"
 	"github.com/resiliencekit/resiliencekit/redis/redistest"
 )
 
@@ -41,4 +42,34 @@ func TestNormalSetWhileRedisIsDownReachesTheFleetWhenItIsBack(t *testing.T) {
 		"Redis is back and B is still %v", b.Mode())
 	assert.Equal(t, "bob", b.Mode().By)
 	assert.NoError(t, b.Execute(context.Background(), ok))
+}
+
+// TestForceVersionIsNotReusedAfterARestart: a server restarted empty does
+// not give a new mode the version of one set before: a replica that took
+// that one would take the new one for it, and keep the old mode (forced
+// open, rejecting every call) for good.
+func TestForceVersionIsNotReusedAfterARestart(t *testing.T) {
+	srv := redistest.Start(t)
+	store := breakerstore.New(srv.Client(), "test:")
+	name := fleetName(t)
+	p := breaker.FleetPolicy{Window: 10 * time.Second, Buckets: 10, OpenTimeout: time.Second, HalfOpenRequests: 1, FlushInterval: flush}
+	ctx := context.Background()
+	version := func() uint64 {
+		t.Helper()
+		var f breaker.Fleet
+		require.Eventually(t, func() bool {
+			var err error
+			f, err = store.Sync(ctx, name, breaker.Sync{GenerationUnknown: true, Policy: p})
+			return err == nil
+		}, 5*time.Second, 10*time.Millisecond)
+		return f.ForceVersion
+	}
+	require.NoError(t, store.Force(ctx, name, breaker.Forcing{Mode: breaker.ForcedOpen, By: "alice", At: time.Now()}))
+	before := version()
+	srv.Kill()
+	srv.Restart() // empty
+	require.Eventually(t, func() bool {
+		return store.Force(ctx, name, breaker.Forcing{Mode: breaker.Normal, By: "bob", At: time.Now()}) == nil
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.NotEqual(t, before, version(), "the new mode has the old one's version")
 }
