@@ -118,7 +118,10 @@ type SharedForcer interface {
 	// changes the ForceVersion of the next answers to Sync to one never
 	// used before for that name, even by a store that lost its state: a
 	// replica that took a mode under a version does not read the mode
-	// again under the same version.
+	// again under the same version. Versions should grow (the server's
+	// time, say): a replica does not take a mode set before the one it
+	// holds under a version older than the one it took (a store that went
+	// back in time), and writes its own back.
 	Force(ctx context.Context, name string, f Forcing) error
 	// Forced returns the fleet's mode of the breaker called name: the
 	// zero Forcing if none was ever set.
@@ -174,9 +177,9 @@ func (b *Breaker) SetMode(ctx context.Context, m Mode, by string) error {
 }
 
 // resend is a shared breaker's mode that SetMode could not write to the
-// store, for the flusher to write again: so that a store fault does not
-// leave the other replicas in the mode set before (forced open, say,
-// while the dependency is healthy).
+// store, or that a store which went back in time lost, for the flusher to
+// write again: so that a store fault does not leave the other replicas in
+// the mode set before (forced open, say, while the dependency is healthy).
 type resend struct {
 	mu      sync.Mutex // held around each write: a resend never overwrites a later SetMode's
 	pending *Forcing
@@ -195,6 +198,18 @@ func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forc
 		r.pending = &f
 	}
 	return err
+}
+
+// keep has f written again at the next flush that reaches the store,
+// unless a SetMode is writing or has a mode to write again: its own.
+func (r *resend) keep(f Forcing) {
+	if !r.mu.TryLock() {
+		return
+	}
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		r.pending = &f
+	}
 }
 
 // resendForcing writes again the mode SetMode could not write, on the
@@ -291,7 +306,11 @@ func (b *Breaker) setForcing(f Forcing, fleet bool) {
 }
 
 // takeForcing takes the fleet's mode from the store, on the flusher's
-// goroutine, when its version is not the one last taken.
+// goroutine, when its version is not the one last taken. A mode under an
+// older version than that, set before the one the replica holds, is a
+// store that went back in time (restarted empty, or from an older
+// snapshot): the replica keeps its mode and writes it back, so that a
+// mode revoked since does not come back to the replicas that start now.
 func (b *Breaker) takeForcing(version uint64) {
 	sf, ok := b.fleet.store.(SharedForcer)
 	if !ok || version == b.forceSeen {
@@ -302,6 +321,10 @@ func (b *Breaker) takeForcing(version uint64) {
 	f, err := sf.Forced(ctx, b.Name())
 	if err != nil {
 		return // taken at a later flush
+	}
+	if held := b.Mode(); version < b.forceSeen && f.At.Before(held.At) {
+		b.resend.keep(held)
+		return
 	}
 	b.forceSeen = version
 	if f == (Forcing{}) {

@@ -87,6 +87,17 @@ func forceReplica(t *testing.T, m *forceMem) (*breaker.Breaker, *forceView) {
 	return b, v
 }
 
+// forcedOpen is two replicas on m, forced open by an operator on the
+// first, the second having taken it.
+func forcedOpen(t *testing.T, m *forceMem) (a *breaker.Breaker, av *forceView, b *breaker.Breaker) {
+	a, av = forceReplica(t, m)
+	b, _ = forceReplica(t, m)
+	require.NoError(t, a.SetMode(t.Context(), breaker.ForcedOpen, "alice"))
+	time.Sleep(3 * forceFlush)
+	require.Equal(t, breaker.ForcedOpen, b.Mode().Mode)
+	return a, av, b
+}
+
 // The operator sets Normal on replica A while the store is down for A:
 // A takes it, and once the store answers A again, A's flusher writes it
 // there, and replica B, forced open until then, takes it too. A store
@@ -94,11 +105,7 @@ func forceReplica(t *testing.T, m *forceMem) (*breaker.Breaker, *forceView) {
 func TestAModeTheStoreMissedIsWrittenWhenItAnswersAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := &forceMem{}
-		a, av := forceReplica(t, m)
-		b, _ := forceReplica(t, m)
-		require.NoError(t, a.SetMode(t.Context(), breaker.ForcedOpen, "alice"))
-		time.Sleep(3 * forceFlush)
-		require.Equal(t, breaker.ForcedOpen, b.Mode().Mode)
+		a, av, b := forcedOpen(t, m)
 
 		av.down.Store(true)
 		assert.ErrorIs(t, a.SetMode(t.Context(), breaker.Normal, "bob"), errDown)
@@ -160,5 +167,55 @@ func TestSetModeBoundsTheStoresWrite(t *testing.T) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		assert.Equal(t, a.Mode(), m.mode)
+	})
+}
+
+// A store that went back in time (restored from an older snapshot: an
+// older mode under an older version) does not give the replicas back a
+// mode revoked since: they keep theirs and write it back, once. A mode
+// set later than theirs is taken even under a lower version (a store
+// whose clock is behind).
+func TestAModeFromAStoreThatWentBackIsNotTaken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &forceMem{}
+		a, _, b := forcedOpen(t, m)
+		m.mu.Lock()
+		revoked, revokedAt := m.mode, m.version
+		m.mu.Unlock()
+		time.Sleep(time.Second)
+		require.NoError(t, a.SetMode(t.Context(), breaker.Normal, "bob"))
+		normal := a.Mode()
+		time.Sleep(3 * forceFlush)
+		require.Equal(t, normal, b.Mode())
+
+		m.mu.Lock()
+		m.mode, m.version, m.forces = revoked, revokedAt, 0
+		m.mu.Unlock()
+		time.Sleep(5 * forceFlush)
+		for _, r := range []*breaker.Breaker{a, b} {
+			assert.Equal(t, normal, r.Mode(), "a revoked mode taken back")
+			assert.NoError(t, r.Execute(t.Context(), func(context.Context) error { return nil }))
+		}
+		m.mu.Lock()
+		assert.Equal(t, normal, m.mode, "written back")
+		assert.Equal(t, 1, m.forces, "written back once")
+		m.mu.Unlock()
+
+		time.Sleep(time.Second)
+		later := breaker.Forcing{Mode: breaker.ForcedClosed, By: "carol", At: time.UnixMilli(time.Now().UnixMilli())}
+		m.mu.Lock()
+		m.mode, m.version = later, 1
+		m.mu.Unlock()
+		time.Sleep(3 * forceFlush)
+		assert.Equal(t, later, a.Mode(), "a later mode under a lower version")
+		assert.Equal(t, later, b.Mode(), "a later mode under a lower version")
+
+		behind := breaker.Forcing{Mode: breaker.Normal, By: "dave", At: later.At.Add(-time.Second)}
+		m.mu.Lock()
+		m.mode, m.version = behind, 2
+		m.mu.Unlock()
+		time.Sleep(3 * forceFlush)
+		assert.Equal(t, breaker.Normal, a.Mode().Mode, "a new version set by a replica whose clock is behind")
+		assert.Equal(t, breaker.Normal, b.Mode().Mode, "a new version set by a replica whose clock is behind")
 	})
 }

@@ -95,6 +95,9 @@ func (s *MemoryStore) Begin(ctx context.Context, key string, claim Record, lease
 	defer s.mu.Unlock()
 	if e, ok := s.entries[key]; ok {
 		if now.Before(e.expires) {
+			if e.rec.Holds(claim) {
+				return nil, nil
+			}
 			rec := e.rec
 			return &rec, nil
 		}

@@ -32,6 +32,13 @@ type Record struct {
 	Incomplete bool `json:"incomplete,omitempty"`
 }
 
+// Holds reports whether r is the claim of claim.Token still in flight: what
+// a [Store]'s Begin finds when a claim of its own was written and the
+// answer lost. It is safe for concurrent use.
+func (r *Record) Holds(claim Record) bool {
+	return !r.Done && claim.Token != "" && r.Token == claim.Token
+}
+
 // ErrFull is returned by a [Store]'s Begin when it has no room for another
 // claim: every entry is a request still running. The middleware answers
 // 503 with Retry-After.
@@ -48,7 +55,9 @@ var ErrNotOwner = errors.New("idempotency claim no longer held")
 type Store interface {
 	// Begin claims key with claim (not Done) for lease if the key is free
 	// or its claim's lease has run out, and returns nil. Otherwise it
-	// returns the record found. It returns [ErrFull] if it has no room.
+	// returns the record found, except claim itself (the key held by
+	// claim.Token, as a write sent again after its answer was lost finds
+	// it): then it returns nil too. It returns [ErrFull] if it has no room.
 	Begin(ctx context.Context, key string, claim Record, lease time.Duration) (*Record, error)
 	// Renew extends the lease of claim to lease from now. It returns
 	// [ErrNotOwner] if the key no longer holds claim.

@@ -171,6 +171,9 @@ func claimCompleteReplay(t *testing.T, s idempotency.Store, prefix string) {
 	if err != nil || found != nil {
 		t.Fatalf("Begin on a free key = %+v, %v; want nil, nil (claimed)", found, err)
 	}
+	if found, err := s.Begin(ctx, key, claim, time.Minute); err != nil || found != nil {
+		t.Fatalf("Begin again by the holder = %+v, %v; want nil, nil: a write sent again after its answer was lost finds its own claim", found, err)
+	}
 
 	found, err = s.Begin(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "t2"}, time.Minute)
 	if err != nil || found == nil {

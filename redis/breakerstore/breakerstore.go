@@ -138,11 +138,14 @@ local opened = redis.call("GET", k .. ":open")
 -- A store that went back in time (restarted from an older snapshot, or a
 -- failover that lost the last writes) holds a generation older than a
 -- replica's: lost state too, so that counts of the generation it went back
--- to, from replicas cut off since, are not taken as current.
+-- to, from replicas cut off since, are not taken as current. Its counts
+-- are that older generation's too (a window of failures that was later
+-- opened on and recovered from): they are cleared.
 local rolledback = gen and not unknown and tonumber(pgen) > tonumber(gen)
 if rolledback then
 	redis.call("DEL", k .. ":open")
 	opened = false
+	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end
 end
 if not gen or rolledback then
 	gen = string.format("%d", math.max(now, tonumber(pgen) + 1))

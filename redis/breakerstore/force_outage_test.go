@@ -73,3 +73,42 @@ func TestForceVersionIsNotReusedAfterARestart(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.NotEqual(t, before, version(), "the new mode has the old one's version")
 }
+
+// TestARevokedForcedOpenDoesNotComeBackFromASnapshot: an operator forces
+// the fleet open, an RDB snapshot is taken, the operator sets Normal
+// again and every replica takes it. Redis is killed and restarts from the
+// snapshot: its mode goes back to the revoked forced open, under an older
+// version. The replicas keep Normal and write it back, so that a replica
+// started after the restore takes Normal too: a forced open that came
+// back would reject every call to a healthy dependency until someone
+// changed the mode again.
+func TestARevokedForcedOpenDoesNotComeBackFromASnapshot(t *testing.T) {
+	srv := redistest.Start(t)
+	bs := replicas(t, srv, 2, breaker.FailureRate(0.5, 10))
+	a, b := bs[0], bs[1]
+	ctx := context.Background()
+	ok := func(context.Context) error { return nil }
+
+	require.NoError(t, a.SetMode(ctx, breaker.ForcedOpen, "alice"))
+	require.Eventually(t, func() bool { return b.Mode().Mode == breaker.ForcedOpen }, 20*flush, 10*time.Millisecond)
+	require.NoError(t, srv.Client().Save(ctx).Err(), "the snapshot")
+	time.Sleep(5 * time.Millisecond)
+	require.NoError(t, a.SetMode(ctx, breaker.Normal, "bob"))
+	require.Eventually(t, func() bool { return b.Mode().Mode == breaker.Normal }, 20*flush, 10*time.Millisecond)
+	time.Sleep(3 * flush) // both took Normal's version
+
+	srv.Kill()
+	srv.Restart() // from the snapshot
+	store := breakerstore.New(srv.Client(), "test:")
+	require.Eventually(t, func() bool {
+		f, err := store.Forced(ctx, a.Name())
+		return err == nil && f.Mode == breaker.Normal && f.By == "bob"
+	}, 3*time.Second, 10*time.Millisecond, "the replicas write back the mode the snapshot lost")
+	late := breaker.New(a.Name(), breaker.Shared(store), breaker.FlushInterval(flush), breaker.FailureRate(0.5, 10))
+	t.Cleanup(func() { _ = late.Close() })
+	time.Sleep(5 * flush)
+	for _, r := range []*breaker.Breaker{a, b, late} {
+		assert.Equal(t, breaker.Normal, r.Mode().Mode, "a replica took a revoked mode back from the snapshot")
+		assert.NoError(t, r.Execute(ctx, ok), "a call to a healthy dependency")
+	}
+}

@@ -139,6 +139,9 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 		if err := json.Unmarshal(found, &rec); err != nil {
 			return nil, err
 		}
+		if rec.Holds(claim) {
+			return nil, nil // go-redis sent the SET again after its answer was lost
+		}
 		return &rec, nil
 	}
 	return nil, errors.New("idempotencystore: key kept expiring while claimed")

@@ -83,6 +83,9 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 			if err := json.Unmarshal(found, &rec); err != nil {
 				return nil, err
 			}
+			if rec.Holds(claim) {
+				return nil, nil
+			}
 			return &rec, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
