@@ -101,9 +101,10 @@ type Breaker struct {
 	force        atomic.Pointer[forcing]
 	normal       atomic.Pointer[Forcing] // the last change back to Normal
 	forceMu      sync.Mutex
-	openedBefore atomic.Int64 // the wait queue's openedAt before ForcedOpen
-	forceSeen    uint64       // the fleet's ForceVersion last taken; the flusher's
-	resend       resend       // a fleet-wide mode the store did not take
+	openedBefore atomic.Int64  // the wait queue's openedAt before ForcedOpen
+	forceSeen    atomic.Uint64 // the fleet's ForceVersion last taken; written by the flusher
+	forceTaken   Forcing       // the mode taken under it; the flusher's
+	resend       resend        // a fleet-wide mode the store did not take
 	history      history
 }
 

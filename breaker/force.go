@@ -109,23 +109,27 @@ type Forcing struct {
 
 // SharedForcer is implemented by a [SharedStore] that can hold a forced
 // mode fleet-wide: [Breaker.SetMode] on one replica writes it there
-// (Force), and every replica, seeing a new [Fleet.ForceVersion] in the
+// (Force), and every replica, seeing a newer [Fleet.ForceVersion] in the
 // answer to its next flush, reads it (Forced) and takes it. A replica that
-// cannot reach the store keeps the mode it has. Implementations are safe
-// for concurrent use and honour ctx's deadline.
+// cannot reach the store keeps the mode it has. A store that went back in
+// time (restarted empty, or from an older snapshot) answers an older
+// version than a replica took: the replica keeps its mode and writes it
+// back under that version (Restore), and of the modes written back the
+// newest version's stays. Implementations are safe for concurrent use and
+// honour ctx's deadline.
 type SharedForcer interface {
-	// Force keeps f as the fleet's mode of the breaker called name, and
-	// changes the ForceVersion of the next answers to Sync to one never
-	// used before for that name, even by a store that lost its state: a
-	// replica that took a mode under a version does not read the mode
-	// again under the same version. Versions should grow (the server's
-	// time, say): a replica does not take a mode set before the one it
-	// holds under a version older than the one it took (a store that went
-	// back in time), and writes its own back.
-	Force(ctx context.Context, name string, f Forcing) error
-	// Forced returns the fleet's mode of the breaker called name: the
-	// zero Forcing if none was ever set.
-	Forced(ctx context.Context, name string) (Forcing, error)
+	// Force keeps f as the fleet's mode of the breaker called name under a
+	// new version, greater than the store's and than after (the newest the
+	// replica has taken): the server's time in ms, say, so that a store
+	// that lost its state does not give a new mode an older version than
+	// the replicas took.
+	Force(ctx context.Context, name string, f Forcing, after uint64) error
+	// Restore keeps f as the fleet's mode under version, unless the store
+	// holds a version at least as new, in one atomic step.
+	Restore(ctx context.Context, name string, f Forcing, version uint64) error
+	// Forced returns the fleet's mode of the breaker called name and its
+	// version, read together: the zero Forcing and 0 if none was ever set.
+	Forced(ctx context.Context, name string) (Forcing, uint64, error)
 }
 
 // forcing is a breaker's forced mode; a nil *forcing is Normal.
@@ -170,16 +174,16 @@ func (b *Breaker) SetMode(ctx context.Context, m Mode, by string) error {
 	b.setForcing(f, false)
 	if b.fleet != nil {
 		if sf, ok := b.fleet.store.(SharedForcer); ok {
-			return b.resend.force(ctx, sf, b.Name(), f)
+			return b.resend.force(ctx, sf, b.Name(), f, b.forceSeen.Load())
 		}
 	}
 	return nil
 }
 
 // resend is a shared breaker's mode that SetMode could not write to the
-// store, or that a store which went back in time lost, for the flusher to
-// write again: so that a store fault does not leave the other replicas in
-// the mode set before (forced open, say, while the dependency is healthy).
+// store, for the flusher to write again: so that a store fault does not
+// leave the other replicas in the mode set before (forced open, say, while
+// the dependency is healthy).
 type resend struct {
 	mu      sync.Mutex // held around each write: a resend never overwrites a later SetMode's
 	pending *Forcing
@@ -187,29 +191,17 @@ type resend struct {
 
 // force writes f to the store, within forceTimeout, and keeps it to write
 // again if that fails.
-func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forcing) error {
+func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forcing, after uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, forceTimeout)
 	defer cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := sf.Force(ctx, name, f)
+	err := sf.Force(ctx, name, f, after)
 	r.pending = nil
 	if err != nil {
 		r.pending = &f
 	}
 	return err
-}
-
-// keep has f written again at the next flush that reaches the store,
-// unless a SetMode is writing or has a mode to write again: its own.
-func (r *resend) keep(f Forcing) {
-	if !r.mu.TryLock() {
-		return
-	}
-	defer r.mu.Unlock()
-	if r.pending == nil {
-		r.pending = &f
-	}
 }
 
 // resendForcing writes again the mode SetMode could not write, on the
@@ -227,11 +219,11 @@ func (b *Breaker) resendForcing() {
 	}
 	ctx, cancel := context.WithTimeout(b.fleet.life, b.fleet.every)
 	defer cancel()
-	cur, err := sf.Forced(ctx, b.Name())
+	cur, _, err := sf.Forced(ctx, b.Name())
 	if err != nil {
 		return // at a later flush
 	}
-	if !cur.At.Before(r.pending.At) || sf.Force(ctx, b.Name(), *r.pending) == nil {
+	if !cur.At.Before(r.pending.At) || sf.Force(ctx, b.Name(), *r.pending, b.forceSeen.Load()) == nil {
 		r.pending = nil
 	}
 }
@@ -306,27 +298,30 @@ func (b *Breaker) setForcing(f Forcing, fleet bool) {
 }
 
 // takeForcing takes the fleet's mode from the store, on the flusher's
-// goroutine, when its version is not the one last taken. A mode under an
-// older version than that, set before the one the replica holds, is a
-// store that went back in time (restarted empty, or from an older
-// snapshot): the replica keeps its mode and writes it back, so that a
-// mode revoked since does not come back to the replicas that start now.
+// goroutine, when its version is newer than the one last taken. An older
+// one is a store that went back in time (restarted empty, or from an
+// older snapshot): the replica keeps the mode it took and writes it back
+// under its version at once, so that a mode revoked since does not come
+// back to the replicas that start now, and a replica that missed a change
+// does not give the fleet its older mode.
 func (b *Breaker) takeForcing(version uint64) {
 	sf, ok := b.fleet.store.(SharedForcer)
-	if !ok || version == b.forceSeen {
+	seen := b.forceSeen.Load()
+	if !ok || version == seen {
 		return
 	}
 	ctx, cancel := context.WithTimeout(b.fleet.life, b.fleet.every)
 	defer cancel()
-	f, err := sf.Forced(ctx, b.Name())
-	if err != nil {
-		return // taken at a later flush
-	}
-	if held := b.Mode(); version < b.forceSeen && f.At.Before(held.At) {
-		b.resend.keep(held)
+	f, v, err := sf.Forced(ctx, b.Name())
+	switch {
+	case err != nil, v == seen:
+		return // at a later flush, if need be
+	case v < seen:
+		_ = sf.Restore(ctx, b.Name(), b.forceTaken, seen) // or at a later flush
 		return
 	}
-	b.forceSeen = version
+	b.forceSeen.Store(v)
+	b.forceTaken = f
 	if f == (Forcing{}) {
 		return
 	}

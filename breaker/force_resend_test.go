@@ -21,10 +21,11 @@ import (
 // Force). Each replica reaches it through a forceView that can be cut off
 // or made to hang until its context ends.
 type forceMem struct {
-	mu      sync.Mutex
-	mode    breaker.Forcing
-	version uint64
-	forces  int
+	mu       sync.Mutex
+	mode     breaker.Forcing
+	version  uint64
+	forces   int
+	restores int
 }
 
 type forceView struct {
@@ -57,25 +58,39 @@ func (v *forceView) Sync(ctx context.Context, _ string, _ breaker.Sync) (breaker
 	return breaker.Fleet{State: resilience.StateClosed, Generation: 1, ForceVersion: v.m.version}, nil
 }
 
-func (v *forceView) Force(ctx context.Context, _ string, f breaker.Forcing) error {
+func (v *forceView) Force(ctx context.Context, _ string, f breaker.Forcing, after uint64) error {
 	if err := v.fault(ctx); err != nil {
 		return err
 	}
 	v.m.mu.Lock()
 	defer v.m.mu.Unlock()
 	v.m.mode, v.m.forces = f, v.m.forces+1
-	v.m.version++
+	v.m.version = max(v.m.version, after) + 1
 	return nil
 }
 
-func (v *forceView) Forced(ctx context.Context, _ string) (breaker.Forcing, error) {
+func (v *forceView) Restore(ctx context.Context, _ string, f breaker.Forcing, version uint64) error {
 	if err := v.fault(ctx); err != nil {
-		return breaker.Forcing{}, err
+		return err
 	}
 	v.m.mu.Lock()
 	defer v.m.mu.Unlock()
-	return v.m.mode, nil
+	if v.m.version < version {
+		v.m.mode, v.m.version, v.m.restores = f, version, v.m.restores+1
+	}
+	return nil
 }
+
+func (v *forceView) Forced(ctx context.Context, _ string) (breaker.Forcing, uint64, error) {
+	if err := v.fault(ctx); err != nil {
+		return breaker.Forcing{}, 0, err
+	}
+	v.m.mu.Lock()
+	defer v.m.mu.Unlock()
+	return v.m.mode, v.m.version, nil
+}
+
+var _ breaker.SharedForcer = (*forceView)(nil)
 
 const forceFlush = 100 * time.Millisecond
 
@@ -171,51 +186,70 @@ func TestSetModeBoundsTheStoresWrite(t *testing.T) {
 }
 
 // A store that went back in time (restored from an older snapshot: an
-// older mode under an older version) does not give the replicas back a
-// mode revoked since: they keep theirs and write it back, once. A mode
-// set later than theirs is taken even under a lower version (a store
-// whose clock is behind).
+// older mode under an older version; or restarted empty) does not give
+// the replicas back a mode revoked since: they keep theirs and write it
+// back under its version, once for the fleet. A replica that missed the
+// revocation writes back its older mode, and takes the newer one the
+// others write back. A mode set after that is taken by all.
 func TestAModeFromAStoreThatWentBackIsNotTaken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := &forceMem{}
 		a, _, b := forcedOpen(t, m)
+		c, cv := forceReplica(t, m)
+		time.Sleep(3 * forceFlush)
+		require.Equal(t, breaker.ForcedOpen, c.Mode().Mode)
 		m.mu.Lock()
 		revoked, revokedAt := m.mode, m.version
 		m.mu.Unlock()
-		time.Sleep(time.Second)
+		cv.down.Store(true) // c misses the revocation
 		require.NoError(t, a.SetMode(t.Context(), breaker.Normal, "bob"))
 		normal := a.Mode()
 		time.Sleep(3 * forceFlush)
 		require.Equal(t, normal, b.Mode())
+		require.Equal(t, breaker.ForcedOpen, c.Mode().Mode)
+		m.mu.Lock()
+		bobs := m.version
+		m.mu.Unlock()
 
+		// Back to the snapshot: a and b write bob's back.
 		m.mu.Lock()
 		m.mode, m.version, m.forces = revoked, revokedAt, 0
 		m.mu.Unlock()
-		time.Sleep(5 * forceFlush)
+		time.Sleep(3 * forceFlush)
 		for _, r := range []*breaker.Breaker{a, b} {
 			assert.Equal(t, normal, r.Mode(), "a revoked mode taken back")
 			assert.NoError(t, r.Execute(t.Context(), func(context.Context) error { return nil }))
 		}
 		m.mu.Lock()
 		assert.Equal(t, normal, m.mode, "written back")
-		assert.Equal(t, 1, m.forces, "written back once")
+		assert.Equal(t, bobs, m.version, "under its version")
+		assert.Equal(t, 1, m.restores, "written back once")
+		assert.Zero(t, m.forces, "no new version")
 		m.mu.Unlock()
 
-		time.Sleep(time.Second)
-		later := breaker.Forcing{Mode: breaker.ForcedClosed, By: "carol", At: time.UnixMilli(time.Now().UnixMilli())}
+		// Restarted empty, c first: its older mode, then bob's over it.
 		m.mu.Lock()
-		m.mode, m.version = later, 1
+		m.mode, m.version, m.restores = breaker.Forcing{}, 0, 0
 		m.mu.Unlock()
-		time.Sleep(3 * forceFlush)
-		assert.Equal(t, later, a.Mode(), "a later mode under a lower version")
-		assert.Equal(t, later, b.Mode(), "a later mode under a lower version")
+		cv.down.Store(false)
+		time.Sleep(5 * forceFlush)
+		for _, r := range []*breaker.Breaker{a, b, c} {
+			assert.Equal(t, normal, r.Mode(), "the newest version's mode stays")
+		}
+		m.mu.Lock()
+		assert.Equal(t, normal, m.mode)
+		assert.Equal(t, bobs, m.version)
+		m.mu.Unlock()
 
-		behind := breaker.Forcing{Mode: breaker.Normal, By: "dave", At: later.At.Add(-time.Second)}
+		// The store back at version 1 (its clock, if it counts in time,
+		// behind): a mode set now is newer than what the replicas took.
 		m.mu.Lock()
-		m.mode, m.version = behind, 2
+		m.mode, m.version = revoked, 1
 		m.mu.Unlock()
+		require.NoError(t, b.SetMode(t.Context(), breaker.ForcedClosed, "carol"))
 		time.Sleep(3 * forceFlush)
-		assert.Equal(t, breaker.Normal, a.Mode().Mode, "a new version set by a replica whose clock is behind")
-		assert.Equal(t, breaker.Normal, b.Mode().Mode, "a new version set by a replica whose clock is behind")
+		for _, r := range []*breaker.Breaker{a, b, c} {
+			assert.Equal(t, breaker.ForcedClosed, r.Mode().Mode, "a mode set after the store went back")
+		}
 	})
 }

@@ -152,10 +152,10 @@ type Fleet struct {
 	// have been lost). A flush's answer without it takes back any permit
 	// the replica holds.
 	ProbeGranted bool
-	// ForceVersion changes with each mode set fleet-wide by a
-	// [SharedForcer]'s Force, to a value never used before, 0 if none ever
-	// was: a replica that sees a new one reads the mode
-	// (SharedForcer.Forced) and takes it.
+	// ForceVersion grows with each mode set fleet-wide by a
+	// [SharedForcer]'s Force, 0 if none ever was: a replica that sees a
+	// newer one than it took reads the mode (SharedForcer.Forced) and
+	// takes it; an older one, it writes its own back (Restore).
 	ForceVersion uint64
 	// ChangedFor is how long ago the fleet last changed state, 0 if the
 	// store does not say. A replica that had heard no generation drops,

@@ -23,13 +23,19 @@ func (downStore) Sync(context.Context, string, breaker.Sync) (breaker.Fleet, err
 	return breaker.Fleet{}, nil
 }
 
-func (downStore) Force(context.Context, string, breaker.Forcing) error {
+func (downStore) Force(context.Context, string, breaker.Forcing, uint64) error {
 	return errors.New("redis: connection refused")
 }
 
-func (downStore) Forced(context.Context, string) (breaker.Forcing, error) {
-	return breaker.Forcing{}, nil
+func (downStore) Restore(context.Context, string, breaker.Forcing, uint64) error {
+	return errors.New("redis: connection refused")
 }
+
+func (downStore) Forced(context.Context, string) (breaker.Forcing, uint64, error) {
+	return breaker.Forcing{}, 0, nil
+}
+
+var _ breaker.SharedForcer = downStore{}
 
 func TestAFleetWideControlTheStoreRefusesSaysSo(t *testing.T) {
 	b := breaker.New("fleet", breaker.Shared(downStore{}), breaker.FailureRate(0.5, 10))

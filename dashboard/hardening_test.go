@@ -187,7 +187,7 @@ func (*ctxStore) Sync(context.Context, string, breaker.Sync) (breaker.Fleet, err
 	return breaker.Fleet{}, nil
 }
 
-func (s *ctxStore) Force(ctx context.Context, _ string, f breaker.Forcing) error {
+func (s *ctxStore) Force(ctx context.Context, _ string, f breaker.Forcing, _ uint64) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -198,9 +198,13 @@ func (s *ctxStore) Force(ctx context.Context, _ string, f breaker.Forcing) error
 	return nil
 }
 
-func (s *ctxStore) Forced(context.Context, string) (breaker.Forcing, error) {
-	return breaker.Forcing{}, nil
+func (*ctxStore) Restore(context.Context, string, breaker.Forcing, uint64) error { return nil }
+
+func (*ctxStore) Forced(context.Context, string) (breaker.Forcing, uint64, error) {
+	return breaker.Forcing{}, 0, nil
 }
+
+var _ breaker.SharedForcer = (*ctxStore)(nil)
 
 // A control's write to the store has a bounded context of its own: a
 // user who leaves (the request's context ends) does not cut it short.

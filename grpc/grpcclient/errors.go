@@ -127,6 +127,18 @@ var messageSizeLimits = []string{
 	"grpc: message after decompression larger than max",
 }
 
+// clientInternal are how the messages of grpc-go's INTERNAL errors begin
+// that it makes on the client from the caller's own request, metadata,
+// call options or types.
+var clientInternal = []string{
+	"header key ", // invalid outgoing metadata
+	"there is an empty key in the header",
+	"grpc: Compressor is not installed", // grpc.UseCompressor of an unregistered name
+	"no codec registered for content-subtype",
+	"transport: per-RPC creds failed", // the caller's call credentials
+	"grpc: failed to unmarshal the received message: failed to unmarshal, message is ", // a reply of the wrong Go type
+}
+
 // localStatus reports whether st, the status of an attempt, is an error
 // that the dependency did not cause, made on the client's side before or
 // after the exchange, which a retry would meet again and which says
@@ -142,7 +154,12 @@ var messageSizeLimits = []string{
 //     own, such as a quota, stays transient.
 //   - INTERNAL "grpc: error while marshaling" of a request that does not
 //     marshal (a proto3 string that is not UTF-8): the client's own
-//     encoding error, checked by marshaling req again.
+//     encoding error, checked by marshaling req again (a request that is
+//     no proto message at all is the caller's too).
+//   - INTERNAL of the caller's own making before anything is sent
+//     (clientInternal): invalid metadata, an unregistered compressor or
+//     content-subtype, call credentials that fail, a reply of a Go type
+//     the codec does not take.
 //   - UNAVAILABLE for a server certificate that the client does not trust
 //     (TLS verification).
 func localStatus(st *status.Status, req any) bool {
@@ -155,7 +172,16 @@ func localStatus(st *status.Status, req any) bool {
 			}
 		}
 	case codes.Internal:
-		if m, ok := req.(proto.Message); ok && strings.HasPrefix(msg, "grpc: error while marshaling") {
+		for _, m := range clientInternal {
+			if strings.HasPrefix(msg, m) {
+				return true
+			}
+		}
+		if strings.HasPrefix(msg, "grpc: error while marshaling") {
+			m, ok := req.(proto.Message)
+			if !ok {
+				return req != nil // not a proto message: the codec's refusal of the caller's value
+			}
 			_, err := proto.Marshal(m)
 			return err != nil
 		}
@@ -230,6 +256,8 @@ func callError(err error) error {
 		st = status.New(codes.Canceled, err.Error())
 	case errors.As(err, &answered) && answered.GRPCStatus() != nil:
 		st = answered.GRPCStatus()
+	case resilience.Classify(err) == resilience.ClassRejected: // the pipeline's own refusal: a limit, a throttle
+		st = status.New(codes.Unavailable, err.Error())
 	default:
 		st = status.New(codes.Unknown, err.Error())
 	}

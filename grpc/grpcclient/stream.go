@@ -225,6 +225,22 @@ func (s *stream) outcome(a *attempt) error {
 	if a.err == nil {
 		return nil
 	}
+	s.mu.Lock()
+	for a.sending > 0 {
+		s.waitLocked()
+	}
+	s.mu.Unlock()
+	return s.outcomeOf(a)
+}
+
+// outcomeOf is outcome once a has ended and no SendMsg is in flight on it.
+func (s *stream) outcomeOf(a *attempt) error {
+	if a.err == nil {
+		return nil
+	}
+	if a.sendErr != nil {
+		return resilience.Rejected(a.err) // the stream ended on the caller's own SendMsg error
+	}
 	err := s.cfg.classify(a.err, a.cs.Trailer(), nil)
 	if resilience.Classify(err) == resilience.ClassTransient {
 		if md, _ := a.cs.Header(); md == nil && s.overflowed.Load() {
@@ -271,7 +287,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	switch {
 	case s.committed: // by the caller meanwhile
 		s.cur = a
-		return struct{}{}, s.outcome(a)
+		return struct{}{}, s.outcomeOf(a)
 	case a.sendErr != nil: // the caller's own error, such as a message too large
 		a.failed = true
 		s.broadcastLocked()
@@ -368,8 +384,8 @@ func (s *stream) SendMsg(m any) error {
 	err = a.cs.SendMsg(m)
 	s.mu.Lock()
 	a.sending--
-	if err != nil && err != io.EOF && !committed {
-		a.sendErr = err
+	if err != nil && err != io.EOF {
+		a.sendErr = err // the caller's own: grpc-go ends the stream with it
 	}
 	s.broadcastLocked()
 	s.mu.Unlock()

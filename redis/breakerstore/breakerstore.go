@@ -142,10 +142,23 @@ local opened = redis.call("GET", k .. ":open")
 -- are that older generation's too (a window of failures that was later
 -- opened on and recovered from): they are cleared.
 local rolledback = gen and not unknown and tonumber(pgen) > tonumber(gen)
+-- A server that restarted (its run_id changed: a restart, a failover) may
+-- have come back from an older snapshot, which no replica that had heard
+-- no generation can tell: its counts would join the snapshot's, failures
+-- the fleet may since have opened on and recovered from. They are cleared
+-- (counts lost, never added), whoever flushes first.
+local info = redis.pcall("INFO", "server")
+local run = type(info) == "string" and string.match(info, "run_id:(%x+)") or nil
+if run and redis.call("GET", k .. ":run") ~= run then
+	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end
+end
+if run then
+	redis.call("SET", k .. ":run", run, "PX", keep)
+end
 if rolledback then
 	redis.call("DEL", k .. ":open")
 	opened = false
-	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end
+	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end -- as after a restart, whoever comes first
 end
 if not gen or rolledback then
 	gen = string.format("%d", math.max(now, tonumber(pgen) + 1))
@@ -493,26 +506,51 @@ func (s *Store) Read(ctx context.Context, name string, p breaker.FleetPolicy) (b
 }
 
 // forceScript: KEYS[1] is the breaker's key prefix, ARGV[1] the mode as
-// "mode at-ms by". It keeps the mode and moves its version on, which the
-// next answer to every replica's Sync carries: to the server's time in ms,
-// or past the last version, so that a server restarted empty does not give
-// a new mode the version of one a replica already took (it would not take
-// the new one).
+// "mode at-ms by", ARGV[2] the newest version the replica took. It keeps
+// the mode under a new version, which the next answer to every replica's
+// Sync carries: the server's time in ms, or past the last version and the
+// replica's, so that a server restarted empty, or whose clock is behind,
+// does not give a new mode an older version than a replica took (it would
+// write its own back over it).
 var forceScript = redis.NewScript(`
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local v = string.format("%d", math.max(now, tonumber(redis.call("GET", KEYS[1] .. ":forcev") or "0") + 1))
+local last = tonumber(redis.call("GET", KEYS[1] .. ":forcev") or "0")
+local v = string.format("%d", math.max(now, last + 1, tonumber(ARGV[2]) + 1))
 redis.call("SET", KEYS[1] .. ":force", ARGV[1])
 redis.call("SET", KEYS[1] .. ":forcev", v)
 return v
 `)
 
+// restoreScript: KEYS[1] is the breaker's key prefix, ARGV[1] the mode as
+// forceScript takes it, ARGV[2] its version. It keeps the mode under that
+// version unless the store holds one at least as new.
+var restoreScript = redis.NewScript(`
+if tonumber(redis.call("GET", KEYS[1] .. ":forcev") or "0") >= tonumber(ARGV[2]) then
+	return 0
+end
+redis.call("SET", KEYS[1] .. ":force", ARGV[1])
+redis.call("SET", KEYS[1] .. ":forcev", ARGV[2])
+return 1
+`)
+
 // Force implements breaker.SharedForcer: it keeps f as the fleet's mode of
 // the breaker called name (for ever: a forced mode lasts until someone
 // changes it), and every replica takes it at its next flush.
-func (s *Store) Force(ctx context.Context, name string, f breaker.Forcing) error {
+func (s *Store) Force(ctx context.Context, name string, f breaker.Forcing, after uint64) error {
+	return s.runForce(ctx, forceScript, name, f, after)
+}
+
+// Restore implements breaker.SharedForcer: it keeps f under version, as a
+// replica took it, unless Redis holds a newer one: after Redis went back
+// in time (restarted empty, or from an older snapshot).
+func (s *Store) Restore(ctx context.Context, name string, f breaker.Forcing, version uint64) error {
+	return s.runForce(ctx, restoreScript, name, f, version)
+}
+
+func (s *Store) runForce(ctx context.Context, script *redis.Script, name string, f breaker.Forcing, version uint64) error {
 	v := strconv.Itoa(int(f.Mode)) + " " + strconv.FormatInt(f.At.UnixMilli(), 10) + " " + f.By
-	if err := forceScript.Run(ctx, s.c, []string{s.key(name)}, v).Err(); err != nil {
+	if err := script.Run(ctx, s.c, []string{s.key(name)}, v, strconv.FormatUint(version, 10)).Err(); err != nil {
 		s.reload(err)
 		return err
 	}
@@ -520,24 +558,26 @@ func (s *Store) Force(ctx context.Context, name string, f breaker.Forcing) error
 }
 
 // Forced implements breaker.SharedForcer: the fleet's mode of the breaker
-// called name, the zero Forcing if none was set.
-func (s *Store) Forced(ctx context.Context, name string) (breaker.Forcing, error) {
-	v, err := s.c.Get(ctx, s.key(name)+":force").Result()
-	if errors.Is(err, redis.Nil) {
-		return breaker.Forcing{}, nil
-	}
+// called name and its version, the zero Forcing and 0 if none was set.
+func (s *Store) Forced(ctx context.Context, name string) (breaker.Forcing, uint64, error) {
+	vals, err := s.c.MGet(ctx, s.key(name)+":force", s.key(name)+":forcev").Result()
 	if err != nil {
 		s.reload(err)
-		return breaker.Forcing{}, err
+		return breaker.Forcing{}, 0, err
 	}
+	v, ok := vals[0].(string)
+	if !ok {
+		return breaker.Forcing{}, 0, nil
+	}
+	version, err0 := strconv.ParseUint(fmt.Sprint(vals[1]), 10, 64)
 	m, rest, _ := strings.Cut(v, " ")
 	at, by, _ := strings.Cut(rest, " ")
 	mode, err1 := strconv.Atoi(m)
 	ms, err2 := strconv.ParseInt(at, 10, 64)
-	if err1 != nil || err2 != nil || mode < 0 || mode > int(breaker.Disabled) {
-		return breaker.Forcing{}, fmt.Errorf("breakerstore: a forced mode of %q", v)
+	if err0 != nil || err1 != nil || err2 != nil || mode < 0 || mode > int(breaker.Disabled) {
+		return breaker.Forcing{}, 0, fmt.Errorf("breakerstore: a forced mode of %q, version %v", v, vals[1])
 	}
-	return breaker.Forcing{Mode: breaker.Mode(mode), By: by, At: time.UnixMilli(ms)}, nil
+	return breaker.Forcing{Mode: breaker.Mode(mode), By: by, At: time.UnixMilli(ms)}, version, nil
 }
 
 // reload makes a cluster client learn the cluster's slots again after a
