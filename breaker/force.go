@@ -187,6 +187,7 @@ func (b *Breaker) SetMode(ctx context.Context, m Mode, by string) error {
 type resend struct {
 	mu      sync.Mutex // held around each write: a resend never overwrites a later SetMode's
 	pending *Forcing
+	seen    uint64 // the newest version the replica had taken when pending was set
 }
 
 // force writes f to the store, within forceTimeout, and keeps it to write
@@ -199,14 +200,16 @@ func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forc
 	err := sf.Force(ctx, name, f, after)
 	r.pending = nil
 	if err != nil {
-		r.pending = &f
+		r.pending, r.seen = &f, after
 	}
 	return err
 }
 
 // resendForcing writes again the mode SetMode could not write, on the
 // flusher's goroutine after a flush that reached the store, unless the
-// store holds one set since (another replica's: it is taken as usual).
+// store holds one the replica had not taken when it was set (another
+// replica's, set meanwhile: it is taken as usual). Versions decide, not
+// the replicas' clocks.
 func (b *Breaker) resendForcing() {
 	r := &b.resend
 	if !r.mu.TryLock() {
@@ -219,11 +222,11 @@ func (b *Breaker) resendForcing() {
 	}
 	ctx, cancel := context.WithTimeout(b.fleet.life, b.fleet.every)
 	defer cancel()
-	cur, _, err := sf.Forced(ctx, b.Name())
+	_, v, err := sf.Forced(ctx, b.Name())
 	if err != nil {
 		return // at a later flush
 	}
-	if !cur.At.Before(r.pending.At) || sf.Force(ctx, b.Name(), *r.pending, b.forceSeen.Load()) == nil {
+	if v > r.seen || sf.Force(ctx, b.Name(), *r.pending, max(v, b.forceSeen.Load())) == nil {
 		r.pending = nil
 	}
 }

@@ -253,3 +253,28 @@ func TestAModeFromAStoreThatWentBackIsNotTaken(t *testing.T) {
 		}
 	})
 }
+
+// A mode the store missed is written again whatever the clocks: a forced
+// open set on a replica whose clock runs a minute ahead does not outrank
+// a Normal set later, while the store was down, on another.
+func TestAModeTheStoreMissedIsWrittenOverAModeFromAFastClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &forceMem{}
+		b, bv := forceReplica(t, m)
+		c, _ := forceReplica(t, m)
+		ahead := breaker.Forcing{Mode: breaker.ForcedOpen, By: "alice", At: time.Now().Add(time.Minute)}
+		require.NoError(t, (&forceView{m: m}).Force(t.Context(), "payments", ahead, 0))
+		time.Sleep(3 * forceFlush)
+		require.Equal(t, ahead.Mode, c.Mode().Mode)
+
+		bv.down.Store(true)
+		require.Error(t, b.SetMode(t.Context(), breaker.Normal, "bob"))
+		bv.down.Store(false)
+		time.Sleep(3 * forceFlush)
+		m.mu.Lock()
+		assert.Equal(t, "bob", m.mode.By, "written again")
+		m.mu.Unlock()
+		assert.Equal(t, breaker.Normal, c.Mode().Mode, "taken by the fleet")
+		assert.NoError(t, c.Execute(t.Context(), func(context.Context) error { return nil }))
+	})
+}

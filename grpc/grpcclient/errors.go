@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -58,8 +60,8 @@ func (e *attemptError) ResilienceClass() resilience.Class { return e.class }
 // by a pushback that forbids a retry, and with a pushback's delay as a
 // retry-after hint; ABORTED (permanent by default) is transient with a
 // pushback that allows a retry; rejected for an error that the dependency
-// did not cause ([localStatus]). req is the attempt's request message, nil
-// for a stream. An error without a status is left to resilience.Classify.
+// did not cause ([localStatus]), told by what the attempt was made of
+// (at). An error without a status is left to resilience.Classify.
 // timedOut names the pipeline's attempt timeout in err, the error of an
 // attempt whose context it was that ended (grpc-go answers
 // DEADLINE_EXCEEDED, which says nothing of whose deadline it was), so that
@@ -79,12 +81,12 @@ func timedOut(ctx context.Context, err error) error {
 	return err
 }
 
-func (c *config) classify(err error, trailer metadata.MD, req any) error {
+func (c *config) classify(err error, trailer metadata.MD, at attemptOf) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err
 	}
-	if localStatus(st, req) {
+	if localStatus(st, at) {
 		return &attemptError{err: err, st: st, class: resilience.ClassRejected}
 	}
 	class := resilience.ClassTerminal // a code from beyond the standard: as UNKNOWN
@@ -127,16 +129,14 @@ var messageSizeLimits = []string{
 	"grpc: message after decompression larger than max",
 }
 
-// clientInternal are how the messages of grpc-go's INTERNAL errors begin
-// that it makes on the client from the caller's own request, metadata,
-// call options or types.
-var clientInternal = []string{
-	"header key ", // invalid outgoing metadata
-	"there is an empty key in the header",
-	"grpc: Compressor is not installed", // grpc.UseCompressor of an unregistered name
-	"no codec registered for content-subtype",
-	"transport: per-RPC creds failed", // the caller's call credentials
-	"grpc: failed to unmarshal the received message: failed to unmarshal, message is ", // a reply of the wrong Go type
+// attemptOf is what an attempt was made of, against which its error is
+// checked: a server can answer in the words of an error grpc-go makes on
+// the client (a server returning the error of its own call upstream), and
+// only what the call holds tells which it was.
+type attemptOf struct {
+	ctx        context.Context   // the attempt's: its outgoing metadata
+	req, reply any               // nil for a stream
+	opts       []grpc.CallOption // the call's
 }
 
 // localStatus reports whether st, the status of an attempt, is an error
@@ -144,7 +144,9 @@ var clientInternal = []string{
 // after the exchange, which a retry would meet again and which says
 // nothing of the dependency's health: neither retried nor counted
 // (resilience.ClassRejected). grpc-go gives such errors no type, only a
-// status made on the client, told apart by its message:
+// status made on the client, told apart by its message, and checked
+// against what the attempt was made of where a server could answer in the
+// same words:
 //
 //   - RESOURCE_EXHAUSTED for a message over a size limit: a request over
 //     the client's MaxCallSendMsgSize (never sent), a response over its
@@ -153,16 +155,16 @@ var clientInternal = []string{
 //     its limit) are the caller's too. A RESOURCE_EXHAUSTED of the server's
 //     own, such as a quota, stays transient.
 //   - INTERNAL "grpc: error while marshaling" of a request that does not
-//     marshal (a proto3 string that is not UTF-8): the client's own
-//     encoding error, checked by marshaling req again (a request that is
-//     no proto message at all is the caller's too).
-//   - INTERNAL of the caller's own making before anything is sent
-//     (clientInternal): invalid metadata, an unregistered compressor or
-//     content-subtype, call credentials that fail, a reply of a Go type
-//     the codec does not take.
+//     marshal (a proto3 string that is not UTF-8, or no proto message at
+//     all): checked by marshaling req again.
+//   - INTERNAL of the caller's own making before anything is sent: invalid
+//     outgoing metadata (checked), a compressor or content-subtype that is
+//     not registered (the call's option, checked), call credentials that
+//     fail (the call's own), a reply of a Go type the codec does not take
+//     (checked).
 //   - UNAVAILABLE for a server certificate that the client does not trust
 //     (TLS verification).
-func localStatus(st *status.Status, req any) bool {
+func localStatus(st *status.Status, at attemptOf) bool {
 	msg := st.Message()
 	switch st.Code() {
 	case codes.ResourceExhausted:
@@ -172,19 +174,7 @@ func localStatus(st *status.Status, req any) bool {
 			}
 		}
 	case codes.Internal:
-		for _, m := range clientInternal {
-			if strings.HasPrefix(msg, m) {
-				return true
-			}
-		}
-		if strings.HasPrefix(msg, "grpc: error while marshaling") {
-			m, ok := req.(proto.Message)
-			if !ok {
-				return req != nil // not a proto message: the codec's refusal of the caller's value
-			}
-			_, err := proto.Marshal(m)
-			return err != nil
-		}
+		return localInternal(msg, at)
 	case codes.Unavailable:
 		// grpc-go's own words for a connection whose TLS handshake failed,
 		// which a server does not send.
@@ -192,6 +182,72 @@ func localStatus(st *status.Status, req any) bool {
 			(strings.Contains(msg, "tls: failed to verify certificate") || strings.Contains(msg, "x509: "))
 	}
 	return false
+}
+
+// localInternal reports whether msg, an INTERNAL status's, is grpc-go's
+// refusal of something at holds.
+func localInternal(msg string, at attemptOf) bool {
+	switch {
+	case strings.HasPrefix(msg, "grpc: error while marshaling"):
+		m, ok := at.req.(proto.Message)
+		if !ok {
+			return at.req != nil // not a proto message: the codec's refusal of the caller's value
+		}
+		_, err := proto.Marshal(m)
+		return err != nil
+	case strings.HasPrefix(msg, "header key "), strings.HasPrefix(msg, "there is an empty key in the header"):
+		md, _ := metadata.FromOutgoingContext(at.ctx)
+		return !validMetadata(md)
+	case strings.HasPrefix(msg, "grpc: Compressor is not installed"):
+		for _, o := range at.opts {
+			if c, ok := o.(grpc.CompressorCallOption); ok && encoding.GetCompressor(c.CompressorType) == nil {
+				return true
+			}
+		}
+	case strings.HasPrefix(msg, "no codec registered for content-subtype"):
+		for _, o := range at.opts {
+			if c, ok := o.(grpc.ContentSubtypeCallOption); ok && encoding.GetCodecV2(strings.ToLower(c.ContentSubtype)) == nil {
+				return true
+			}
+		}
+	case strings.HasPrefix(msg, "transport: per-RPC creds failed"):
+		for _, o := range at.opts {
+			if _, ok := o.(grpc.PerRPCCredsCallOption); ok {
+				return true
+			}
+		}
+	case strings.HasPrefix(msg, "grpc: failed to unmarshal the received message: failed to unmarshal, message is "):
+		_, ok := at.reply.(proto.Message)
+		return at.reply != nil && !ok
+	}
+	return false
+}
+
+// validMetadata reports whether grpc-go sends md: keys of lower-case
+// letters, digits, '-', '_' and '.', and values of printable ASCII but
+// for binary ("-bin") keys.
+func validMetadata(md metadata.MD) bool {
+	for k, vs := range md {
+		if k == "" {
+			return false
+		}
+		for _, r := range k {
+			if !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '-' || r == '_' || r == '.') {
+				return false
+			}
+		}
+		if strings.HasSuffix(k, "-bin") {
+			continue
+		}
+		for _, v := range vs {
+			for i := 0; i < len(v); i++ {
+				if v[i] < 0x20 || v[i] > 0x7e {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // Error is the error of a call that an [Interceptor] made: it unwraps to

@@ -361,7 +361,7 @@ func (c *unaryCall) run(ctx context.Context) (struct{}, error) {
 	}
 	c.trailer = nil
 	if err := c.invoker(ctx, c.method, c.req, c.reply, c.cc, c.opts...); err != nil {
-		return struct{}{}, timedOut(ctx, c.cfg.classify(err, c.trailer, c.req))
+		return struct{}{}, timedOut(ctx, c.cfg.classify(err, c.trailer, attemptOf{ctx, c.req, c.reply, c.opts}))
 	}
 	return struct{}{}, nil
 }
@@ -455,7 +455,7 @@ func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, me
 		a := &hedgedAttempt{reply: reply.ProtoReflect().New().Interface()}
 		aopts := append(h.base[:len(h.base):len(h.base)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
 		if err := invoker(ctx, method, req, a.reply, cc, aopts...); err != nil {
-			return a, timedOut(ctx, cfg.classify(err, a.trailer, req))
+			return a, timedOut(ctx, cfg.classify(err, a.trailer, attemptOf{ctx, req, a.reply, aopts}))
 		}
 		return a, nil
 	})

@@ -241,7 +241,7 @@ func (s *stream) outcomeOf(a *attempt) error {
 	if a.sendErr != nil {
 		return resilience.Rejected(a.err) // the stream ended on the caller's own SendMsg error
 	}
-	err := s.cfg.classify(a.err, a.cs.Trailer(), nil)
+	err := s.cfg.classify(a.err, a.cs.Trailer(), s.attemptOf())
 	if resilience.Classify(err) == resilience.ClassTransient {
 		if md, _ := a.cs.Header(); md == nil && s.overflowed.Load() {
 			// A retry would have fixed it, had the stream been kept to
@@ -252,6 +252,10 @@ func (s *stream) outcomeOf(a *attempt) error {
 	}
 	return err
 }
+
+// attemptOf is what the stream's attempts are made of: no messages to
+// check their errors against, as each is the caller's to make.
+func (s *stream) attemptOf() attemptOf { return attemptOf{ctx: s.ctx, opts: s.opts} }
 
 // open is the pipeline's operation: one attempt, from opening its stream
 // to the decision.
@@ -267,7 +271,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.OnFinish(a.finish))
 	cs, err := s.streamer(ctx, s.desc, s.cc, s.method, opts...)
 	if err != nil {
-		return struct{}{}, s.cfg.classify(err, nil, nil)
+		return struct{}{}, s.cfg.classify(err, nil, s.attemptOf())
 	}
 	a.cs = cs
 	s.mu.Lock()
@@ -298,7 +302,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	}
 	a.failed = true
 	s.broadcastLocked()
-	return struct{}{}, s.cfg.classify(a.err, cs.Trailer(), nil)
+	return struct{}{}, s.cfg.classify(a.err, cs.Trailer(), s.attemptOf())
 }
 
 // replayTo sends a the messages sent so far, and the close of the
