@@ -149,7 +149,7 @@ func (c *config) failed(req *http.Request, resp *http.Response) error {
 	}
 	var se *StatusError
 	if errors.As(err, &se) {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, int64(c.maxErrorBody)+1))
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, plusOne(int64(c.maxErrorBody))))
 		se.Truncated = len(b) > c.maxErrorBody
 		se.Body = b[:min(len(b), c.maxErrorBody)]
 	}

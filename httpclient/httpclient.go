@@ -33,7 +33,8 @@
 // deadline, so the next service can stop when nobody waits any more. The
 // request body is rewound for each attempt (one without GetBody is kept in
 // memory up to [MaxBufferedBody]); the body of a transient failure is read
-// up to [DrainLimit] before the next attempt, so the connection is reused.
+// up to [DrainLimit], for [DrainTimeout] at most, before the next attempt,
+// so the connection is reused.
 // The last answer is handed back as it came, its body unread and whole,
 // unless the caller's context is done, whose error then comes back as
 // net/http would return it. The caller's request is never modified.
@@ -57,6 +58,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -82,6 +84,11 @@ import (
 // read whole, a longer one is cut and its connection closed. The last
 // answer is not read: it is handed back as it came.
 const DrainLimit = 256 << 10
+
+// DrainTimeout is how long a failed response's body is read before a
+// retry (see [DrainLimit]): past it, the body is closed with its
+// connection, and the retry goes on.
+const DrainTimeout = 50 * time.Millisecond
 
 // ErrBodyNotRetried is joined to the error of a request whose body could
 // not be kept for a retry: it had no GetBody and was longer than
@@ -475,21 +482,26 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	if !retryable && err != nil && req.Context().Err() == nil && resilience.Classify(err).Retryable() && p.MaxAttempts() != 1 {
 		err = &notRetriedError{err: err, method: req.Method} // the method was why
 	}
-	last := a.finish()
-	if err == nil {
-		if last != nil { // a hedge's failure, while its twin succeeded
-			last.Body.Close()
+	failed := a.finish()
+	var back *http.Response // the last answer, handed back as it came
+	if se := (*StatusError)(nil); err != nil && errors.As(err, &se) && req.Context().Err() == nil {
+		back = se.response
+	}
+	handed := false
+	for _, r := range failed { // a hedge's failures, whether its twin succeeded or not
+		if r == back {
+			handed = true
+		} else {
+			r.Body.Close()
 		}
+	}
+	if err == nil {
 		resp.Body = a.releaseBody(resp.Body, release, nil)
 		return resp, nil
 	}
-	if se := (*StatusError)(nil); errors.As(err, &se) && se.response == last && req.Context().Err() == nil {
-		resp = se.response // the last answer, handed back as it came
-		resp.Body = a.releaseBody(resp.Body, release, err)
-		return resp, err
-	}
-	if last != nil {
-		last.Body.Close()
+	if handed {
+		back.Body = a.releaseBody(back.Body, release, err)
+		return back, err
 	}
 	release()
 	return nil, err
@@ -544,23 +556,24 @@ type attempt struct {
 	max        int                // the most attempts there will be
 	p          *pipeline.Pipeline // the one the attempts run through: it tells its hedges
 
-	mu   sync.Mutex     // hedged attempts run at once
-	n    int            // attempts made
-	last *http.Response // the last failed answer, body not yet closed
-	done bool           // the request has returned: answers that come late are closed
+	mu     sync.Mutex       // hedged attempts run at once
+	n      int              // attempts made
+	failed []*http.Response // the failed answers of the last attempt and its hedges, bodies not yet closed
+	done   bool             // the request has returned: answers that come late are closed
 
 	body  releaseBody // the body of the answer returned
 	first [1]string   // the first attempt's Request-Attempt header value
 }
 
-// finish marks the request as returned and takes the last failed answer.
-func (a *attempt) finish() *http.Response {
+// finish marks the request as returned and takes the failed answers not
+// yet closed: one of them may be the answer to hand back.
+func (a *attempt) finish() []*http.Response {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.done = true
-	last := a.last
-	a.last = nil
-	return last
+	failed := a.failed
+	a.failed = nil
+	return failed
 }
 
 // bufferBody makes the request's body rewindable, if it may be retried:
@@ -582,7 +595,7 @@ func (a *attempt) bufferBody(retryable bool) error {
 		a.getBody = onceBody(io.NopCloser(r.Body))
 		return nil
 	}
-	head, err := io.ReadAll(io.LimitReader(r.Body, a.cfg.maxBuffered+1))
+	head, err := io.ReadAll(io.LimitReader(r.Body, plusOne(a.cfg.maxBuffered)))
 	if err != nil {
 		r.Body.Close()
 		// The caller's reader failed: nothing was sent, and the dependency
@@ -607,15 +620,15 @@ func onceBody(body io.ReadCloser) func() (io.ReadCloser, error) {
 func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	hedge := a.p.IsHedge(ctx) // a twin of attempt n: its number, marked
 	a.mu.Lock()
-	prev := a.last
-	a.last = nil
-	if !hedge {
+	var prev []*http.Response
+	if !hedge { // attempt n-1 and its hedges are over: the race chose among their answers
 		a.n++
+		prev, a.failed = a.failed, nil
 	}
 	n := a.n
 	a.mu.Unlock()
-	if prev != nil {
-		drain(ctx, prev.Body)
+	for _, r := range prev {
+		drain(ctx, r.Body)
 	}
 	r := a.request(ctx, n, hedge)
 	if a.hasBody {
@@ -643,10 +656,10 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 		resp.Body.Close() // a hedge's answer, after the request returned
 		return nil, err
 	}
-	if a.last != nil {
-		a.last.Body.Close() // a twin's failed answer: this one is the last
-	}
-	a.last = resp // unread: handed back as it came if no attempt follows
+	// Unread, to be handed back as it came if no attempt follows and the
+	// race chooses it: a twin's may be chosen instead (the longer
+	// Retry-After, or an answer not to retry).
+	a.failed = append(a.failed, resp)
 	return nil, err
 }
 
@@ -684,11 +697,14 @@ func (a *attempt) request(ctx context.Context, n int, hedge bool) *http.Request 
 }
 
 // drain reads what is left of the body of an answer that is being retried,
-// up to DrainLimit bytes and while ctx lasts, so that its connection can be
-// reused, and closes it.
+// up to DrainLimit bytes, for DrainTimeout at most and while ctx lasts, so
+// that its connection can be reused, and closes it: a body that trickles
+// (a stuck proxy) costs its connection, not the next attempt's time.
 func drain(ctx context.Context, body io.ReadCloser) {
 	stop := context.AfterFunc(ctx, func() { body.Close() })
 	defer stop()
+	t := time.AfterFunc(DrainTimeout, func() { body.Close() })
+	defer t.Stop()
 	_, _ = io.CopyN(io.Discard, body, DrainLimit+1) // +1: to see the end of a body of DrainLimit bytes
 	body.Close()
 }
@@ -724,7 +740,20 @@ var netHTTPLocal = []string{
 	"net/http: invalid trailer ",
 	"net/http: server response headers exceeded",
 	"http: ContentLength=",
+	// HTTP/2's: a request header list over the server's advertised
+	// limit, or a header HTTP/2 forbids (never sent); a response header
+	// over MaxResponseHeaderBytes (the server's work would be thrown away
+	// again on every retry).
+	"http2: request header list larger than peer's advertised limit",
+	"http2: invalid Connection request header",
+	"http2: invalid Upgrade request header",
+	"http2: invalid Transfer-Encoding request header",
+	"connection error: COMPRESSION_ERROR",
 }
+
+// plusOne is n+1 without overflowing: a limit one past n, to tell a
+// length of n from a longer one.
+func plusOne(n int64) int64 { return n + min(1, math.MaxInt64-n) }
 
 // localError reports whether err, an attempt's error from the base
 // RoundTripper, was made by the client without the dependency's doing.

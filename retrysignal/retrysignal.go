@@ -23,9 +23,11 @@
 package retrysignal
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -254,3 +256,20 @@ func (w *startedWriter) Write(p []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *startedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush starts the response and flushes it, for a handler that streams
+// (w.(http.Flusher)); a writer that cannot flush ignores it.
+func (w *startedWriter) Flush() {
+	w.started = true
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to a handler that takes it over
+// (w.(http.Hijacker)): the response is then the handler's.
+func (w *startedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.started = true
+	}
+	return c, rw, err
+}
