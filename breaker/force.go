@@ -159,8 +159,9 @@ const forceTimeout = 2 * time.Second
 // [SharedForcer], the mode is set fleet-wide: the store's write is bounded
 // by ctx and by 2 s, and SetMode returns its error; this replica takes the
 // mode anyway, and its flusher writes it again after the next flush that
-// reaches the store, unless the store holds a mode set later (by
-// [Forcing.At]) by another replica. Default Normal. It is safe for
+// reaches the store, unless the store holds a mode another replica set
+// that this one had not taken when it set its own (by versions, not by
+// clocks). Default Normal. It is safe for
 // concurrent use; on a nil or zero Breaker it does nothing.
 func (b *Breaker) SetMode(ctx context.Context, m Mode, by string) error {
 	if b == nil || b.cb == nil {
@@ -187,7 +188,8 @@ func (b *Breaker) SetMode(ctx context.Context, m Mode, by string) error {
 type resend struct {
 	mu      sync.Mutex // held around each write: a resend never overwrites a later SetMode's
 	pending *Forcing
-	seen    uint64 // the newest version the replica had taken when pending was set
+	seen    uint64  // the newest version the replica had taken when pending was set
+	written Forcing // the last mode the replica wrote: its own, under a version it may not have taken yet
 }
 
 // force writes f to the store, within forceTimeout, and keeps it to write
@@ -201,6 +203,8 @@ func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forc
 	r.pending = nil
 	if err != nil {
 		r.pending, r.seen = &f, after
+	} else {
+		r.written = f
 	}
 	return err
 }
@@ -222,13 +226,19 @@ func (b *Breaker) resendForcing() {
 	}
 	ctx, cancel := context.WithTimeout(b.fleet.life, b.fleet.every)
 	defer cancel()
-	_, v, err := sf.Forced(ctx, b.Name())
+	cur, v, err := sf.Forced(ctx, b.Name())
 	if err != nil {
 		return // at a later flush
 	}
-	if v > r.seen || sf.Force(ctx, b.Name(), *r.pending, max(v, b.forceSeen.Load())) == nil {
+	if (v > r.seen && !sameForcing(cur, r.written)) || sf.Force(ctx, b.Name(), *r.pending, max(v, b.forceSeen.Load())) == nil {
 		r.pending = nil
 	}
+}
+
+// sameForcing reports whether a and b are one mode set once: a store keeps
+// At in whole milliseconds, as SetMode makes it.
+func sameForcing(a, b Forcing) bool {
+	return a.Mode == b.Mode && a.By == b.By && a.At.Equal(b.At)
 }
 
 // waitForced is [Breaker.Wait]'s answer for a breaker in a forced mode

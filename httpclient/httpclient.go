@@ -741,14 +741,14 @@ var netHTTPLocal = []string{
 	"net/http: server response headers exceeded",
 	"http: ContentLength=",
 	// HTTP/2's: a request header list over the server's advertised
-	// limit, or a header HTTP/2 forbids (never sent); a response header
-	// over MaxResponseHeaderBytes (the server's work would be thrown away
-	// again on every retry).
+	// limit, or a header HTTP/2 forbids (never sent). Not a response
+	// header over MaxResponseHeaderBytes: HTTP/2 ends the connection with
+	// COMPRESSION_ERROR, which fails the other requests on it too, and
+	// which a server's broken header compression also gives.
 	"http2: request header list larger than peer's advertised limit",
 	"http2: invalid Connection request header",
 	"http2: invalid Upgrade request header",
 	"http2: invalid Transfer-Encoding request header",
-	"connection error: COMPRESSION_ERROR",
 }
 
 // plusOne is n+1 without overflowing: a limit one past n, to tell a

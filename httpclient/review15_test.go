@@ -662,6 +662,9 @@ func TestReview15CallerErrorsNotCounted(t *testing.T) {
 			}
 			warm.Body.Close()
 			for _, c := range cases {
+				if h2 && c.name == "response header too large" {
+					continue // HTTP/2 ends the connection: counted (TestReview16BrokenHPACKFromServerCounts)
+				}
 				// What a plain client makes of it: net/http's HTTP/2
 				// transport sends a request again on a new connection after
 				// some connection errors, on its own.

@@ -226,7 +226,7 @@ type Handler func(w http.ResponseWriter, r *http.Request) error
 // ServeHTTP calls h and answers its error, if any, by [WriteError].
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &startedWriter{ResponseWriter: w}
-	err := h(sw, r)
+	err := h(sw.as(w), r)
 	switch {
 	case err == nil:
 	case sw.started:
@@ -257,19 +257,46 @@ func (w *startedWriter) Write(p []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *startedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Flush starts the response and flushes it, for a handler that streams
-// (w.(http.Flusher)); a writer that cannot flush ignores it.
-func (w *startedWriter) Flush() {
-	w.started = true
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
+// as returns w's writer for the handler: one that is an http.Flusher or
+// an http.Hijacker where under (the server's writer) is, so that a handler
+// that tests for them finds what it would find without Handler.
+func (w *startedWriter) as(under http.ResponseWriter) http.ResponseWriter {
+	_, f := under.(http.Flusher)
+	_, h := under.(http.Hijacker)
+	switch {
+	case f && h:
+		return flushHijacker{w}
+	case f:
+		return flusher{w}
+	case h:
+		return hijacker{w}
+	}
+	return w
 }
 
-// Hijack hands the connection to a handler that takes it over
-// (w.(http.Hijacker)): the response is then the handler's.
-func (w *startedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+// flusher starts the response as it flushes it, for a handler that
+// streams.
+type flusher struct{ *startedWriter }
+
+func (w flusher) Flush() {
+	w.started = true
+	w.ResponseWriter.(http.Flusher).Flush()
+}
+
+// hijacker hands the connection to a handler that takes it over: the
+// response is then the handler's.
+type hijacker struct{ *startedWriter }
+
+func (w hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := w.ResponseWriter.(http.Hijacker).Hijack()
 	if err == nil {
 		w.started = true
 	}
 	return c, rw, err
 }
+
+type flushHijacker struct{ *startedWriter }
+
+func (w flushHijacker) Flush() { flusher(w).Flush() }
+
+func (w flushHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) { return hijacker(w).Hijack() }

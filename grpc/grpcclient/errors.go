@@ -7,9 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -134,9 +132,8 @@ var messageSizeLimits = []string{
 // the client (a server returning the error of its own call upstream), and
 // only what the call holds tells which it was.
 type attemptOf struct {
-	ctx        context.Context   // the attempt's: its outgoing metadata
-	req, reply any               // nil for a stream
-	opts       []grpc.CallOption // the call's
+	req, reply any  // nil for a stream
+	reached    bool // the attempt had a stream to a server (grpc.Peer): what grpc-go refuses before, the server never saw
 }
 
 // localStatus reports whether st, the status of an attempt, is an error
@@ -157,11 +154,11 @@ type attemptOf struct {
 //   - INTERNAL "grpc: error while marshaling" of a request that does not
 //     marshal (a proto3 string that is not UTF-8, or no proto message at
 //     all): checked by marshaling req again.
-//   - INTERNAL of the caller's own making before anything is sent: invalid
-//     outgoing metadata (checked), a compressor or content-subtype that is
-//     not registered (the call's option, checked), call credentials that
-//     fail (the call's own), a reply of a Go type the codec does not take
-//     (checked).
+//   - INTERNAL of the caller's own making before anything is sent, when
+//     the attempt never had a stream to a server: invalid outgoing
+//     metadata, a compressor or content-subtype that is not registered,
+//     call credentials that fail; and a reply of a Go type the codec does
+//     not take (checked).
 //   - UNAVAILABLE for a server certificate that the client does not trust
 //     (TLS verification).
 func localStatus(st *status.Status, at attemptOf) bool {
@@ -195,59 +192,15 @@ func localInternal(msg string, at attemptOf) bool {
 		}
 		_, err := proto.Marshal(m)
 		return err != nil
-	case strings.HasPrefix(msg, "header key "), strings.HasPrefix(msg, "there is an empty key in the header"):
-		md, _ := metadata.FromOutgoingContext(at.ctx)
-		return !validMetadata(md)
-	case strings.HasPrefix(msg, "grpc: Compressor is not installed"):
-		for _, o := range at.opts {
-			if c, ok := o.(grpc.CompressorCallOption); ok && encoding.GetCompressor(c.CompressorType) == nil {
-				return true
-			}
-		}
-	case strings.HasPrefix(msg, "no codec registered for content-subtype"):
-		for _, o := range at.opts {
-			if c, ok := o.(grpc.ContentSubtypeCallOption); ok && encoding.GetCodecV2(strings.ToLower(c.ContentSubtype)) == nil {
-				return true
-			}
-		}
-	case strings.HasPrefix(msg, "transport: per-RPC creds failed"):
-		for _, o := range at.opts {
-			if _, ok := o.(grpc.PerRPCCredsCallOption); ok {
-				return true
-			}
-		}
+	case strings.HasPrefix(msg, "header key "), strings.HasPrefix(msg, "there is an empty key in the header"),
+		strings.HasPrefix(msg, "grpc: Compressor is not installed"), strings.HasPrefix(msg, "no codec registered for content-subtype"),
+		strings.HasPrefix(msg, "transport: per-RPC creds failed"):
+		return !at.reached
 	case strings.HasPrefix(msg, "grpc: failed to unmarshal the received message: failed to unmarshal, message is "):
 		_, ok := at.reply.(proto.Message)
 		return at.reply != nil && !ok
 	}
 	return false
-}
-
-// validMetadata reports whether grpc-go sends md: keys of lower-case
-// letters, digits, '-', '_' and '.', and values of printable ASCII but
-// for binary ("-bin") keys.
-func validMetadata(md metadata.MD) bool {
-	for k, vs := range md {
-		if k == "" {
-			return false
-		}
-		for _, r := range k {
-			if !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '-' || r == '_' || r == '.') {
-				return false
-			}
-		}
-		if strings.HasSuffix(k, "-bin") {
-			continue
-		}
-		for _, v := range vs {
-			for i := 0; i < len(v); i++ {
-				if v[i] < 0x20 || v[i] > 0x7e {
-					return false
-				}
-			}
-		}
-	}
-	return true
 }
 
 // Error is the error of a call that an [Interceptor] made: it unwraps to

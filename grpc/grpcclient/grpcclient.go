@@ -291,7 +291,7 @@ func (ic *Interceptor) Unary(ctx context.Context, method string, req, reply any,
 	c := unaryCalls.Get().(*unaryCall)
 	c.cfg, c.method, c.req, c.reply, c.cc, c.invoker = ic.config(), method, req, reply, cc, invoker
 	c.opts, c.finish = callOptions(c.opts[:0], c.finish[:0], opts)
-	c.opts = append(c.opts, grpc.Trailer(&c.trailer))
+	c.opts = append(c.opts, grpc.Trailer(&c.trailer), grpc.Peer(&c.peer))
 	returned := false
 	defer func() {
 		if !returned { // a panic or runtime.Goexit: the call is over all the same
@@ -344,7 +344,8 @@ type unaryCall struct {
 	opts       []grpc.CallOption // the caller's and the trailer's
 	finish     []func(error)     // the caller's OnFinish
 	trailer    metadata.MD
-	n          int // attempts made
+	peer       peer.Peer // the attempt's server, if it had a stream to one
+	n          int       // attempts made
 	op         func(context.Context) (struct{}, error)
 }
 
@@ -359,9 +360,9 @@ func (c *unaryCall) run(ctx context.Context) (struct{}, error) {
 	if c.n > 1 {
 		ctx = withPreviousAttempts(ctx, c.n-1)
 	}
-	c.trailer = nil
+	c.trailer, c.peer = nil, peer.Peer{}
 	if err := c.invoker(ctx, c.method, c.req, c.reply, c.cc, c.opts...); err != nil {
-		return struct{}{}, timedOut(ctx, c.cfg.classify(err, c.trailer, attemptOf{ctx, c.req, c.reply, c.opts}))
+		return struct{}{}, timedOut(ctx, c.cfg.classify(err, c.trailer, attemptOf{c.req, c.reply, c.peer.Addr != nil}))
 	}
 	return struct{}{}, nil
 }
@@ -455,7 +456,7 @@ func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, me
 		a := &hedgedAttempt{reply: reply.ProtoReflect().New().Interface()}
 		aopts := append(h.base[:len(h.base):len(h.base)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
 		if err := invoker(ctx, method, req, a.reply, cc, aopts...); err != nil {
-			return a, timedOut(ctx, cfg.classify(err, a.trailer, attemptOf{ctx, req, a.reply, aopts}))
+			return a, timedOut(ctx, cfg.classify(err, a.trailer, attemptOf{req, a.reply, a.peer.Addr != nil}))
 		}
 		return a, nil
 	})

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/resiliencekit/resiliencekit/pipeline"
@@ -105,10 +106,11 @@ type attempt struct {
 	cs       grpc.ClientStream
 	finished chan struct{} // closed once err is the stream's outcome
 	once     sync.Once
-	err      error // the stream's status error, nil for OK
-	failed   bool  // the call is done with this attempt: it failed
-	sending  int   // SendMsg calls in flight on it
-	sendErr  error // an error of the caller's own, from SendMsg
+	err      error     // the stream's status error, nil for OK
+	failed   bool      // the call is done with this attempt: it failed
+	sending  int       // SendMsg calls in flight on it
+	sendErr  error     // an error of the caller's own, from SendMsg
+	peer     peer.Peer // its server, if it had a stream to one: set before finish
 }
 
 // finish records the outcome of the attempt's stream, once; grpc-go calls
@@ -241,7 +243,7 @@ func (s *stream) outcomeOf(a *attempt) error {
 	if a.sendErr != nil {
 		return resilience.Rejected(a.err) // the stream ended on the caller's own SendMsg error
 	}
-	err := s.cfg.classify(a.err, a.cs.Trailer(), s.attemptOf())
+	err := s.cfg.classify(a.err, a.cs.Trailer(), attemptOf{reached: a.peer.Addr != nil})
 	if resilience.Classify(err) == resilience.ClassTransient {
 		if md, _ := a.cs.Header(); md == nil && s.overflowed.Load() {
 			// A retry would have fixed it, had the stream been kept to
@@ -252,10 +254,6 @@ func (s *stream) outcomeOf(a *attempt) error {
 	}
 	return err
 }
-
-// attemptOf is what the stream's attempts are made of: no messages to
-// check their errors against, as each is the caller's to make.
-func (s *stream) attemptOf() attemptOf { return attemptOf{ctx: s.ctx, opts: s.opts} }
 
 // open is the pipeline's operation: one attempt, from opening its stream
 // to the decision.
@@ -268,10 +266,10 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 		ctx = withPreviousAttempts(ctx, n-1)
 	}
 	a := &attempt{s: s, finished: make(chan struct{})}
-	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.OnFinish(a.finish))
+	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.Peer(&a.peer), grpc.OnFinish(a.finish))
 	cs, err := s.streamer(ctx, s.desc, s.cc, s.method, opts...)
 	if err != nil {
-		return struct{}{}, s.cfg.classify(err, nil, s.attemptOf())
+		return struct{}{}, s.cfg.classify(err, nil, attemptOf{reached: a.peer.Addr != nil})
 	}
 	a.cs = cs
 	s.mu.Lock()
@@ -302,7 +300,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	}
 	a.failed = true
 	s.broadcastLocked()
-	return struct{}{}, s.cfg.classify(a.err, cs.Trailer(), s.attemptOf())
+	return struct{}{}, s.cfg.classify(a.err, cs.Trailer(), attemptOf{reached: a.peer.Addr != nil})
 }
 
 // replayTo sends a the messages sent so far, and the close of the
