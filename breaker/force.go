@@ -230,8 +230,11 @@ func (b *Breaker) resendForcing() {
 	if err != nil {
 		return // at a later flush
 	}
-	if (v > r.seen && !sameForcing(cur, r.written)) || sf.Force(ctx, b.Name(), *r.pending, max(v, b.forceSeen.Load())) == nil {
+	switch {
+	case v > r.seen && !sameForcing(cur, r.written):
 		r.pending = nil
+	case sf.Force(ctx, b.Name(), *r.pending, max(v, b.forceSeen.Load())) == nil:
+		r.written, r.pending = *r.pending, nil
 	}
 }
 

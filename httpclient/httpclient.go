@@ -717,7 +717,7 @@ func drain(ctx context.Context, body io.ReadCloser) {
 // method or header, a body shorter than its ContentLength), a body of the
 // caller's that fails to read, a server certificate that the client does
 // not trust (TLS verification), a response header over the client's
-// MaxResponseHeaderBytes, an https URL for a server that speaks plain
+// MaxResponseHeaderBytes over HTTP/1.1, an https URL for a server that speaks plain
 // HTTP. Every other error, a connection refused or reset, a timeout, is
 // left transient.
 func classify(err error) error {

@@ -68,6 +68,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -153,6 +154,7 @@ func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Cla
 		}
 		return nil, nil, ErrInProgress
 	}
+	asked := time.Now() // the store's lease runs from about when it was asked, not when it answered
 	found, err := g.claim(ctx, c)
 	switch {
 	case errors.Is(err, ErrFull):
@@ -161,7 +163,7 @@ func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Cla
 		g.report(resilience.EventStoreFailed, c.Key, err)
 		return nil, nil, err
 	case found == nil:
-		c.hold(ctx)
+		c.hold(ctx, asked)
 		return c, nil, nil
 	case found.Fingerprint != fingerprint:
 		return nil, nil, ErrKeyReused

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -229,11 +230,11 @@ func (l *leaseCtx) Err() error {
 	return err
 }
 
-// hold starts renewing the lease of a claim that Begin got, with ctx as
-// the request's.
-func (c *Claim) hold(ctx context.Context) {
+// hold starts renewing the lease of a claim that Begin got, asked of the
+// store at asked, with ctx as the request's.
+func (c *Claim) hold(ctx context.Context, asked time.Time) {
 	c.ctx, c.cancel = context.WithCancelCause(context.WithValue(ctx, claimKey{}, c))
-	c.held.Store(time.Now().Add(c.guard.cfg.lease).UnixNano())
+	c.held.Store(leaseEnd(asked, c.guard.cfg.lease))
 	c.guard.inflight.Store(c.Key, c)
 	c.stop = c.guard.renew(ctx, c)
 }
@@ -257,6 +258,16 @@ func (c *Claim) finish() {
 
 // heldUntil returns when the lease as last granted runs out.
 func (c *Claim) heldUntil() time.Time { return time.Unix(0, c.held.Load()) }
+
+// leaseEnd is when a lease granted at start runs out, in Unix nanoseconds:
+// the latest those can say for a lease that runs out later (a Lease of
+// centuries), not a date that overflowed into the past.
+func leaseEnd(start time.Time, lease time.Duration) int64 {
+	if end := start.Add(lease); end.Before(time.Unix(0, math.MaxInt64)) {
+		return end.UnixNano()
+	}
+	return math.MaxInt64
+}
 
 // renew renews c's lease every third of it until the returned stop is
 // called, which waits for it.
@@ -293,7 +304,7 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 		err := g.renewOnce(ctx, c)
 		switch {
 		case err == nil:
-			c.held.Store(start.Add(g.cfg.lease).UnixNano())
+			c.held.Store(leaseEnd(start, g.cfg.lease))
 			wait = g.cfg.lease / 3
 			continue
 		case errors.Is(err, ErrNotOwner) && c.completed.Load():

@@ -91,7 +91,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 	}
 	n, err := r.ResponseWriter.Write(p)
 	r.written += int64(n)
-	if err != nil {
+	if err != nil && !errors.Is(err, http.ErrBodyNotAllowed) { // a body to a 204 or 304: dropped, the answer whole
 		r.failed = true
 	}
 	return n, err

@@ -255,7 +255,31 @@ func (w *startedWriter) Write(p []byte) (int, error) {
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
-func (w *startedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+// It returns a view that notes a flush or hijack made through the
+// controller, which reaches them past w.
+func (w *startedWriter) Unwrap() http.ResponseWriter { return controlled{w} }
+
+// controlled is what http.ResponseController finds below the handler's
+// writer: it starts the response as the controller flushes or hijacks.
+type controlled struct{ *startedWriter }
+
+func (c controlled) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+func (c controlled) FlushError() error {
+	err := http.NewResponseController(c.ResponseWriter).Flush()
+	if err == nil {
+		c.started = true
+	}
+	return err
+}
+
+func (c controlled) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(c.ResponseWriter).Hijack()
+	if err == nil {
+		c.started = true
+	}
+	return conn, rw, err
+}
 
 // as returns w's writer for the handler: one that is an http.Flusher or
 // an http.Hijacker where under (the server's writer) is, so that a handler

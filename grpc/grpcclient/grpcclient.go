@@ -360,9 +360,9 @@ func (c *unaryCall) run(ctx context.Context) (struct{}, error) {
 	if c.n > 1 {
 		ctx = withPreviousAttempts(ctx, c.n-1)
 	}
-	c.trailer, c.peer = nil, peer.Peer{}
+	c.trailer, c.peer = nil, unreached
 	if err := c.invoker(ctx, c.method, c.req, c.reply, c.cc, c.opts...); err != nil {
-		return struct{}{}, timedOut(ctx, c.cfg.classify(err, c.trailer, attemptOf{c.req, c.reply, c.peer.Addr != nil}))
+		return struct{}{}, timedOut(ctx, c.cfg.classify(err, c.trailer, attemptOf{c.req, c.reply, reached(&c.peer)}))
 	}
 	return struct{}{}, nil
 }
@@ -453,10 +453,10 @@ func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, me
 		if n := n.Add(1); n > 1 {
 			ctx = withPreviousAttempts(ctx, int(n-1))
 		}
-		a := &hedgedAttempt{reply: reply.ProtoReflect().New().Interface()}
+		a := &hedgedAttempt{reply: reply.ProtoReflect().New().Interface(), peer: unreached}
 		aopts := append(h.base[:len(h.base):len(h.base)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
 		if err := invoker(ctx, method, req, a.reply, cc, aopts...); err != nil {
-			return a, timedOut(ctx, cfg.classify(err, a.trailer, attemptOf{req, a.reply, a.peer.Addr != nil}))
+			return a, timedOut(ctx, cfg.classify(err, a.trailer, attemptOf{req, a.reply, reached(&a.peer)}))
 		}
 		return a, nil
 	})
@@ -472,8 +472,26 @@ func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, me
 			*t = res.trailer
 		}
 		for _, pr := range h.peers {
-			*pr = res.peer
+			if reached(&res.peer) {
+				*pr = res.peer
+			}
 		}
 	}
 	return callError(err)
+}
+
+// unreached is a peer grpc-go never writes: grpc.Peer's hook copies the
+// stream's whole peer over it, whatever its addresses.
+var unreached = peer.Peer{AuthInfo: unreachedInfo{}}
+
+type unreachedInfo struct{}
+
+func (unreachedInfo) AuthType() string { return "grpcclient-unreached" }
+
+// reached reports whether grpc-go wrote p, set to unreached before the
+// attempt: its stream reached a server. Told by type, as a peer's AuthInfo
+// (TLS's) may not be comparable.
+func reached(p *peer.Peer) bool {
+	_, un := p.AuthInfo.(unreachedInfo)
+	return !un
 }

@@ -243,7 +243,7 @@ func (s *stream) outcomeOf(a *attempt) error {
 	if a.sendErr != nil {
 		return resilience.Rejected(a.err) // the stream ended on the caller's own SendMsg error
 	}
-	err := s.cfg.classify(a.err, a.cs.Trailer(), attemptOf{reached: a.peer.Addr != nil})
+	err := s.cfg.classify(a.err, a.cs.Trailer(), attemptOf{reached: reached(&a.peer)})
 	if resilience.Classify(err) == resilience.ClassTransient {
 		if md, _ := a.cs.Header(); md == nil && s.overflowed.Load() {
 			// A retry would have fixed it, had the stream been kept to
@@ -265,11 +265,11 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	if n > 1 {
 		ctx = withPreviousAttempts(ctx, n-1)
 	}
-	a := &attempt{s: s, finished: make(chan struct{})}
+	a := &attempt{s: s, finished: make(chan struct{}), peer: unreached}
 	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.Peer(&a.peer), grpc.OnFinish(a.finish))
 	cs, err := s.streamer(ctx, s.desc, s.cc, s.method, opts...)
 	if err != nil {
-		return struct{}{}, s.cfg.classify(err, nil, attemptOf{reached: a.peer.Addr != nil})
+		return struct{}{}, s.cfg.classify(err, nil, attemptOf{reached: reached(&a.peer)})
 	}
 	a.cs = cs
 	s.mu.Lock()
@@ -300,7 +300,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	}
 	a.failed = true
 	s.broadcastLocked()
-	return struct{}{}, s.cfg.classify(a.err, cs.Trailer(), attemptOf{reached: a.peer.Addr != nil})
+	return struct{}{}, s.cfg.classify(a.err, cs.Trailer(), attemptOf{reached: reached(&a.peer)})
 }
 
 // replayTo sends a the messages sent so far, and the close of the
