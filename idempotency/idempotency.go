@@ -154,8 +154,7 @@ func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Cla
 		}
 		return nil, nil, ErrInProgress
 	}
-	asked := time.Now() // the store's lease runs from about when it was asked, not when it answered
-	found, err := g.claim(ctx, c)
+	found, asked, err := g.claim(ctx, c)
 	switch {
 	case errors.Is(err, ErrFull):
 		return nil, nil, err
@@ -180,30 +179,31 @@ func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Cla
 // claim claims the key of c. A claim that an earlier Begin of this guard's
 // may have left when its call gave up (the store took it after) is freed
 // when it is found, rather than hold its key for a lease.
-func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, error) {
+func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, time.Time, error) {
 	for range 2 {
+		asked := time.Now()             // the store's lease runs from about when it was asked
 		sctx, cancel := g.storeCtx(ctx) // a client that leaves does not make the store fail
 		found, err := g.store.Begin(sctx, c.Key, c.Record, g.cfg.lease)
 		cancel()
 		if err != nil {
 			g.orphans.add(c.Key, c.Record)
-			return nil, err
+			return nil, asked, err
 		}
 		if found == nil || found.Done {
-			return found, nil
+			return found, asked, nil
 		}
 		orphan, ok := g.orphans.take(c.Key) // only when held: no lock on the common path
 		if !ok || found.Token != orphan.Token {
-			return found, nil
+			return found, asked, nil
 		}
 		sctx, cancel = g.storeCtx(ctx)
 		err = g.store.Release(sctx, c.Key, orphan)
 		cancel()
 		if err != nil && !errors.Is(err, ErrNotOwner) {
-			return found, nil // held for its lease, as it would have been
+			return found, asked, nil // held for its lease, as it would have been
 		}
 	}
-	return nil, errors.New("idempotency: key taken again while freeing an orphan claim")
+	return nil, time.Time{}, errors.New("idempotency: key taken again while freeing an orphan claim")
 }
 
 // report sends an event and logs it.

@@ -81,7 +81,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	if !r.truncated {
+	if !r.truncated && bodyAllowed(r.status) {
 		if len(r.body)+len(p) > r.max {
 			r.truncated = true
 			r.body = nil
@@ -114,3 +114,8 @@ func (r *recorder) short(method string) bool {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// bodyAllowed reports whether a response of status has a body to keep.
+func bodyAllowed(status int) bool {
+	return status != http.StatusNoContent && status != http.StatusNotModified && (status < 100 || status > 199)
+}
