@@ -303,24 +303,18 @@ func (w *startedWriter) as(under http.ResponseWriter) http.ResponseWriter {
 type flusher struct{ *startedWriter }
 
 func (w flusher) Flush() {
-	w.started = true
-	w.ResponseWriter.(http.Flusher).Flush()
+	w.started = true // the server's writer can flush: what it wrote is sent
+	_ = controlled(w).FlushError()
 }
 
 // hijacker hands the connection to a handler that takes it over: the
 // response is then the handler's.
 type hijacker struct{ *startedWriter }
 
-func (w hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	c, rw, err := w.ResponseWriter.(http.Hijacker).Hijack()
-	if err == nil {
-		w.started = true
-	}
-	return c, rw, err
-}
+func (w hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) { return controlled(w).Hijack() }
 
 type flushHijacker struct{ *startedWriter }
 
 func (w flushHijacker) Flush() { flusher(w).Flush() }
 
-func (w flushHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) { return hijacker(w).Hijack() }
+func (w flushHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) { return controlled(w).Hijack() }

@@ -128,6 +128,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local bucket = math.max(math.floor(window / buckets), 1)
 local b = math.floor(now / bucket)
 local gen = redis.call("GET", k .. ":gen")
+local function clearcounts()
+	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end
+end
 local opened = redis.call("GET", k .. ":open")
 
 -- Lost state (restarted empty): take back a replica's view of a fleet
@@ -149,16 +152,16 @@ local rolledback = gen and not unknown and tonumber(pgen) > tonumber(gen)
 -- (counts lost, never added), whoever flushes first.
 local info = redis.pcall("INFO", "server")
 local run = type(info) == "string" and string.match(info, "run_id:(%x+)") or nil
-if run and redis.call("GET", k .. ":run") ~= run then
-	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end
-end
 if run then
+	if redis.call("GET", k .. ":run") ~= run then
+		clearcounts()
+	end
 	redis.call("SET", k .. ":run", run, "PX", keep)
 end
 if rolledback then
 	redis.call("DEL", k .. ":open")
 	opened = false
-	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end -- as after a restart, whoever comes first
+	clearcounts() -- as after a restart, whoever comes first
 end
 if not gen or rolledback then
 	gen = string.format("%d", math.max(now, tonumber(pgen) + 1))
@@ -175,7 +178,7 @@ end
 -- A change of state: the counts start afresh, and the replicas hear the
 -- new state (2 open, 0 closed) and generation at once.
 local function clear(next_gen, state)
-	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end
+	clearcounts()
 	redis.call("SET", k .. ":gen", next_gen)
 	redis.call("SET", k .. ":since", tostring(now), "PX", keep)
 	redis.call("PUBLISH", k .. ":changes", next_gen .. " " .. state)
