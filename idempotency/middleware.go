@@ -143,7 +143,7 @@ func refuse(w http.ResponseWriter, err error) {
 // runs again. After a panic, the key is freed if no status was
 // written, and otherwise a 500 is stored.
 func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
-	rec := newRecorder(w, r.Context(), h.cfg.maxResponse)
+	rec := newRecorder(w, r, h.cfg.maxResponse)
 	returned := false
 	defer func() {
 		switch {
@@ -165,7 +165,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 		Header:     h.stored(rec.header, rec.outer),
 		Body:       rec.body,
 		Truncated:  rec.truncated || rec.hijacked, // a hijacked connection cannot be replayed
-		Incomplete: rec.failed || rec.short(r.Method) || (gone && (rec.status == 0 || rec.began)),
+		Incomplete: rec.failed || rec.short() || (gone && (rec.status == 0 || rec.began)),
 	})
 }
 

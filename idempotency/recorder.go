@@ -14,6 +14,7 @@ import (
 type recorder struct {
 	http.ResponseWriter
 	max       int
+	head      bool // the request is a HEAD: net/http sends no body, and none is kept
 	status    int
 	header    http.Header
 	body      []byte
@@ -27,10 +28,10 @@ type recorder struct {
 	outer     map[string]bool // headers set before the handler ran
 }
 
-// newRecorder returns a recorder of w, noting the headers already set on
-// w by outer middleware, keeping up to limit bytes of body.
-func newRecorder(w http.ResponseWriter, client context.Context, limit int) *recorder {
-	rec := &recorder{ResponseWriter: w, client: client, max: limit, outer: make(map[string]bool, len(w.Header()))}
+// newRecorder returns a recorder of w's answer to r, noting the headers
+// already set on w by outer middleware, keeping up to limit bytes of body.
+func newRecorder(w http.ResponseWriter, r *http.Request, limit int) *recorder {
+	rec := &recorder{ResponseWriter: w, client: r.Context(), max: limit, head: r.Method == http.MethodHead, outer: make(map[string]bool, len(w.Header()))}
 	for k := range w.Header() {
 		rec.outer[k] = true
 	}
@@ -81,7 +82,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	if !r.truncated && bodyAllowed(r.status) {
+	if !r.truncated && !r.head && bodyAllowed(r.status) {
 		if len(r.body)+len(p) > r.max {
 			r.truncated = true
 			r.body = nil
@@ -100,8 +101,8 @@ func (r *recorder) Write(p []byte) (int, error) {
 // short reports whether the body written is shorter than the
 // Content-Length the response declared: net/http then cuts the connection,
 // and the client did not get it whole.
-func (r *recorder) short(method string) bool {
-	if method == http.MethodHead || r.status == http.StatusNoContent || r.status == http.StatusNotModified {
+func (r *recorder) short() bool {
+	if r.head || r.status == http.StatusNoContent || r.status == http.StatusNotModified {
 		return false // no body is sent
 	}
 	cl := r.header.Get("Content-Length")

@@ -94,3 +94,29 @@ func TestOuterHeadersOfTheFirstRequestAreNotStored(t *testing.T) {
 	assert.Equal(t, "true", h.Get(idempotency.ReplayedHeader))
 	assert.Empty(t, h.Get("Access-Control-Allow-Origin"), "the first request's CORS header is not replayed to another origin")
 }
+
+// TestHeadWithALargeBodyIsReplayed: net/http sends no body to a HEAD, so a
+// handler that writes more than MaxResponse for one answered its client
+// whole; the repeat gets the same answer, not 500 "not replayable", and
+// the handler does not run again.
+func TestHeadWithALargeBodyIsReplayed(t *testing.T) {
+	var runs atomic.Int64
+	h := idempotency.Middleware(nil, idempotency.SharedKeys(), idempotency.MaxResponse(16), idempotency.Methods(http.MethodHead))(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.Header().Set("X-Size", "100")
+			_, _ = io.WriteString(w, strings.Repeat("a", 100))
+		}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for i := range 2 {
+		req, _ := http.NewRequest(http.MethodHead, srv.URL, nil)
+		req.Header.Set(idempotency.Header, "k-head")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "call %d", i+1)
+		assert.Equal(t, "100", resp.Header.Get("X-Size"), "call %d", i+1)
+	}
+	assert.EqualValues(t, 1, runs.Load())
+}
