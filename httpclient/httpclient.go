@@ -66,6 +66,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -644,7 +645,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
-		return nil, classify(err)
+		return nil, classify(err, a.hasBody)
 	}
 	if a.cfg.class(resp.StatusCode) == resilience.ClassSuccess {
 		return resp, nil
@@ -718,13 +719,38 @@ func drain(ctx context.Context, body io.ReadCloser) {
 // caller's that fails to read, a server certificate that the client does
 // not trust (TLS verification), a response header over the client's
 // MaxResponseHeaderBytes over HTTP/1.1, an https URL for a server that speaks plain
-// HTTP. Every other error, a connection refused or reset, a timeout, is
-// left transient.
-func classify(err error) error {
-	if localError(err) {
+// HTTP. So is a request whose sending the server cut ([cutRequest]): one
+// with a body (body is true), or of which net/http says some was written.
+// Every other error, a connection refused or reset, a timeout, is left
+// transient.
+func classify(err error, body bool) error {
+	if localError(err) || cutRequest(err, body) {
 		return resilience.Rejected(err)
 	}
 	return err
+}
+
+// cutRequest reports whether err is a write of the request that the
+// server cut short with a reset or by closing the connection. A server
+// refusing a request over its limits (a body, headers or a URI too long)
+// answers 413, 431, 414 or 400 and closes without reading the rest
+// (nginx with lingering_close off, or once its lingering time is out):
+// the reset drops the answer from the client's socket before net/http
+// reads it, and net/http returns the write's error. A small request,
+// written whole before any answer, meets a reset as it reads instead.
+// The refusal is the caller's doing, and a retry would send the same
+// request to be cut again. A request without a body counts only if
+// net/http says that some of it was written ("connection broken"): a
+// server that resets every connection as it accepts it cuts a GET before
+// its first byte, and that is the dependency failing. A server that dies
+// in the middle of a large request gives the same error: its next calls,
+// refused, count.
+func cutRequest(err error, body bool) bool {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "write" || !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		return false
+	}
+	return body || strings.Contains(err.Error(), "net/http: HTTP/1.x transport connection broken: ")
 }
 
 // netHTTPLocal are parts of the messages of the errors that net/http
