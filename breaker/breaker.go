@@ -11,8 +11,9 @@
 // What counts as a failure follows the shared classes of package
 // resilience: transient and terminal errors count; permanent errors (the
 // caller's fault, such as HTTP 400) count as successes, since the dependency
-// answered; cancellations by the caller are ignored. [FailIf] and [IgnoreIf]
-// change that.
+// answered; cancellations by the caller, and calls refused on the
+// caller's side (class rejected), are left out. [FailIf] changes what is a
+// failure, and [IgnoreIf] leaves out more.
 //
 // One Breaker serves every call to its dependency, whatever the result
 // type, and is safe for concurrent use. The zero Breaker is always closed:
@@ -292,12 +293,9 @@ func (b *Breaker) judge(ctx context.Context, err error) outcome {
 	if err == nil {
 		return counted
 	}
-	c := resilience.ClassSuccess // not classified yet: err is not nil
-	if b.cfg.ignoreIf != nil {
-		if b.cfg.ignoreIf(err) {
-			return excluded
-		}
-	} else if c = resilience.Classify(err); c == resilience.ClassCanceled || c == resilience.ClassRejected || errors.Is(ctx.Err(), context.Canceled) {
+	c := resilience.Classify(err)
+	if c == resilience.ClassCanceled || c == resilience.ClassRejected || errors.Is(ctx.Err(), context.Canceled) ||
+		b.cfg.ignoreIf != nil && b.cfg.ignoreIf(err) {
 		return excluded
 	}
 	if b.cfg.failIf != nil {
@@ -305,9 +303,6 @@ func (b *Breaker) judge(ctx context.Context, err error) outcome {
 			return failed
 		}
 		return counted
-	}
-	if c == resilience.ClassSuccess {
-		c = resilience.Classify(err)
 	}
 	if c.Failure() {
 		return failed

@@ -125,9 +125,11 @@ func FailIf(fn func(err error) bool) Option {
 	return optionFunc(func(c *config) { c.failIf = fn })
 }
 
-// IgnoreIf replaces the test for whether a call's outcome is left out of
-// the counts. Default: the caller canceled (its context or the error is
-// [context.Canceled]).
+// IgnoreIf leaves out of the counts the outcomes whose error fn reports
+// true for, besides those always left out: the caller canceled (its
+// context, or the error is of class canceled), or the error is of class
+// [resilience.ClassRejected] (refused on the caller's side: the
+// dependency never saw the call). Default none besides those.
 func IgnoreIf(fn func(err error) bool) Option {
 	return optionFunc(func(c *config) { c.ignoreIf = fn })
 }
