@@ -78,9 +78,10 @@ type outcome[T any] struct {
 
 func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[T] {
 	extra := int32(min(c.p.cfg.hedge.Extra(), math.MaxInt32))
-	c.p.cfg.hedge.Called()
 	r := c.race
-	if r == nil {
+	if r != nil { // the call's first race: a call counts once for MaxShare, whatever its attempts
+		c.p.cfg.hedge.Called()
+	} else {
 		m := new(struct {
 			r   race[T]
 			ctx lazyCtx

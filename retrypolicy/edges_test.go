@@ -3,6 +3,7 @@ package retrypolicy_test
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -102,5 +103,17 @@ func TestACallerGoneBeforeAZeroDelayGetsNoMoreAttempts(t *testing.T) {
 		require.ErrorAs(t, err, &re)
 		require.EqualValues(t, 1, calls.Load(), "one attempt")
 		require.Equal(t, context.Canceled, re.Reason)
+	}
+}
+
+// TestQuotaAvailableWithAHugeFloor: a floor beyond any count (accepted, as
+// finite) reports as many retries as an int holds, not the wrapped
+// conversion of a float64 too large for one (0, which the registry and
+// the dashboard show as a quota spent).
+func TestQuotaAvailableWithAHugeFloor(t *testing.T) {
+	for _, floor := range []float64{1e300, math.MaxFloat64} {
+		q := retrypolicy.NewQuota(0, floor, time.Second)
+		require.True(t, q.Take())
+		require.Equal(t, math.MaxInt, q.Available(), "floor %g", floor)
 	}
 }

@@ -110,5 +110,9 @@ func (q *Quota) Available() int {
 	if q == nil || !q.limited {
 		return math.MaxInt
 	}
-	return max(int(q.available(q.clock.Now(&q.calls))), 0)
+	a := q.available(q.clock.Now(&q.calls))
+	if a >= math.MaxInt { // a floor beyond any count: a float64 this large does not convert
+		return math.MaxInt
+	}
+	return max(int(a), 0)
 }
