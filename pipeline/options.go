@@ -173,8 +173,9 @@ func WaitWhenOpen() Option {
 }
 
 // WithTracer reports each call and each of its attempts to t, with their
-// contexts, to record them as spans. Default none, at no cost; nil means
-// none.
+// contexts, to record them as spans; a panic in t is logged, and changes
+// neither the call's outcome nor the breaker's counts. Default none, at no
+// cost; nil means none.
 func WithTracer(t resilience.Tracer) Option {
 	return optionFunc(func(c *config) { c.tracer = t })
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
+	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -98,7 +99,7 @@ func (c *call[T]) run(ctx context.Context) (res T, err error) {
 
 // traced runs the call within its span.
 func (c *call[T]) traced(ctx context.Context) (res T, err error) {
-	ctx, c.s.trace = c.p.cfg.tracer.StartCall(ctx, c.p.cfg.name)
+	ctx, c.s.trace = safe.StartCall(c.p.cfg.tracer, ctx, c.p.cfg.name)
 	returned := false
 	defer func() {
 		if !returned {
@@ -477,7 +478,7 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 		outcome := attemptOutcome(ctx, err, returned)
 		release(c.p.cfg.gates, held, outcome)
 		if end != nil {
-			end(outcome)
+			safe.EndAttempt(end, outcome)
 		}
 		c.s.ended(outcome)
 	}()

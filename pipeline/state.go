@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
+	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -56,7 +57,7 @@ func (s *state) span(ctx context.Context, info resilience.AttemptInfo) (context.
 	if s.over {
 		return ctx, nil, false
 	}
-	ctx, end := s.trace.StartAttempt(ctx, info)
+	ctx, end := safe.StartAttempt(s.trace, ctx, info)
 	return ctx, end, true
 }
 
@@ -66,7 +67,7 @@ func (s *state) end(err error) {
 	s.mu.Lock()
 	s.over = true
 	s.mu.Unlock()
-	s.trace.End(err)
+	safe.EndCall(s.trace, err)
 }
 
 // ended records the end of an attempt, for the tracer.
