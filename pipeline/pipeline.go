@@ -183,8 +183,10 @@ var zero Pipeline
 // [breaker.ErrOpen] or [breaker.ErrTooManyRequests], a retry that gave up
 // is a [*retrypolicy.Error], and a spent time budget matches
 // [context.DeadlineExceeded]. If op panics or calls [runtime.Goexit], the
-// breaker counts a failure, every context the call made is canceled, and
-// the panic goes on.
+// breaker counts a failure (as gobreaker does), the throttle and the
+// concurrency limit learn nothing from the attempt (the caller's bug says
+// nothing of the dependency's load), every context the call made is
+// canceled, and the panic goes on.
 //
 // [breaker.ErrOpen]: https://pkg.go.dev/github.com/resiliencekit/resiliencekit/breaker#ErrOpen
 // [breaker.ErrTooManyRequests]: https://pkg.go.dev/github.com/resiliencekit/resiliencekit/breaker#ErrTooManyRequests

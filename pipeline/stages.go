@@ -476,7 +476,11 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	returned := false
 	defer func() {
 		outcome := attemptOutcome(ctx, err, returned)
-		release(c.p.cfg.gates, held, outcome)
+		learned := outcome
+		if !returned {
+			learned = context.Canceled // the caller's panic or Goexit: the gates learn nothing of the dependency
+		}
+		release(c.p.cfg.gates, held, learned)
 		if end != nil {
 			safe.EndAttempt(end, outcome)
 		}
