@@ -98,17 +98,28 @@ func TestABurstOfFailuresDecreasesOnce(t *testing.T) {
 	assert.Equal(t, 81, l.Limit(), "an attempt sent after the step is a new congestion")
 }
 
-func TestWaitersAreServedInOrderWithinTheirDeadline(t *testing.T) {
+// TestWaitersWithTheMostTimeLeftGoFirst: a free slot goes to a waiter
+// without a deadline, the oldest first, then to the one whose deadline
+// comes last; a waiter whose deadline passes gives up, and the queue's
+// bound refuses one more at once.
+func TestWaitersWithTheMostTimeLeftGoFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := limit.NewFixed(1, limit.MaxWaiting(3))
+		l := limit.NewFixed(1, limit.MaxWaiting(5))
 		first := acquire(t, l)
 		var order []int
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		for i := range 3 {
+		// Waiters 0 to 4 come 1 ms apart: 0 with 50 ms left (it gives up
+		// before the first slot frees), 1 with 200, 2 with 400, 3 and 4
+		// with none.
+		timeouts := []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 0, 0}
+		for i, d := range timeouts {
 			wg.Go(func() {
 				time.Sleep(time.Duration(i) * time.Millisecond)
-				ctx, cancel := context.WithTimeout(t.Context(), time.Duration(100+i*100)*time.Millisecond)
+				ctx, cancel := t.Context(), context.CancelFunc(func() {})
+				if d > 0 {
+					ctx, cancel = context.WithTimeout(ctx, d)
+				}
 				defer cancel()
 				tk, err := l.Acquire(ctx)
 				mu.Lock()
@@ -116,23 +127,22 @@ func TestWaitersAreServedInOrderWithinTheirDeadline(t *testing.T) {
 					order = append(order, i)
 				} else {
 					assert.ErrorIs(t, err, limit.ErrLimited)
-					order = append(order, -i)
+					order = append(order, -1-i)
 				}
 				mu.Unlock()
 				if err == nil {
-					time.Sleep(120 * time.Millisecond)
+					time.Sleep(20 * time.Millisecond)
 					l.Release(tk, nil)
 				}
 			})
 		}
 		time.Sleep(10 * time.Millisecond)
 		_, err := l.Acquire(t.Context())
-		assert.ErrorIs(t, err, limit.ErrLimited, "a fourth waiter is refused at once")
-		time.Sleep(140 * time.Millisecond) // waiter 0's deadline at 100 ms has passed
+		assert.ErrorIs(t, err, limit.ErrLimited, "a sixth waiter is refused at once")
+		time.Sleep(90 * time.Millisecond)
 		l.Release(first, nil)
 		wg.Wait()
-		assert.Equal(t, []int{0, 1, 2}[1:], order[1:], "1 then 2, in order")
-		assert.Equal(t, 0, order[0], "waiter 0 gave up at its deadline")
+		assert.Equal(t, []int{-1, 3, 4, 2, 1}, order, "0 gave up; then no deadline, oldest first; then the latest deadline")
 		assert.Zero(t, l.InFlight())
 	})
 }
