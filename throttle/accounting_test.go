@@ -13,20 +13,21 @@ import (
 	"github.com/resiliencekit/resiliencekit/throttle"
 )
 
-// TestEachOutcomeIsCountedAsItShouldBe: with K 1, 10 accepted attempts,
-// then 10 ending with the outcome under test, then 10 failures (a refusal
-// counts as a failure does: a request, not accepted), the probability
-// (requests - accepts) / (requests + 1) tells how the outcome was
-// counted: an answer (a success, a 400) is an accept (30 requests, 20
-// accepts: 10/31); a failure of the dependency (a 500, a 503, a timeout)
-// is a request only (30, 10: 20/31); an attempt the caller canceled or
-// that was not sent after all is taken back (20, 10: 10/21). A join is
-// counted by the class it carries, wherever in the join that is.
+// TestEachOutcomeIsCountedAsItShouldBe: with K 1.25, 10 accepted
+// attempts, then 10 ending with the outcome under test, then 10 failures
+// (a refusal counts as a failure does: a request, not accepted), the
+// probability (requests - K*accepts) / (requests + 1) tells how the
+// outcome was counted: an answer (a success, a 400) is an accept (30
+// requests, 20 accepts: 5/31); a failure of the dependency (a 500, a 503,
+// a timeout) is a request only (30, 10: 17.5/31); an attempt the caller
+// canceled or that was not sent after all is taken back (20, 10:
+// 7.5/21). A join is counted by the class it carries, wherever in the
+// join that is.
 func TestEachOutcomeIsCountedAsItShouldBe(t *testing.T) {
 	const (
-		accepted = 10.0 / 31
-		failed   = 20.0 / 31
-		takeBack = 10.0 / 21
+		accepted = 5.0 / 31
+		failed   = 17.5 / 31
+		takeBack = 7.5 / 21
 	)
 	overload := errors.New("503 service unavailable")
 	for _, tc := range []struct {
@@ -49,7 +50,7 @@ func TestEachOutcomeIsCountedAsItShouldBe(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				th := throttle.New(throttle.K(1))
+				th := throttle.New(throttle.K(1.25))
 				attempts := func(n int, err error) {
 					for range n {
 						if tk, aerr := th.Admit(); aerr == nil {

@@ -85,11 +85,19 @@ type config struct {
 
 // K sets how many times the accepts the throttle lets through: requests
 // are refused only while they number more than k times the accepts. Lower
-// is more aggressive. Default 2. It panics unless k is a finite number of
-// at least 1.
+// is more aggressive, and slower to let calls through again once the
+// dependency is back: each window lets about k times the last window's
+// accepted calls through, so the share let through grows by about k a
+// window: after a 30 s outage at 1,000 calls a second, with the default
+// window, it refuses under 1% of the calls again 53 s to 1m43s after the
+// dependency is back with 2, 1m17s to 2m14s with 1.5, 4m42s to 9m6s with
+// 1.1 (TestRecoveryTimeByK, 13 runs). With 1 it would never: refusals
+// count as requests, and the share refused would stay where the outage
+// left it.
+// Default 2. It panics unless k is a finite number above 1.
 func K(k float64) Option {
-	if math.IsNaN(k) || math.IsInf(k, 0) || k < 1 {
-		panic(fmt.Sprintf("throttle: K(%v): k must be a finite number >= 1", k))
+	if math.IsNaN(k) || math.IsInf(k, 0) || k <= 1 {
+		panic(fmt.Sprintf("throttle: K(%v): k must be a finite number > 1", k))
 	}
 	return optionFunc(func(c *config) { c.k = k })
 }

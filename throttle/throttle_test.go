@@ -24,7 +24,7 @@ func TestRejectProbabilityFollowsTheFormula(t *testing.T) {
 		k                 float64
 	}{
 		{100, 100, 2}, {100, 50, 2}, {100, 40, 2}, {100, 10, 2}, {100, 0, 2},
-		{100, 60, 1.5}, {100, 0, 1}, {1000, 0, 2},
+		{100, 60, 1.5}, {100, 0, 1.1}, {1000, 0, 2},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%d/%d K=%v", tt.accepts, tt.requests, tt.k), func(t *testing.T) {
@@ -197,8 +197,8 @@ func TestThrottleCostsNoAllocation(t *testing.T) {
 }
 
 func TestNonsenseOptionsPanic(t *testing.T) {
-	for _, k := range []float64{0, 0.5, -1, math.NaN(), math.Inf(1)} {
-		assert.PanicsWithValue(t, fmt.Sprintf("throttle: K(%v): k must be a finite number >= 1", k), func() { throttle.K(k) })
+	for _, k := range []float64{1, 0, 0.5, -1, math.NaN(), math.Inf(1)} {
+		assert.PanicsWithValue(t, fmt.Sprintf("throttle: K(%v): k must be a finite number > 1", k), func() { throttle.K(k) })
 	}
 	for _, d := range []time.Duration{0, -time.Second, time.Millisecond} {
 		assert.PanicsWithValue(t, fmt.Sprintf("throttle: Window(%v): d must be at least 10ms", d), func() { throttle.Window(d) })
