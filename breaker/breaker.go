@@ -6,7 +6,8 @@
 // rejected at once with an error matching [ErrOpen], so a dead dependency
 // gets no traffic and callers fail fast. After [OpenTimeout] it turns
 // half-open and lets [HalfOpenRequests] probe calls through; if they all
-// succeed it closes, and one failure opens it again.
+// succeed it closes, and one failure opens it again. A probe that has not
+// answered for 10 open timeouts lets another go.
 //
 // What counts as a failure follows the shared classes of package
 // resilience: transient and terminal errors count; permanent errors (the

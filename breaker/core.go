@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -36,6 +37,8 @@ type core struct {
 	mu      sync.Mutex
 	state   resilience.State
 	gen     uint64
+	probeAt monotime.Reading // half-open: when the last probe was let through
+	overdue uint32           // half-open: probes let through past the limit, overdue (see overdueProbe)
 	start   monotime.Reading // of the state; buckets are counted from it
 	age     uint64           // the current bucket, counted from start
 	win     Counts           // the sum of buckets
@@ -85,13 +88,47 @@ func (c *core) admit() (v verdict, gen, age uint64) {
 	switch {
 	case st == resilience.StateOpen:
 		v = refusedOpen
-	case st == resilience.StateHalfOpen && c.win.Requests-min(c.win.TotalExclusions, c.win.Requests) >= c.maxRequests:
-		v = refusedBusy
+	case st == resilience.StateHalfOpen && c.busy():
+		if time.Duration(now-c.probeAt) <= c.overdueAfter() {
+			v = refusedBusy
+			break
+		}
+		// A probe that has not answered for overdueProbe open timeouts (a
+		// connection in a black hole, a caller without a deadline) would
+		// hold its slot, and the breaker, forever: another goes, and
+		// another each as long after. A late answer of the first still
+		// counts.
+		c.overdue++
+		fallthrough
 	default:
 		c.win.Requests++
 		c.buckets[c.age%uint64(len(c.buckets))].Requests++
+		if st == resilience.StateHalfOpen {
+			c.probeAt = now
+		}
 	}
 	return v, c.gen, c.age
+}
+
+// overdueProbe is how many open timeouts a half-open breaker waits for
+// its probes to answer before it lets another go: long enough that a
+// dependency slower than the open timeout still closes it on its first
+// probe's answer, and a probe that never answers holds it for a bounded
+// time (1 s with the default open timeout).
+const overdueProbe = 10
+
+// overdueAfter is how long a probe may be out before another goes.
+func (c *core) overdueAfter() time.Duration {
+	if c.timeout > math.MaxInt64/overdueProbe {
+		return math.MaxInt64
+	}
+	return overdueProbe * c.timeout
+}
+
+// busy reports whether a half-open breaker's probes are all out; c.mu is
+// held.
+func (c *core) busy() bool {
+	return c.win.Requests-min(c.win.TotalExclusions+c.overdue, c.win.Requests) >= c.maxRequests
 }
 
 // done counts the outcome of a call that admit let go.
@@ -224,6 +261,7 @@ func (c *core) set(to resilience.State, now monotime.Reading) {
 func (c *core) renew(now monotime.Reading) {
 	c.gen++
 	c.start = now
+	c.overdue = 0
 	c.age = 0
 	c.win = Counts{}
 	clear(c.buckets)

@@ -112,8 +112,11 @@ func OpenTimeout(d time.Duration) Option {
 }
 
 // HalfOpenRequests sets how many probe calls a half-open breaker lets
-// through at once; that many successes in a row close it. Default 1; n = 0
-// means 1.
+// through at once; that many successes in a row close it. A probe that has
+// not answered for 10 open timeouts (1 s by default) lets another go, and
+// another each 10 open timeouts after, so that a probe that never answers
+// does not hold the breaker half-open for ever; an answer that comes late
+// still counts. Default 1; n = 0 means 1.
 func HalfOpenRequests(n uint32) Option {
 	return optionFunc(func(c *config) { c.halfOpenRequests = max(n, 1) })
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -115,7 +116,11 @@ func runDiffUnit(t *testing.T, seed uint64, fifo, checkState bool, bucketsChoice
 			st.BucketPeriod = period
 		}
 		gb := gobreaker.NewCircuitBreaker[struct{}](st)
-		type pair struct{ a, g *pending }
+		type pair struct {
+			a, g  *pending
+			at    time.Duration // since start
+			probe bool          // admitted half-open
+		}
 		var live []pair
 		start := time.Now()
 		for step := 0; step < 120 && diverged == ""; step++ {
@@ -136,7 +141,7 @@ func runDiffUnit(t *testing.T, seed uint64, fifo, checkState bool, bucketsChoice
 					break
 				}
 				if va == "admitted" {
-					live = append(live, pair{pa, pg})
+					live = append(live, pair{pa, pg, now, b.State() == resilience.StateHalfOpen})
 				}
 			case k < 7 && len(live) > 0: // finish a call
 				i := 0
@@ -164,6 +169,18 @@ func runDiffUnit(t *testing.T, seed uint64, fifo, checkState bool, bucketsChoice
 				}
 				if r.IntN(10) == 0 { // a long pause
 					d = time.Duration(r.IntN(100)) * c.window
+				}
+				// A probe out for 10 open timeouts lets another go, where
+				// gobreaker's waits for it forever: it ends first.
+				for i := 0; i < len(live); {
+					if p := live[i]; p.probe && now+d-p.at >= 10*c.timeout {
+						live = append(live[:i], live[i+1:]...)
+						p.a.finish(errBoom)
+						p.g.finish(errBoom)
+						trace = append(trace, fmt.Sprintf("  %v finish an overdue probe with %v", now, errBoom))
+					} else {
+						i++
+					}
 				}
 				time.Sleep(d)
 				trace = append(trace, fmt.Sprintf("  sleep %v", d))
