@@ -474,18 +474,7 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 		start = monotime.Now()
 	}
 	returned := false
-	defer func() {
-		outcome := attemptOutcome(ctx, err, returned)
-		learned := outcome
-		if !returned {
-			learned = context.Canceled // the caller's panic or Goexit: the gates learn nothing of the dependency
-		}
-		release(c.p.cfg.gates, held, learned)
-		if end != nil {
-			safe.EndAttempt(end, outcome)
-		}
-		c.s.ended(outcome)
-	}()
+	defer func() { c.attemptEnded(ctx, err, returned, held, end) }()
 	res, err = c.timeout(ctx)
 	returned = true
 	if r != nil {
@@ -505,6 +494,23 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 		c.p.cfg.hedge.Observe(monotime.Since(start))
 	}
 	return res, err
+}
+
+// attemptEnded gives the outcome of an attempt that ended with err to the
+// gates, its span (end, if not nil) and the call's state. One whose
+// operation panicked or called runtime.Goexit (returned false) teaches the
+// gates nothing: the caller's bug says nothing of the dependency's load.
+func (c *call[T]) attemptEnded(ctx context.Context, err error, returned bool, held tickets, end func(error)) {
+	outcome := attemptOutcome(ctx, err, returned)
+	learned := outcome
+	if !returned {
+		learned = context.Canceled
+	}
+	release(c.p.cfg.gates, held, learned)
+	if end != nil {
+		safe.EndAttempt(end, outcome)
+	}
+	c.s.ended(outcome)
 }
 
 // attemptOutcome is what the gates and the tracer learn of an attempt
