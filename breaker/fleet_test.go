@@ -319,9 +319,11 @@ func TestFleetSlowRequestTakesTheStateItFinds(t *testing.T) {
 }
 
 // TestFleetRunningProbeKeepsItsGrant: with an open timeout (40 ms) shorter
-// than a flush interval, a probe that runs for seconds keeps the fleet's
-// only grant: the grant lasts three flush intervals from each renewal,
-// not the open timeout, and the other replica never probes meanwhile.
+// than a flush interval, a probe that runs for several flush intervals
+// keeps the fleet's only grant: the grant lasts three flush intervals from
+// each renewal, not the open timeout, and the other replica never probes
+// meanwhile, until the probe has been out for 10 open timeouts
+// (TestFleetOverdueProbeLetsAnotherGo).
 func TestFleetRunningProbeKeepsItsGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newMemStore()
@@ -346,7 +348,7 @@ func TestFleetRunningProbeKeepsItsGrant(t *testing.T) {
 		synctest.Wait()
 		require.True(t, probing.Load(), "a probes")
 		at(start, 250*time.Millisecond)
-		for time.Since(start) < time.Second {
+		for time.Since(start) < 600*time.Millisecond { // a's probe out for 390 ms, under 10 open timeouts
 			_ = b.Execute(t.Context(), func(context.Context) error {
 				overlapped.Store(probing.Load())
 				return nil
@@ -358,6 +360,45 @@ func TestFleetRunningProbeKeepsItsGrant(t *testing.T) {
 		assert.False(t, overlapped.Load(), "b probed while a's probe ran")
 		time.Sleep(2*sharedFlush + sharedFlush/2) // a's next flush reports it, b's after hears it
 		assert.NoError(t, b.Execute(t.Context(), ok), "a's probe closed the fleet")
+	})
+}
+
+// TestFleetOverdueProbeLetsAnotherGo: a fleet probe that never answers
+// (its caller has no deadline) held the fleet half-open, and every call
+// of every replica rejected, for as long as it hung: its replica renewed
+// the grant at each flush. Once it has been out for 10 open timeouts it
+// no longer does, and another probe goes (here the other replica's, the
+// one that wants it), whose success closes the fleet.
+func TestFleetOverdueProbeLetsAnotherGo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newMemStore()
+		bs := sharedFleet(t, store, 2, breaker.ConsecutiveFailures(0), breaker.OpenTimeout(40*time.Millisecond))
+		a, b := bs[0], bs[1]
+		start := time.Now()
+		calls(a, 10, failed)
+		at(start, 120*time.Millisecond) // open since 100 ms
+		require.ErrorIs(t, a.Execute(t.Context(), ok), breaker.ErrOpen)
+		at(start, 210*time.Millisecond) // a was granted the probe at its flush at 200 ms
+		hang, stop := context.WithCancel(t.Context())
+		defer stop()
+		started := make(chan struct{})
+		go func() {
+			_ = a.Execute(hang, func(ctx context.Context) error {
+				close(started)
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		}()
+		<-started
+		probed := time.Now()
+		for b.Execute(t.Context(), ok) != nil {
+			require.Less(t, time.Since(probed), 10*40*time.Millisecond+5*sharedFlush, "another probe went")
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.GreaterOrEqual(t, time.Since(probed), 10*40*time.Millisecond, "not before the probe was overdue")
+		time.Sleep(3 * sharedFlush)
+		require.Equal(t, resilience.StateClosed, a.FleetState())
+		require.NoError(t, a.Execute(t.Context(), ok))
 	})
 }
 

@@ -260,6 +260,7 @@ type fleet struct {
 	granted  atomic.Int64  // when the permit was granted, in ns since epoch
 	used     atomic.Int64  // permits taken by calls, ever
 	running  atomic.Int64  // probes of this replica running
+	probeAt  atomic.Int64  // when the last of them was let through, in ns since epoch
 	demand   atomic.Int64  // when a call last wanted to probe and had no permit, in ns since epoch
 	probeOK  atomic.Uint32
 	probeBad atomic.Uint32 // outcomes of probes for gen, not yet sent
@@ -491,7 +492,7 @@ func (f *fleet) flush() {
 	// running, and a grant in the answer is not taken for a new one.
 	used := f.used.Load()
 	s.ProbeHeld = f.permits.Load() > 0
-	s.ProbeRunning = f.running.Load() > 0
+	s.ProbeRunning = f.probing()
 	s.Policy = f.policy
 	f.mu.Lock()
 	watched := f.watched
@@ -592,7 +593,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
 		// The store holds no grant of this replica's (it expired, or was
 		// given up): nor does the replica.
 		f.permits.Store(0)
-	case f.permits.Load() <= 0 && f.running.Load() == 0 && f.used.Load() == used:
+	case f.permits.Load() <= 0 && !f.probing() && f.used.Load() == used:
 		// A grant, new or given back: one permit, for a flush interval
 		// from when the flush was sent (before the store's grant expires).
 		// If a call took a permit since the flush was sent, the grant is
@@ -669,10 +670,21 @@ func (f *fleet) admit() (probe bool, gen uint64, c *tally, err error) {
 			return false, 0, nil, f.b.reject(f.b.errBusy)
 		}
 		f.used.Add(1)
+		f.probeAt.Store(int64(time.Since(f.epoch)))
 		f.mu.Unlock()
 		return true, gen, c, nil
 	}
 	return false, 0, c, nil
+}
+
+// probing reports whether a probe of this replica's runs for the fleet,
+// and has not been out as long as the local breaker lets a probe be
+// before another goes (core.overdueAfter): an overdue probe neither
+// renews the replica's grant, which then goes to whichever replica wants
+// one (this one too), nor keeps a grant from being taken as new, so that
+// a probe that never answers does not hold the fleet half-open for ever.
+func (f *fleet) probing() bool {
+	return f.running.Load() > 0 && time.Duration(int64(time.Since(f.epoch))-f.probeAt.Load()) <= f.b.cb.overdueAfter()
 }
 
 // wantProbe notes that a call wanted to probe for the fleet.
