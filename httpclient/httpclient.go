@@ -468,7 +468,7 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	opts := []pipeline.CallOption{discardResponse}
-	if !retryable || !a.rewindable {
+	if a.once = !retryable || !a.rewindable; a.once {
 		opts = append(opts, pipeline.SingleAttempt())
 	}
 	p := t.pipelineFor(req.URL)
@@ -552,6 +552,7 @@ type attempt struct {
 	hasBody    bool
 	rewindable bool
 	tooLong    bool
+	once       bool // sent once: not retried, whatever its error
 	buffered   bool // getBody gives copies of our own, which cannot fail
 	getBody    func() (io.ReadCloser, error)
 	max        int                // the most attempts there will be
@@ -645,7 +646,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
-		return nil, classify(err, a.hasBody)
+		return nil, classify(err, a.hasBody && a.once)
 	}
 	if a.cfg.class(resp.StatusCode) == resilience.ClassSuccess {
 		return resp, nil
@@ -720,37 +721,41 @@ func drain(ctx context.Context, body io.ReadCloser) {
 // not trust (TLS verification), a response header over the client's
 // MaxResponseHeaderBytes over HTTP/1.1, an https URL for a server that speaks plain
 // HTTP. So is a request whose sending the server cut ([cutRequest]): one
-// with a body (body is true), or of which net/http says some was written.
-// Every other error, a connection refused or reset, a timeout, is left
-// transient.
-func classify(err error, body bool) error {
-	if localError(err) || cutRequest(err, body) {
+// with a body that is sent once (once is true), or one without a body of
+// which net/http says some was written. Every other error, a connection
+// refused or reset, a timeout, is left transient.
+func classify(err error, once bool) error {
+	if localError(err) || cutRequest(err, once) {
 		return resilience.Rejected(err)
 	}
 	return err
 }
 
 // cutRequest reports whether err is a write of the request that the
-// server cut short with a reset or by closing the connection. A server
+// server cut short with a reset or by closing the connection, and which
+// is more likely the server refusing the request than failing. A server
 // refusing a request over its limits (a body, headers or a URI too long)
-// answers 413, 431, 414 or 400 and closes without reading the rest
-// (nginx with lingering_close off, or once its lingering time is out):
-// the reset drops the answer from the client's socket before net/http
-// reads it, and net/http returns the write's error. A small request,
-// written whole before any answer, meets a reset as it reads instead.
-// The refusal is the caller's doing, and a retry would send the same
-// request to be cut again. A request without a body counts only if
-// net/http says that some of it was written ("connection broken"): a
-// server that resets every connection as it accepts it cuts a GET before
-// its first byte, and that is the dependency failing. A server that dies
-// in the middle of a large request gives the same error: its next calls,
-// refused, count.
-func cutRequest(err error, body bool) bool {
+// answers 413, 431, 414 or 400 and closes without reading the rest (nginx
+// with lingering_close off, or once its lingering time is out): the reset
+// drops the answer from the client's socket before net/http reads it, and
+// net/http returns the write's error. A server that dies, or closes a
+// kept-alive connection, in the middle of an upload gives the same error.
+// So a request with a body counts as refused only if it is sent once (a
+// body too long to keep for a retry, a method not retried: once is true):
+// a retry would not tell the two apart, and a breaker that counted it
+// would open on the caller's oversized uploads; a body that is retried is
+// left transient, its retry gets the server's answer (a 413, permanent),
+// or the retries' failures count. A request without a body counts as
+// refused if net/http says that some of it was written ("connection
+// broken"): headers too large for the server; a server that resets every
+// connection as it accepts it cuts a request before its first byte, and
+// that is the dependency failing.
+func cutRequest(err error, once bool) bool {
 	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "write" || !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+	if !errors.As(err, &op) || op.Op != "write" && op.Op != "readfrom" || !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
 		return false
 	}
-	return body || strings.Contains(err.Error(), "net/http: HTTP/1.x transport connection broken: ")
+	return once || strings.Contains(err.Error(), "net/http: HTTP/1.x transport connection broken: ")
 }
 
 // netHTTPLocal are parts of the messages of the errors that net/http

@@ -6,10 +6,10 @@
 // When it is full, an attempt is refused at once with [ErrLimited], or,
 // with [MaxWaiting], waits in a queue until a slot frees or its context is
 // done, whichever comes first, so that a wait never outlives the call's
-// time budget. A free slot goes to the waiter with the most time left
-// (those without a deadline first, then the latest deadline; the oldest
-// of those alike): under overload, the oldest waiter has the least time
-// left, and first come first served would send every attempt too late to
+// time budget. A free slot goes to the oldest waiter, unless it has
+// waited four times as long as it has left: then to the one with the most
+// time left. Under overload, the oldest waiter has the least time left,
+// and first come first served alone would send every attempt too late to
 // be answered.
 //
 // An adaptive limit starts at [Initial] and moves by additive increase,
@@ -73,6 +73,7 @@ type waiter struct {
 	ready    chan struct{}
 	granted  bool
 	round    uint64    // when granted
+	since    time.Time // when it joined the queue
 	deadline time.Time // its context's; the zero Time if none
 }
 
@@ -187,8 +188,8 @@ func Backoff(f float64) Option {
 }
 
 // MaxWaiting lets up to n attempts wait for a slot when the limit is
-// reached, the one with the most time left first (see the package doc),
-// each until its context is done. More
+// reached, first come first served (but see the package doc), each until
+// its context is done. More
 // are refused at once. Default 0: none waits. It applies to both kinds of
 // Limiter. It panics if n is negative.
 func MaxWaiting(n int) Option {
@@ -217,7 +218,7 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 		l.mu.Unlock()
 		return 0, ErrLimited
 	}
-	w := &waiter{ready: make(chan struct{})}
+	w := &waiter{ready: make(chan struct{}), since: time.Now()}
 	w.deadline, _ = ctx.Deadline()
 	l.queue = append(l.queue, w)
 	l.mu.Unlock()
@@ -311,8 +312,12 @@ func (l *Limiter) learn(round uint64, c resilience.Class) {
 
 // grant hands free slots to the first waiters; l.mu is held.
 func (l *Limiter) grant() {
+	var now time.Time
 	for len(l.queue) > 0 && float64(l.inFlight) < l.limit {
-		i := l.next()
+		if now.IsZero() {
+			now = time.Now()
+		}
+		i := l.next(now)
 		w := l.queue[i]
 		copy(l.queue[i:], l.queue[i+1:])
 		l.queue[len(l.queue)-1] = nil
@@ -324,21 +329,26 @@ func (l *Limiter) grant() {
 	}
 }
 
-// next returns the index of the waiter to give the next slot to: the
-// oldest of those without a deadline, else the one whose deadline comes
-// last, the oldest of those alike; l.mu is held. Under overload the queue
-// holds waiters longer than their time allows, and the oldest has the
-// least left: given the slot, it would run out of time once sent, and so
-// would the next (the whole queue fails, a congestion collapse); the one
-// with the most time left gets an answer.
-func (l *Limiter) next() int {
+// next returns the index of the waiter to give the next slot to at now:
+// the oldest, unless it is late (it has a quarter of the time it waited
+// left, or less); then the one with the most time left (one without a
+// deadline, else the latest deadline; the oldest of those alike). l.mu is
+// held. A late oldest waiter is a queue longer than the calls' time
+// allows: given the slot, it would run out of time once sent, and so
+// would the next (the whole queue fails, and an adaptive limit learns
+// failures from it), while the one with the most time left gets an
+// answer. Otherwise first come first served, so that no waiter is passed
+// over for ever by a stream of new ones.
+func (l *Limiter) next(now time.Time) int {
+	if h := l.queue[0]; h.deadline.IsZero() || 4*h.deadline.Sub(now) > now.Sub(h.since) {
+		return 0
+	}
 	best := 0
 	for i, w := range l.queue {
-		b := l.queue[best]
-		if b.deadline.IsZero() {
-			break
+		if w.deadline.IsZero() {
+			return i
 		}
-		if w.deadline.IsZero() || w.deadline.After(b.deadline) {
+		if w.deadline.After(l.queue[best].deadline) {
 			best = i
 		}
 	}

@@ -98,52 +98,72 @@ func TestABurstOfFailuresDecreasesOnce(t *testing.T) {
 	assert.Equal(t, 81, l.Limit(), "an attempt sent after the step is a new congestion")
 }
 
-// TestWaitersWithTheMostTimeLeftGoFirst: a free slot goes to a waiter
-// without a deadline, the oldest first, then to the one whose deadline
-// comes last; a waiter whose deadline passes gives up, and the queue's
-// bound refuses one more at once.
-func TestWaitersWithTheMostTimeLeftGoFirst(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := limit.NewFixed(1, limit.MaxWaiting(5))
-		first := acquire(t, l)
-		var order []int
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		// Waiters 0 to 4 come 1 ms apart: 0 with 50 ms left (it gives up
-		// before the first slot frees), 1 with 200, 2 with 400, 3 and 4
-		// with none.
-		timeouts := []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 0, 0}
-		for i, d := range timeouts {
-			wg.Go(func() {
-				time.Sleep(time.Duration(i) * time.Millisecond)
-				ctx, cancel := t.Context(), context.CancelFunc(func() {})
-				if d > 0 {
-					ctx, cancel = context.WithTimeout(ctx, d)
+// TestWaitersOrder: a free slot goes to the oldest waiter, with a
+// deadline or without; once the oldest has waited four times as long as
+// it has left, to the one with the most time left. A waiter whose
+// deadline passes gives up.
+func TestWaitersOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		timeouts  []time.Duration // of the waiters, which come 1 ms apart; 0: none
+		releaseAt time.Duration
+		want      []int // who got a slot, in order; -1-i: waiter i gave up
+	}{
+		{"first come first served", []time.Duration{time.Second, 0, 300 * time.Millisecond}, 10 * time.Millisecond, []int{0, 1, 2}},
+		{"the oldest is late: the most time left", []time.Duration{100 * time.Millisecond, time.Second, 0}, 85 * time.Millisecond, []int{2, -1, 1}},
+		{"the oldest is late: the latest deadline", []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second}, 85 * time.Millisecond, []int{2, -1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := limit.NewFixed(1, limit.MaxWaiting(len(tc.timeouts)))
+				first := acquire(t, l)
+				var order []int
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				for i, d := range tc.timeouts {
+					wg.Go(func() {
+						time.Sleep(time.Duration(i) * time.Millisecond)
+						ctx, cancel := t.Context(), context.CancelFunc(func() {})
+						if d > 0 {
+							ctx, cancel = context.WithTimeout(ctx, d)
+						}
+						defer cancel()
+						tk, err := l.Acquire(ctx)
+						mu.Lock()
+						if err == nil {
+							order = append(order, i)
+						} else {
+							assert.ErrorIs(t, err, limit.ErrLimited)
+							order = append(order, -1-i)
+						}
+						mu.Unlock()
+						if err == nil {
+							time.Sleep(20 * time.Millisecond)
+							l.Release(tk, nil)
+						}
+					})
 				}
-				defer cancel()
-				tk, err := l.Acquire(ctx)
-				mu.Lock()
-				if err == nil {
-					order = append(order, i)
-				} else {
-					assert.ErrorIs(t, err, limit.ErrLimited)
-					order = append(order, -1-i)
-				}
-				mu.Unlock()
-				if err == nil {
-					time.Sleep(20 * time.Millisecond)
-					l.Release(tk, nil)
-				}
+				time.Sleep(tc.releaseAt)
+				l.Release(first, nil)
+				wg.Wait()
+				assert.Equal(t, tc.want, order)
+				assert.Zero(t, l.InFlight())
 			})
-		}
-		time.Sleep(10 * time.Millisecond)
+		})
+	}
+}
+
+// TestTheQueuesBoundRefusesAtOnce: a waiter past MaxWaiting is refused at
+// once.
+func TestTheQueuesBoundRefusesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limit.NewFixed(1, limit.MaxWaiting(1))
+		first := acquire(t, l)
+		go func() { _, _ = l.Acquire(t.Context()) }()
+		synctest.Wait()
 		_, err := l.Acquire(t.Context())
-		assert.ErrorIs(t, err, limit.ErrLimited, "a sixth waiter is refused at once")
-		time.Sleep(90 * time.Millisecond)
+		assert.ErrorIs(t, err, limit.ErrLimited)
 		l.Release(first, nil)
-		wg.Wait()
-		assert.Equal(t, []int{-1, 3, 4, 2, 1}, order, "0 gave up; then no deadline, oldest first; then the latest deadline")
-		assert.Zero(t, l.InFlight())
 	})
 }
 
