@@ -160,9 +160,13 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	if rec.status == 0 && !gone && !rec.hijacked {
 		rec.WriteHeader(http.StatusOK)
 	}
+	header := h.stored(rec.header, rec.outer)
+	if n, ok := rec.headLength(); ok {
+		header.Set("Content-Length", n)
+	}
 	_ = claim.Complete(r.Context(), Record{ // a failure is reported
 		Status:     rec.status,
-		Header:     h.stored(rec.header, rec.outer),
+		Header:     header,
 		Body:       rec.body,
 		Truncated:  rec.truncated || rec.hijacked, // a hijacked connection cannot be replayed
 		Incomplete: rec.failed || rec.short() || (gone && (rec.status == 0 || rec.began)),

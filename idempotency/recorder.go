@@ -113,6 +113,18 @@ func (r *recorder) short() bool {
 	return err == nil && r.written < n
 }
 
+// headLength returns the Content-Length net/http sent for a HEAD whose
+// handler set none, which the recorder keeps no body to compute again:
+// the length of what the handler wrote, if it wrote something, did not
+// flush, and wrote no more than net/http buffers before it sends the
+// headers (2048 bytes), as net/http computes it; ok is false otherwise.
+func (r *recorder) headLength() (n string, ok bool) {
+	if !r.head || r.flushed || r.written == 0 || r.written > 2048 || !bodyAllowed(r.status) || r.header.Get("Content-Length") != "" {
+		return "", false
+	}
+	return strconv.FormatInt(r.written, 10), true
+}
+
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
