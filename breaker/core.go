@@ -157,6 +157,12 @@ func (c *core) done(gen, age uint64, o outcome) {
 	case excluded:
 		c.win.TotalExclusions++
 		b.TotalExclusions++
+		if c.overdue > 0 {
+			// Most likely the overdue probe, whose slot another already has:
+			// it does not free one again. If it was the other, the overdue
+			// one counts as out again, until it is overdue anew.
+			c.overdue--
+		}
 	case counted:
 		c.win.TotalSuccesses++
 		b.TotalSuccesses++

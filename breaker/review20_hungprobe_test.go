@@ -3,6 +3,7 @@ package breaker_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -73,5 +74,43 @@ func TestReview20AnOverdueProbeStillCountsWhenItAnswers(t *testing.T) {
 		require.EqualValues(t, 3, admitted.Load(), "at 0, about 100 and about 200 ms")
 		time.Sleep(300 * time.Millisecond)
 		require.Equal(t, resilience.StateClosed, b.State(), "the first probe's answer, at 250 ms, closed it")
+	})
+}
+
+// TestReview20AnOverdueProbeEndingExcludedFreesNoSecondSlot, from the
+// review of the overdue probe: probe A hangs, B goes once A is overdue,
+// then A's caller cancels. A, excluded, freed a slot a second time, and a
+// third probe went while B had been out 1 ms.
+func TestReview20AnOverdueProbeEndingExcludedFreesNoSecondSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 10 * time.Millisecond
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(timeout))
+		_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("503") })
+		time.Sleep(timeout + time.Millisecond)
+		require.Equal(t, resilience.StateHalfOpen, b.State())
+
+		hang := make(chan struct{})
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer close(hang)
+		ctxA, cancelA := context.WithCancel(context.Background())
+		aDone := make(chan error, 1)
+		go func() {
+			aDone <- b.Execute(ctxA, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+		}()
+		synctest.Wait()
+		time.Sleep(10*timeout + time.Millisecond)
+		wg.Go(func() { // B, once A is overdue; it hangs too
+			_ = b.Execute(context.Background(), func(context.Context) error { <-hang; return nil })
+		})
+		synctest.Wait()
+		time.Sleep(time.Millisecond)
+		cancelA()
+		require.ErrorIs(t, <-aDone, context.Canceled)
+
+		ran := false
+		err := b.Execute(context.Background(), func(context.Context) error { ran = true; return nil })
+		require.False(t, ran, "a third probe went while B had been out 1 ms")
+		require.ErrorIs(t, err, breaker.ErrTooManyRequests)
 	})
 }
