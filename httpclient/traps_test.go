@@ -50,7 +50,7 @@ func TestNonsenseOptionsPanicNamingThemselves(t *testing.T) {
 		{"breaker: FailureRate(1.5, 10)", func() { breaker.FailureRate(1.5, 10) }},
 		{"breaker: OpenTimeout(0s)", func() { breaker.OpenTimeout(0) }},
 		{"limit: NewFixed(0)", func() { limit.NewFixed(0) }},
-		{"throttle: K(1)", func() { throttle.K(1) }},
+		{"throttle: K(1.05)", func() { throttle.K(1.05) }},
 		{"hedge: Quantile(1.5)", func() { hedge.Quantile(1.5) }},
 		{"hedge: Delay(0s)", func() { hedge.Delay(0) }},
 	} {

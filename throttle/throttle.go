@@ -91,13 +91,13 @@ type config struct {
 // window: after a 30 s outage at 1,000 calls a second, with the default
 // window, it refuses under 1% of the calls again 53 s to 1m43s after the
 // dependency is back with 2, 1m17s to 2m14s with 1.5, 4m42s to 9m6s with
-// 1.1 (TestRecoveryTimeByK, 13 runs). With 1 it would never: refusals
-// count as requests, and the share refused would stay where the outage
-// left it.
-// Default 2. It panics unless k is a finite number above 1.
+// 1.1 (TestRecoveryTimeByK, 13 runs). Nearer 1 it grows without bound
+// (30 to 58 min with 1.01), and with 1 it would never end: refusals count
+// as requests, and the share refused would stay where the outage left it.
+// Default 2. It panics unless k is a finite number of at least 1.1.
 func K(k float64) Option {
-	if math.IsNaN(k) || math.IsInf(k, 0) || k <= 1 {
-		panic(fmt.Sprintf("throttle: K(%v): k must be a finite number > 1", k))
+	if math.IsNaN(k) || math.IsInf(k, 0) || k < 1.1 {
+		panic(fmt.Sprintf("throttle: K(%v): k must be a finite number >= 1.1", k))
 	}
 	return optionFunc(func(c *config) { c.k = k })
 }

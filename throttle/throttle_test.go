@@ -197,8 +197,8 @@ func TestThrottleCostsNoAllocation(t *testing.T) {
 }
 
 func TestNonsenseOptionsPanic(t *testing.T) {
-	for _, k := range []float64{1, 0, 0.5, -1, math.NaN(), math.Inf(1)} {
-		assert.PanicsWithValue(t, fmt.Sprintf("throttle: K(%v): k must be a finite number > 1", k), func() { throttle.K(k) })
+	for _, k := range []float64{1.09, 1.01, 1, 0, 0.5, -1, math.NaN(), math.Inf(1)} {
+		assert.PanicsWithValue(t, fmt.Sprintf("throttle: K(%v): k must be a finite number >= 1.1", k), func() { throttle.K(k) })
 	}
 	for _, d := range []time.Duration{0, -time.Second, time.Millisecond} {
 		assert.PanicsWithValue(t, fmt.Sprintf("throttle: Window(%v): d must be at least 10ms", d), func() { throttle.Window(d) })
