@@ -7,10 +7,16 @@
 // with [MaxWaiting], waits in a queue until a slot frees or its context is
 // done, whichever comes first, so that a wait never outlives the call's
 // time budget. A free slot goes to the oldest waiter, unless it has
-// waited four times as long as it has left: then to the one with the most
-// time left. Under overload, the oldest waiter has the least time left,
-// and first come first served alone would send every attempt too late to
-// be answered.
+// waited four times as long as it has left: then to the newest. Under
+// overload, the oldest waiter has the least time left, and first come
+// first served alone would send every attempt too late to be answered
+// (after an outage, an adaptive limit then learns a failure from each and
+// stays at its minimum). The cost: a queue that stands at nearly the
+// callers' whole budget, where first come first served would still answer
+// each just in time, serves the newest first, and some of the oldest run
+// out of time waiting. An attempt that waited longer than it had left once
+// it got its slot, and then ran out of that time, teaches an adaptive
+// limit nothing: the queue spent its time, not the dependency.
 //
 // An adaptive limit starts at [Initial] and moves by additive increase,
 // multiplicative decrease (AIMD), as TCP's congestion window does: an
@@ -81,6 +87,12 @@ type waiter struct {
 // back to [Limiter.Release]: the round of the adaptive limit it was sent
 // in. The zero Ticket holds no slot.
 type Ticket uint64
+
+// waitedOut marks the Ticket of an attempt that waited in the queue
+// longer than its context had left once it got its slot: if it then runs
+// out of that time, the queue, not the dependency, is why, and an adaptive
+// limit learns nothing from it.
+const waitedOut Ticket = 1 << 63
 
 // Option configures a [Limiter]. [MaxWaiting] configures both kinds;
 // [Initial], [Min], [Max] and [Backoff] only an adaptive one ([NewAIMD]).
@@ -226,7 +238,11 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 	select {
 	case <-w.ready:
 		if ctx.Err() == nil {
-			return Ticket(w.round + 1), nil
+			tk := Ticket(w.round + 1)
+			if now := time.Now(); !w.deadline.IsZero() && w.deadline.Sub(now) < now.Sub(w.since) {
+				tk |= waitedOut
+			}
+			return tk, nil
 		}
 		// Granted as ctx ended (select picks either when both are
 		// ready): the slot goes to the next waiter, not to an attempt
@@ -283,7 +299,11 @@ func (l *Limiter) Release(tk Ticket, err error) {
 	}
 	l.mu.Lock()
 	if l.adaptive {
-		l.learn(uint64(tk-1), resilience.Classify(err))
+		c := resilience.Classify(err)
+		if tk&waitedOut != 0 && c.Failure() && errors.Is(err, context.DeadlineExceeded) {
+			c = resilience.ClassCanceled // out of the time the queue left it: nothing learned
+		}
+		l.learn(uint64(tk&^waitedOut-1), c)
 	}
 	l.inFlight--
 	l.grant()
@@ -317,11 +337,16 @@ func (l *Limiter) grant() {
 		if now.IsZero() {
 			now = time.Now()
 		}
-		i := l.next(now)
-		w := l.queue[i]
-		copy(l.queue[i:], l.queue[i+1:])
-		l.queue[len(l.queue)-1] = nil
-		l.queue = l.queue[:len(l.queue)-1]
+		var w *waiter
+		if l.late(now) { // the newest
+			w = l.queue[len(l.queue)-1]
+			l.queue[len(l.queue)-1] = nil
+			l.queue = l.queue[:len(l.queue)-1]
+		} else { // the oldest
+			w = l.queue[0]
+			l.queue[0] = nil
+			l.queue = l.queue[1:]
+		}
 		w.granted = true
 		w.round = l.round
 		l.inFlight++
@@ -329,30 +354,17 @@ func (l *Limiter) grant() {
 	}
 }
 
-// next returns the index of the waiter to give the next slot to at now:
-// the oldest, unless it is late (it has a quarter of the time it waited
-// left, or less); then the one with the most time left (one without a
-// deadline, else the latest deadline; the oldest of those alike). l.mu is
-// held. A late oldest waiter is a queue longer than the calls' time
-// allows: given the slot, it would run out of time once sent, and so
-// would the next (the whole queue fails, and an adaptive limit learns
-// failures from it), while the one with the most time left gets an
-// answer. Otherwise first come first served, so that no waiter is passed
-// over for ever by a stream of new ones.
-func (l *Limiter) next(now time.Time) int {
-	if h := l.queue[0]; h.deadline.IsZero() || 4*h.deadline.Sub(now) > now.Sub(h.since) {
-		return 0
-	}
-	best := 0
-	for i, w := range l.queue {
-		if w.deadline.IsZero() {
-			return i
-		}
-		if w.deadline.After(l.queue[best].deadline) {
-			best = i
-		}
-	}
-	return best
+// late reports whether the oldest waiter is late at now: it has a
+// quarter of the time it waited left, or less; l.mu is held. A late
+// oldest waiter is a queue longer than the calls' time allows: given the
+// slot, it would run out of time once sent, and so would the next (the
+// whole queue fails, and an adaptive limit learns failures from it). The
+// newest waiter, then, has the most time left, and gets an answer: first
+// come first served while the queue keeps up, last come first served
+// while it does not (as an adaptive LIFO queue does).
+func (l *Limiter) late(now time.Time) bool {
+	h := l.queue[0]
+	return !h.deadline.IsZero() && 4*h.deadline.Sub(now) <= now.Sub(h.since)
 }
 
 // Limit returns the current limit.
