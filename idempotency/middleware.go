@@ -161,14 +161,12 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 		rec.WriteHeader(http.StatusOK)
 	}
 	header := h.stored(rec.header, rec.outer)
-	if n, ok := rec.headLength(); ok {
-		header.Set("Content-Length", n)
-	}
+	rec.headHeader(header)
 	_ = claim.Complete(r.Context(), Record{ // a failure is reported
 		Status:     rec.status,
 		Header:     header,
 		Body:       rec.body,
-		Truncated:  rec.truncated || rec.hijacked, // a hijacked connection cannot be replayed
+		Truncated:  rec.truncated && !rec.head || rec.hijacked, // a HEAD's body is never sent; a hijacked connection cannot be replayed
 		Incomplete: rec.failed || rec.short() || (gone && (rec.status == 0 || rec.began)),
 	})
 }

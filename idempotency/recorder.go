@@ -14,7 +14,9 @@ import (
 type recorder struct {
 	http.ResponseWriter
 	max       int
-	head      bool // the request is a HEAD: net/http sends no body, and none is kept
+	head      bool   // the request is a HEAD: net/http sends no body
+	h2        bool   // over HTTP/2, which buffers more before it sends the headers
+	sniff     []byte // a HEAD's first bytes, kept when its body is over max
 	status    int
 	header    http.Header
 	body      []byte
@@ -31,7 +33,8 @@ type recorder struct {
 // newRecorder returns a recorder of w's answer to r, noting the headers
 // already set on w by outer middleware, keeping up to limit bytes of body.
 func newRecorder(w http.ResponseWriter, r *http.Request, limit int) *recorder {
-	rec := &recorder{ResponseWriter: w, client: r.Context(), max: limit, head: r.Method == http.MethodHead, outer: make(map[string]bool, len(w.Header()))}
+	rec := &recorder{ResponseWriter: w, client: r.Context(), max: limit, head: r.Method == http.MethodHead, h2: r.ProtoMajor == 2,
+		outer: make(map[string]bool, len(w.Header()))}
 	for k := range w.Header() {
 		rec.outer[k] = true
 	}
@@ -82,8 +85,11 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	if !r.truncated && !r.head && bodyAllowed(r.status) {
+	if !r.truncated && bodyAllowed(r.status) {
 		if len(r.body)+len(p) > r.max {
+			if r.head {
+				r.sniff = append(r.body[:min(sniffLen, len(r.body)):min(sniffLen, len(r.body))], p[:min(sniffLen-min(sniffLen, len(r.body)), len(p))]...)
+			}
 			r.truncated = true
 			r.body = nil
 		} else {
@@ -113,16 +119,32 @@ func (r *recorder) short() bool {
 	return err == nil && r.written < n
 }
 
-// headLength returns the Content-Length net/http sent for a HEAD whose
-// handler set none, which the recorder keeps no body to compute again:
-// the length of what the handler wrote, if it wrote something, did not
-// flush, and wrote no more than net/http buffers before it sends the
-// headers (2048 bytes), as net/http computes it; ok is false otherwise.
-func (r *recorder) headLength() (n string, ok bool) {
-	if !r.head || r.flushed || r.written == 0 || r.written > 2048 || !bodyAllowed(r.status) || r.header.Get("Content-Length") != "" {
-		return "", false
+// sniffLen is how many bytes net/http reads to guess a Content-Type.
+const sniffLen = 512
+
+// headHeader returns the header to store for a HEAD whose body was over
+// max, which is not kept: net/http sent none of it, but it set, from what
+// the handler wrote, headers the handler did not, which a replay with no
+// body would not get. A Content-Length, if the handler wrote something,
+// did not flush, and wrote no more than net/http buffers before it sends
+// the headers (2048 bytes, 4096 over HTTP/2); a Content-Type guessed from
+// its first bytes. Neither with a Transfer-Encoding or a Trailer, for
+// which net/http sets neither. A HEAD whose body fits is kept whole, and
+// its replay makes net/http set the same.
+func (r *recorder) headHeader(h http.Header) {
+	if !r.head || !r.truncated || !bodyAllowed(r.status) || r.written == 0 || r.header.Get("Transfer-Encoding") != "" || r.header.Get("Trailer") != "" {
+		return
 	}
-	return strconv.FormatInt(r.written, 10), true
+	buffered := int64(2048)
+	if r.h2 {
+		buffered = 4096
+	}
+	if !r.flushed && r.written <= buffered && r.header.Get("Content-Length") == "" {
+		h.Set("Content-Length", strconv.FormatInt(r.written, 10))
+	}
+	if _, typed := r.header["Content-Type"]; !typed {
+		h.Set("Content-Type", http.DetectContentType(r.sniff))
+	}
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.

@@ -109,6 +109,7 @@ func TestHeadWithALargeBodyIsReplayed(t *testing.T) {
 		}))
 	srv := httptest.NewServer(h)
 	defer srv.Close()
+	var got []http.Header
 	for i := range 2 {
 		req, _ := http.NewRequest(http.MethodHead, srv.URL, nil)
 		req.Header.Set(idempotency.Header, "k-head")
@@ -117,6 +118,12 @@ func TestHeadWithALargeBodyIsReplayed(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, http.StatusOK, resp.StatusCode, "call %d", i+1)
 		assert.Equal(t, "100", resp.Header.Get("X-Size"), "call %d", i+1)
+		got = append(got, resp.Header)
 	}
 	assert.EqualValues(t, 1, runs.Load())
+	// What net/http set from the body the first time, the replay says too.
+	for _, k := range []string{"Content-Length", "Content-Type"} {
+		assert.NotEmpty(t, got[0].Get(k), k)
+		assert.Equal(t, got[0].Get(k), got[1].Get(k), k)
+	}
 }
