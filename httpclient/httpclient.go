@@ -473,6 +473,7 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	}
 	p := t.pipelineFor(req.URL)
 	a.p, a.max = p, p.MaxAttempts(opts...)
+	retries := p.MaxAttempts() != 1 // before the call, which may open the breaker
 	resp, release, err := pipeline.DoStream(req.Context(), p, a.run, opts...)
 	if a.hasBody {
 		req.Body.Close() // a RoundTripper always closes the body; the attempts sent copies
@@ -480,7 +481,7 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	if retryable && a.tooLong && err != nil && resilience.Classify(err).Retryable() {
 		err = errors.Join(err, ErrBodyNotRetried) // the body was why it was not retried
 	}
-	if !retryable && err != nil && req.Context().Err() == nil && resilience.Classify(err).Retryable() && p.MaxAttempts() != 1 {
+	if !retryable && err != nil && req.Context().Err() == nil && resilience.Classify(err).Retryable() && retries {
 		err = &notRetriedError{err: err, method: req.Method} // the method was why
 	}
 	failed := a.finish()
@@ -646,7 +647,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
-		return nil, classify(err, a.hasBody && a.once)
+		return nil, classify(err, a.hasBody, a.once)
 	}
 	if a.cfg.class(resp.StatusCode) == resilience.ClassSuccess {
 		return resp, nil
@@ -721,11 +722,11 @@ func drain(ctx context.Context, body io.ReadCloser) {
 // not trust (TLS verification), a response header over the client's
 // MaxResponseHeaderBytes over HTTP/1.1, an https URL for a server that speaks plain
 // HTTP. So is a request whose sending the server cut ([cutRequest]): one
-// with a body that is sent once (once is true), or one without a body of
-// which net/http says some was written. Every other error, a connection
-// refused or reset, a timeout, is left transient.
-func classify(err error, once bool) error {
-	if localError(err) || cutRequest(err, once) {
+// with a body (body is true) that is sent once (once is true), or one
+// without a body of which net/http says some was written. Every other
+// error, a connection refused or reset, a timeout, is left transient.
+func classify(err error, body, once bool) error {
+	if localError(err) || cutRequest(err, body, once) {
 		return resilience.Rejected(err)
 	}
 	return err
@@ -750,12 +751,15 @@ func classify(err error, once bool) error {
 // broken"): headers too large for the server; a server that resets every
 // connection as it accepts it cuts a request before its first byte, and
 // that is the dependency failing.
-func cutRequest(err error, once bool) bool {
+func cutRequest(err error, body, once bool) bool {
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "write" && op.Op != "readfrom" || !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
 		return false
 	}
-	return once || strings.Contains(err.Error(), "net/http: HTTP/1.x transport connection broken: ")
+	if body {
+		return once
+	}
+	return strings.Contains(err.Error(), "net/http: HTTP/1.x transport connection broken: ")
 }
 
 // netHTTPLocal are parts of the messages of the errors that net/http
