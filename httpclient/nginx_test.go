@@ -149,8 +149,10 @@ type chunked struct{ io.Reader }
 // a chunked body, or 400 to the headers, and resets the connection as
 // the client still writes, and the client's socket drops the answer:
 // net/http returns "connection reset by peer"). With a breaker that
-// opens on one failure, none opens it, none is retried, and the healthy
-// call after each succeeds.
+// opens on one failure, none opens it, and the healthy call after each
+// succeeds. The chunked body, too long to keep for a retry, is sent once;
+// the others may meet the reset as the client reads, and their retry gets
+// nginx's answer.
 func TestNginxRefusingTheCallersRequestDoesNotOpenTheBreaker(t *testing.T) {
 	var hits atomic.Int64
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -166,22 +168,23 @@ func TestNginxRefusingTheCallersRequestDoesNotOpenTheBreaker(t *testing.T) {
 		url := "http://" + addr + "/"
 		for _, tc := range []struct {
 			name string
+			once bool // sent once: its body is too long to keep for a retry
 			req  func() *http.Request
 		}{
-			{"body over the limit", func() *http.Request {
+			{"body over the limit", false, func() *http.Request {
 				r, _ := http.NewRequest(http.MethodPut, url, bytes.NewReader(big))
 				return r
 			}},
-			{"chunked body over the limit", func() *http.Request {
+			{"chunked body over the limit", true, func() *http.Request {
 				r, _ := http.NewRequest(http.MethodPut, url, chunked{bytes.NewReader(big)})
 				return r
 			}},
-			{"header over the limit", func() *http.Request {
+			{"header over the limit", false, func() *http.Request {
 				r, _ := http.NewRequest(http.MethodGet, url, nil)
 				r.Header.Set("X-Big", strings.Repeat("a", 8<<10))
 				return r
 			}},
-			{"URI over the limit", func() *http.Request {
+			{"URI over the limit", false, func() *http.Request {
 				r, _ := http.NewRequest(http.MethodGet, url+strings.Repeat("a", 8<<10), nil)
 				return r
 			}},
@@ -197,7 +200,11 @@ func TestNginxRefusingTheCallersRequestDoesNotOpenTheBreaker(t *testing.T) {
 					} else {
 						assert.ErrorIs(t, err, syscall.ECONNRESET, "round %d: only a reset is expected", i)
 					}
-					assert.EqualValues(t, 1, sent.Load(), "round %d: the same request would be refused again: not retried", i)
+					if tc.once {
+						assert.EqualValues(t, 1, sent.Load(), "round %d: sent once", i)
+					} else { // a reset met as the client reads is retried, and the retry gets nginx's answer
+						assert.LessOrEqual(t, sent.Load(), int64(4), "round %d", i)
+					}
 					assert.Equal(t, before, hits.Load(), "round %d: nginx refused it: the backend saw nothing", i)
 					assert.Equal(t, resilience.StateClosed, b.State(), "round %d: %v", i, err)
 					ok, err := hc.Get(url)
