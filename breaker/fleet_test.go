@@ -326,14 +326,7 @@ func TestFleetSlowRequestTakesTheStateItFinds(t *testing.T) {
 // (TestFleetOverdueProbeLetsAnotherGo).
 func TestFleetRunningProbeKeepsItsGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := newMemStore()
-		bs := sharedFleet(t, store, 2, breaker.ConsecutiveFailures(0), breaker.OpenTimeout(40*time.Millisecond))
-		a, b := bs[0], bs[1]
-		start := time.Now()
-		calls(a, 10, failed)
-		at(start, 120*time.Millisecond) // open since 100 ms
-		require.ErrorIs(t, a.Execute(t.Context(), ok), breaker.ErrOpen)
-		at(start, 210*time.Millisecond) // a was granted the probe at its flush at 200 ms (half-open from 140 ms)
+		a, b, start := grantedFleet(t)
 		release := make(chan struct{})
 		var probing, overlapped atomic.Bool
 		done := make(chan error)
@@ -371,14 +364,7 @@ func TestFleetRunningProbeKeepsItsGrant(t *testing.T) {
 // one that wants it), whose success closes the fleet.
 func TestFleetOverdueProbeLetsAnotherGo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := newMemStore()
-		bs := sharedFleet(t, store, 2, breaker.ConsecutiveFailures(0), breaker.OpenTimeout(40*time.Millisecond))
-		a, b := bs[0], bs[1]
-		start := time.Now()
-		calls(a, 10, failed)
-		at(start, 120*time.Millisecond) // open since 100 ms
-		require.ErrorIs(t, a.Execute(t.Context(), ok), breaker.ErrOpen)
-		at(start, 210*time.Millisecond) // a was granted the probe at its flush at 200 ms
+		a, b, _ := grantedFleet(t)
 		hang, stop := context.WithCancel(t.Context())
 		defer stop()
 		started := make(chan struct{})
@@ -400,6 +386,22 @@ func TestFleetOverdueProbeLetsAnotherGo(t *testing.T) {
 		require.Equal(t, resilience.StateClosed, a.FleetState())
 		require.NoError(t, a.Execute(t.Context(), ok))
 	})
+}
+
+// grantedFleet returns two replicas on one store with an open timeout of
+// 40 ms, shorter than a flush interval, and when it began: a's failures
+// open the fleet at 100 ms, and a is granted its probe at its flush at
+// 200 ms (half-open from 140 ms); it returns at 210 ms.
+func grantedFleet(t *testing.T) (a, b *breaker.Breaker, start time.Time) {
+	store := newMemStore()
+	bs := sharedFleet(t, store, 2, breaker.ConsecutiveFailures(0), breaker.OpenTimeout(40*time.Millisecond))
+	a, b = bs[0], bs[1]
+	start = time.Now()
+	calls(a, 10, failed)
+	at(start, 120*time.Millisecond)
+	require.ErrorIs(t, a.Execute(t.Context(), ok), breaker.ErrOpen)
+	at(start, 210*time.Millisecond)
+	return a, b, start
 }
 
 // pair returns two replicas on one store, the second made lag after the
