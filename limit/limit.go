@@ -14,9 +14,12 @@
 // stays at its minimum). The cost: a queue that stands at nearly the
 // callers' whole budget, where first come first served would still answer
 // each just in time, serves the newest first, and some of the oldest run
-// out of time waiting. An attempt that waited longer than it had left once
-// it got its slot, and then ran out of that time, teaches an adaptive
-// limit nothing: the queue spent its time, not the dependency.
+// out of time waiting. Every attempt's timeout teaches an adaptive limit,
+// also one that spent most of its time in the queue: the limit must fall
+// when the dependency turns slower than the callers' budgets, and such a
+// timeout may be all it hears of it; so after an outage, a dependency
+// slower than a fifth of the callers' budget may be held below what it
+// could serve for a while.
 //
 // An adaptive limit starts at [Initial] and moves by additive increase,
 // multiplicative decrease (AIMD), as TCP's congestion window does: an
@@ -87,12 +90,6 @@ type waiter struct {
 // back to [Limiter.Release]: the round of the adaptive limit it was sent
 // in. The zero Ticket holds no slot.
 type Ticket uint64
-
-// waitedOut marks the Ticket of an attempt that waited in the queue
-// longer than its context had left once it got its slot: if it then runs
-// out of that time, the queue, not the dependency, is why, and an adaptive
-// limit learns nothing from it.
-const waitedOut Ticket = 1 << 63
 
 // Option configures a [Limiter]. [MaxWaiting] configures both kinds;
 // [Initial], [Min], [Max] and [Backoff] only an adaptive one ([NewAIMD]).
@@ -238,11 +235,7 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 	select {
 	case <-w.ready:
 		if ctx.Err() == nil {
-			tk := Ticket(w.round + 1)
-			if now := time.Now(); !w.deadline.IsZero() && w.deadline.Sub(now) < now.Sub(w.since) {
-				tk |= waitedOut
-			}
-			return tk, nil
+			return Ticket(w.round + 1), nil
 		}
 		// Granted as ctx ended (select picks either when both are
 		// ready): the slot goes to the next waiter, not to an attempt
@@ -299,11 +292,7 @@ func (l *Limiter) Release(tk Ticket, err error) {
 	}
 	l.mu.Lock()
 	if l.adaptive {
-		c := resilience.Classify(err)
-		if tk&waitedOut != 0 && c.Failure() && errors.Is(err, context.DeadlineExceeded) {
-			c = resilience.ClassCanceled // out of the time the queue left it: nothing learned
-		}
-		l.learn(uint64(tk&^waitedOut-1), c)
+		l.learn(uint64(tk-1), resilience.Classify(err))
 	}
 	l.inFlight--
 	l.grant()
