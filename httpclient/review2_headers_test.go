@@ -87,10 +87,19 @@ func TestReview2TransportInsideHedgeOfSamePipeline(t *testing.T) {
 	if len(seen.reqs) == 0 {
 		t.Fatal("no request")
 	}
-	v := seen.reqs[0].Get(retrysignal.AttemptHeader)
-	a, ok := retrysignal.ParseAttempt(v)
-	if !ok || a.N != 1 || a.Hedge {
-		t.Errorf("the first attempt of a request made inside a hedge of the same pipeline went out with %s %q (parses: %v, %+v); want \"1/3\"", retrysignal.AttemptHeader, v, ok, a)
+	// The request's own hedge, if an attempt outlasted the 2 ms delay on a
+	// loaded machine, is "1/3; hedge", and may arrive first.
+	first := false
+	for _, r := range seen.reqs {
+		v := r.Get(retrysignal.AttemptHeader)
+		a, ok := retrysignal.ParseAttempt(v)
+		if !ok || a.N != 1 {
+			t.Errorf("an attempt of a request made inside a hedge of the same pipeline went out with %s %q (parses: %v, %+v); want \"1/3\"", retrysignal.AttemptHeader, v, ok, a)
+		}
+		first = first || ok && !a.Hedge
+	}
+	if !first {
+		t.Errorf("no first attempt \"1/3\" among %d requests", len(seen.reqs))
 	}
 }
 
