@@ -353,7 +353,7 @@ func (l *Limiter) grant() {
 // while it does not (as an adaptive LIFO queue does).
 func (l *Limiter) late(now time.Time) bool {
 	h := l.queue[0]
-	return !h.deadline.IsZero() && 4*h.deadline.Sub(now) <= now.Sub(h.since)
+	return !h.deadline.IsZero() && h.deadline.Sub(now) <= now.Sub(h.since)/4 // divided: a deadline a century off does not overflow
 }
 
 // Limit returns the current limit.

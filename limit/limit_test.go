@@ -380,3 +380,35 @@ func TestSlotGrantedAsTheWaitEndsGoesOn(t *testing.T) {
 		})
 	}
 }
+
+// TestAFarDeadlineIsNotLate: a waiter whose deadline is a century off is
+// not late (four times its time left overflowed, and it was), so the
+// queue stays first come first served.
+func TestAFarDeadlineIsNotLate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limit.NewFixed(1, limit.MaxWaiting(2))
+		first := acquire(t, l)
+		ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(100*365*24*time.Hour))
+		defer cancel()
+		var order []int
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i, c := range []context.Context{ctx, t.Context()} {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * time.Millisecond)
+				tk, err := l.Acquire(c)
+				if assert.NoError(t, err) {
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					l.Release(tk, nil)
+				}
+			})
+		}
+		time.Sleep(10 * time.Millisecond)
+		l.Release(first, nil)
+		wg.Wait()
+		assert.Equal(t, []int{0, 1}, order)
+	})
+}
