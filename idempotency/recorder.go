@@ -87,8 +87,9 @@ func (r *recorder) Write(p []byte) (int, error) {
 	}
 	if !r.truncated && bodyAllowed(r.status) {
 		if len(r.body)+len(p) > r.max {
-			if r.head {
-				r.sniff = append(r.body[:min(sniffLen, len(r.body)):min(sniffLen, len(r.body))], p[:min(sniffLen-min(sniffLen, len(r.body)), len(p))]...)
+			if r.head { // the first bytes, for headHeader's guess of a Content-Type
+				r.sniff = append(make([]byte, 0, sniffLen), r.body[:min(len(r.body), sniffLen)]...)
+				r.sniff = append(r.sniff, p[:min(len(p), sniffLen-len(r.sniff))]...)
 			}
 			r.truncated = true
 			r.body = nil
@@ -122,8 +123,8 @@ func (r *recorder) short() bool {
 // sniffLen is how many bytes net/http reads to guess a Content-Type.
 const sniffLen = 512
 
-// headHeader returns the header to store for a HEAD whose body was over
-// max, which is not kept: net/http sent none of it, but it set, from what
+// headHeader adds to h, the header to store, for a HEAD whose body was
+// over max, which is not kept: net/http sent none of it, but it set, from what
 // the handler wrote, headers the handler did not, which a replay with no
 // body would not get. A Content-Length, if the handler wrote something,
 // did not flush, and wrote no more than net/http buffers before it sends
@@ -132,7 +133,8 @@ const sniffLen = 512
 // which net/http sets neither. A HEAD whose body fits is kept whole, and
 // its replay makes net/http set the same.
 func (r *recorder) headHeader(h http.Header) {
-	if !r.head || !r.truncated || !bodyAllowed(r.status) || r.written == 0 || r.header.Get("Transfer-Encoding") != "" || r.header.Get("Trailer") != "" {
+	// truncated: the status allowed a body (Write keeps none otherwise).
+	if !r.head || !r.truncated || r.written == 0 || r.header.Get("Transfer-Encoding") != "" || r.header.Get("Trailer") != "" {
 		return
 	}
 	buffered := int64(2048)
