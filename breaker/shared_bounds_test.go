@@ -33,9 +33,14 @@ func TestSharedIdleGrantIsGivenUp(t *testing.T) {
 		require.Equal(t, resilience.StateOpen, a.FleetState())
 		// a wants to probe while the fleet is open: the flush that finds it
 		// half-open grants a the probe; then a goes idle.
+		// The flushes come at multiples of 10 ms too: synctest.Wait lets
+		// one due at the same instant finish before the state is read, so
+		// that a's next call is never the probe it is granted (it would
+		// fail it, and the fleet would open again for an open timeout).
 		for a.FleetState() == resilience.StateOpen {
 			_ = a.Execute(context.Background(), func(context.Context) error { return errDown })
 			time.Sleep(10 * time.Millisecond)
+			synctest.Wait()
 		}
 		idle := time.Now()
 		var inflight, most atomic.Int64

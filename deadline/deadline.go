@@ -6,6 +6,17 @@
 // ends whatever their clocks say. The server's [Middleware] turns it back
 // into a context deadline, so its handler, and any call it makes in turn,
 // stops working on a request that nobody is waiting for any more.
+//
+// The budget is the caller's to choose, and [Middleware] takes it from
+// any caller: one that sends a budget shorter than the dependency's
+// latency makes this service's calls to it run out of time, and its
+// breaker counts each as the dependency's failure, as it counts any
+// deadline that runs out (a client cannot tell a deadline too short from
+// a dependency too slow): in a review, five requests with a budget of
+// 5 ms, to a service whose dependency answers in 30 ms, opened its
+// default breaker, which then failed that service's other calls for the
+// open timeout. Put Middleware only behind callers trusted to send the
+// budgets they have.
 package deadline
 
 import (
@@ -30,8 +41,15 @@ const MaxBudget = 999_999_999 * time.Millisecond
 // Inject sets h's [Header] to the time left before ctx's deadline, rounded
 // down to whole milliseconds and at most [MaxBudget], and reports whether
 // ctx has a deadline. It removes any [Header] from h when ctx has none, so
-// a stale value is never forwarded. A deadline already past is sent as 0.
+// a stale value is never forwarded: also one under a key of another case
+// (set as h["request-timeout-ms"], which http.Header's methods do not
+// see, but which is sent). A deadline already past is sent as 0.
 func Inject(ctx context.Context, h http.Header) bool {
+	for k := range h {
+		if k != Header && len(k) == len(Header) && strings.EqualFold(k, Header) {
+			delete(h, k)
+		}
+	}
 	d, ok := ctx.Deadline()
 	if !ok {
 		h.Del(Header)

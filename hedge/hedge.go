@@ -13,9 +13,11 @@
 // slow tail itself, and hedge more often than the quantile says.
 //
 // Hedges have a budget of their own, apart from the retry quota so that
-// hedging cannot starve retries: at most [MaxShare] of the calls (10% by
-// default), plus one, over a sliding window of 10 s, whatever the
-// latencies do.
+// hedging cannot starve retries: a hedge is sent while the hedges of a
+// sliding window of 10 s number fewer than [MaxShare] of its calls (10% by
+// default) plus one, whatever the latencies do; so up to one more than
+// that share plus one, where it is not a whole number (2 hedges for a
+// lone call at 10%).
 //
 // In a pipeline (see pipeline.WithHedging), hedging runs inside the retry
 // stage, around each attempt: only calls that may be repeated are hedged

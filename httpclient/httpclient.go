@@ -676,16 +676,18 @@ func (a *attempt) request(ctx context.Context, n int, hedge bool) *http.Request 
 	r := a.req.WithContext(ctx)
 	h := make(http.Header, len(a.req.Header)+3)
 	for k, v := range a.req.Header {
+		// The caller's budget header, whatever its case, is not forwarded:
+		// the attempt's own replaces it, if it has a deadline.
+		if len(k) == len(deadline.Header) && strings.EqualFold(k, deadline.Header) {
+			continue
+		}
 		h[k] = v[:len(v):len(v)]
 	}
 	// The keys set here are canonical: set without Set's canonicalizing.
 	if a.key[0] != "" {
 		h[idempotencykey.Header] = a.key[:]
 	}
-	// Without a deadline, Inject only removes the caller's header: it is
-	// skipped, with its key's canonicalizing, when there is none.
-	_, forwarded := h[deadline.Header]
-	if _, ok := ctx.Deadline(); ok || forwarded {
+	if _, ok := ctx.Deadline(); ok {
 		deadline.Inject(ctx, h)
 	}
 	v := retrysignal.Attempt{N: n, Max: a.max, Hedge: hedge}.String()

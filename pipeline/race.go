@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -324,7 +325,7 @@ func (r *race[T]) dispose(o outcome[T]) {
 		slog.Error("resiliencekit: a hedged attempt panicked or called runtime.Goexit after its call was decided", "panic", o.panicked)
 	}
 	if fn, ok := r.c.opts.discard.(func(T)); ok && o.panicked == nil && !o.goexit {
-		fn(o.res)
+		safe.Discard(fn, o.res)
 	}
 	o.keep.release()
 }

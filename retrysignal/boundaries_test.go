@@ -54,7 +54,7 @@ func TestParseAttemptDigitsAndLengths(t *testing.T) {
 // does not start the response, so an error after it is still answered,
 // with the signal; a 200 does start it, and the error is then only logged.
 func TestHandlerAnswersAfterAnInformationalResponse(t *testing.T) {
-	failed := errors.New("dependency down")
+	failed := &retrypolicy.Error{Attempts: 3, Reason: retrypolicy.ErrMaxAttempts, Last: errors.New("dependency down")}
 	srv := httptest.NewServer(retrysignal.Handler(func(w http.ResponseWriter, r *http.Request) error {
 		switch r.URL.Path {
 		case "/hints":

@@ -172,17 +172,24 @@ type httpStatus interface {
 // outbound call failed with err, as a pipeline or the httpclient returns
 // it, keeping the failure's meaning: 504 when its time budget ran out or
 // every attempt timed out; the dependency's own status when it answered
-// (503 stays 503, 404 stays 404); 503 when the breaker is open or busy,
-// the retries or the retry quota ran out on errors without an answer, or
-// the caller went away; 502 for another failure that a retry would not
-// fix; 500 when the request this service made was at fault.
+// with a 4xx or 5xx (503 stays 503, 404 stays 404; a gRPC dependency's
+// code as the HTTP status that stands for it, where its error says so, as
+// grpcclient's does: NOT_FOUND is 404), 502 when it answered with another
+// (a 304, a 101, or a status no server should send); 503 when the breaker
+// is open or busy, the retries or the retry quota ran out on errors
+// without an answer, or the caller went away; 502 for another failure
+// that a retry would not fix; 500 when the request this service made was
+// at fault.
 func Status(err error) int {
 	var answered httpStatus
 	switch {
 	case errors.Is(err, retrypolicy.ErrOutOfTime):
 		return http.StatusGatewayTimeout
 	case errors.As(err, &answered):
-		return answered.HTTPStatus()
+		if s := answered.HTTPStatus(); s >= 400 && s <= 599 {
+			return s
+		}
+		return http.StatusBadGateway // not a failure's status to its caller, or not one at all
 	case breaker.IsRejection(err):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
@@ -201,29 +208,48 @@ func Status(err error) int {
 // WriteError answers a request whose handler's outbound call failed with
 // err, and whose response has not started: the status of [Status], the
 // [NoRetryHeader] (the caller must not retry: this service's resilient
-// client already did what retrying it would), and a problem document.
-// Headers the handler set that would contradict it (Content-Length,
-// Retry-After) are dropped.
-func WriteError(w http.ResponseWriter, err error) {
+// client already did what retrying it would), and a problem document,
+// which no cache keeps (Cache-Control: no-store). Headers the handler set
+// that would contradict it (Content-Length, Content-Encoding,
+// Content-Range, Retry-After, ETag, Last-Modified, Expires) are dropped.
+func WriteError(w http.ResponseWriter, err error) { writeError(w, err, true) }
+
+// contradicting are the headers a handler may have set for the answer it
+// meant to give, which a problem document would contradict.
+var contradicting = [...]string{"Content-Length", "Content-Encoding", "Content-Range", "Retry-After", "ETag", "Last-Modified", "Expires"}
+
+// writeError is [WriteError], with the [NoRetryHeader] only if signal.
+func writeError(w http.ResponseWriter, err error, signal bool) {
 	status := Status(err)
 	h := w.Header()
-	h.Del("Content-Length")
-	h.Del("Retry-After")
-	h.Set(NoRetryHeader, "1")
+	for _, k := range contradicting {
+		h.Del(k)
+	}
+	detail := "a dependency failed"
+	if signal {
+		h.Set(NoRetryHeader, "1")
+		detail = "a dependency failed after retrying; do not retry"
+	}
+	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(`{"status":` + strconv.Itoa(status) + `,"title":` + strconv.Quote(http.StatusText(status)) +
-		`,"detail":"a dependency failed after retrying; do not retry"}` + "\n"))
+		`,"detail":"` + detail + `"}` + "\n"))
 }
 
 // Handler is an http.Handler whose function returns the error of its
-// outbound call, answered by [WriteError]; a nil error means the function
-// answered itself. An error returned after the function started its
-// response cannot be answered: it is logged with log/slog's default
-// logger, and the response is left as it is.
+// outbound call; a nil error means the function answered itself. An
+// error that came out of a resilient outbound call, whose retries were
+// made (it carries a resilience class, as what pipeline, breaker,
+// retrypolicy, httpclient and grpcclient return does: [Retried]), is
+// answered by [WriteError], with the signal; another, such as a plain
+// http.Client's, in the same way but without the signal, so that the
+// caller may retry what nobody below did. An error returned after the
+// function started its response cannot be answered: it is logged with
+// log/slog's default logger, and the response is left as it is.
 type Handler func(w http.ResponseWriter, r *http.Request) error
 
-// ServeHTTP calls h and answers its error, if any, by [WriteError].
+// ServeHTTP calls h and answers its error, if any.
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &startedWriter{ResponseWriter: w}
 	err := h(sw.as(w), r)
@@ -232,8 +258,19 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case sw.started:
 		slog.Error("retrysignal: a handler failed after starting its response", "path", r.URL.Path, "error", err)
 	default:
-		WriteError(w, err)
+		writeError(w, err, Retried(err))
 	}
+}
+
+// Retried reports whether err came out of a resilient outbound call,
+// which made the retries it could: it has a resilience class of its own
+// somewhere in its chain ([resilience.ClassOf]), as the errors of a
+// pipeline, a breaker, a retry policy, httpclient and grpcclient do. Only
+// such an error is answered with the signal by [Handler], and by
+// grpcsignal's server interceptors.
+func Retried(err error) bool {
+	_, ok := resilience.ClassOf(err)
+	return ok
 }
 
 // startedWriter notes whether the response started.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -185,3 +186,46 @@ func TestHandlerAnswersItsError(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, w.Code)
 	assert.True(t, retrysignal.NoRetry(w.Header()))
 }
+
+// TestHandlerSignalsOnlyWhatWasRetried: an error that did not come out of
+// a resilient client (a plain http.Client's, the handler's own) is
+// answered without the signal, so that the caller may retry what nobody
+// below did; one that did, with it.
+func TestHandlerSignalsOnlyWhatWasRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		err    error
+		signal bool
+	}{
+		{"a plain client's", errors.New("c answered 503"), false},
+		{"a pipeline's", &retrypolicy.Error{Attempts: 3, Reason: retrypolicy.ErrMaxAttempts, Last: errors.New("503")}, true},
+		{"a classed one", resilience.Terminal(errors.New("500")), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			retrysignal.Handler(func(http.ResponseWriter, *http.Request) error { return tc.err }).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+			assert.Equal(t, tc.signal, retrysignal.NoRetry(w.Header()))
+			assert.Equal(t, tc.signal, strings.Contains(w.Body.String(), "do not retry"))
+			assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+			assert.Equal(t, tc.signal, retrysignal.Retried(tc.err))
+		})
+	}
+}
+
+// TestStatusOfAnAnswerThatIsNoFailure: a dependency's answer that is not a
+// 4xx or 5xx (a 304, a 101, a status no server should send) is a 502 to
+// the caller: passed up, it would read as no failure, or panic in
+// WriteHeader.
+func TestStatusOfAnAnswerThatIsNoFailure(t *testing.T) {
+	for _, s := range []int{0, 99, 101, 200, 304, 399, 600, 999} {
+		assert.Equal(t, http.StatusBadGateway, retrysignal.Status(statusErr(s)), "%d", s)
+	}
+	for _, s := range []int{400, 404, 499, 500, 503, 599} {
+		assert.Equal(t, s, retrysignal.Status(statusErr(s)), "%d", s)
+	}
+}
+
+type statusErr int
+
+func (e statusErr) Error() string   { return "answered " + strconv.Itoa(int(e)) }
+func (e statusErr) HTTPStatus() int { return int(e) }

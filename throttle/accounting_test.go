@@ -16,18 +16,18 @@ import (
 // TestEachOutcomeIsCountedAsItShouldBe: with K 1.25, 10 accepted
 // attempts, then 10 ending with the outcome under test, then 10 failures
 // (a refusal counts as a failure does: a request, not accepted), the
-// probability (requests - K*accepts) / (requests + 1) tells how the
+// probability (requests - K*(accepts+1)) / (requests + 1) tells how the
 // outcome was counted: an answer (a success, a 400) is an accept (30
-// requests, 20 accepts: 5/31); a failure of the dependency (a 500, a 503,
-// a timeout) is a request only (30, 10: 17.5/31); an attempt the caller
-// canceled or that was not sent after all is taken back (20, 10:
-// 7.5/21). A join is counted by the class it carries, wherever in the
+// requests, 20 accepts: 3.75/31); a failure of the dependency (a 500, a
+// 503, a timeout) is a request only (30, 10: 16.25/31); an attempt the
+// caller canceled or that was not sent after all is taken back (20, 10:
+// 6.25/21). A join is counted by the class it carries, wherever in the
 // join that is.
 func TestEachOutcomeIsCountedAsItShouldBe(t *testing.T) {
 	const (
-		accepted = 5.0 / 31
-		failed   = 17.5 / 31
-		takeBack = 7.5 / 21
+		accepted = 3.75 / 31
+		failed   = 16.25 / 31
+		takeBack = 6.25 / 21
 	)
 	overload := errors.New("503 service unavailable")
 	for _, tc := range []struct {

@@ -8,20 +8,33 @@
 // timeout). Each new attempt is refused locally, before it is sent, with
 // probability
 //
-//	max(0, (requests - K*accepts) / (requests + 1))
+//	max(0, (requests - K*(accepts+1)) / (requests + 1))
+//
+// one accept assumed beside those counted (the book's formula has none),
+// so that the first failures of a window, before any accept, refuse
+// nothing: a lone failure, or a few stale connections reset at once, is
+// not an overload.
 //
 // An attempt counts as a request as it is sent, so that the throttle sees
 // the load as it goes out, not an attempt's duration later; the attempts
 // still out count among the accepts at the rate the dependency has been
-// accepting the answered ones (all of them while none has answered), so
-// that a burst to a healthy dependency is not taken for refusals, while
-// attempts piling up at one that has been failing are. So while the
-// dependency accepts at least one attempt in K nothing is refused; when it accepts fewer, the throttle sends it only about K times
+// accepting the attempts it answered (refusals of the throttle's own left
+// out, the assumed accept in), so that a burst to a healthy dependency is
+// not taken for refusals, while attempts piling up at one that has been
+// failing are. So while the dependency accepts at least one attempt in K nothing is refused; when it accepts fewer, the throttle sends it only about K times
 // what it has been accepting, and the rest fail at once with [ErrThrottled]
 // at no cost to the dependency. Refused attempts count as requests, so
 // the throttle lets more through as soon as accepts come back. K is 2 by
 // default: a dependency that accepts nothing still gets a trickle of
 // attempts, so the throttle notices when it is back.
+//
+// More than K failures in a window with no accept, as a pool of stale
+// connections reset at once after an idle spell gives, are taken for an
+// overload: their retries are refused in part (a review: 19 of 20 calls
+// failed where a plain retry completed all). net/http retries itself a
+// request it sent on a reused connection that failed before any answer,
+// where the request is idempotent, so most such resets never reach the
+// throttle.
 //
 // In a pipeline (see pipeline.WithThrottle) the throttle guards each
 // attempt, retries and hedges included, inside the retry stage. A refused
@@ -55,6 +68,7 @@ type Throttle struct {
 	k                float64
 	clock            *window.Clock
 	requests, accept window.Ring
+	failed           window.Ring  // the dependency's failures, of the answered attempts
 	out              atomic.Int64 // admitted, not yet Done
 }
 
@@ -153,14 +167,14 @@ func (t *Throttle) Done(tk Ticket, err error) {
 	case !c.Failure():
 		t.accept.Add(t.clock.Epoch())
 	default: // rare while all is well, and what moves the probability: on time
-		t.clock.Now(&t.requests)
+		t.failed.Add(t.clock.Now(&t.requests))
 	}
 }
 
 // RejectProbability returns the probability that the throttle refuses an
-// attempt now: max(0, (requests - K*accepts) / (requests + 1)) over its
-// window, the attempts still out counted among the accepts at the rate of
-// the answered ones. It is 0 for a nil *Throttle.
+// attempt now: max(0, (requests - K*(accepts+1)) / (requests + 1)) over
+// its window, the attempts still out counted among the accepts at the
+// rate of the answered ones. It is 0 for a nil *Throttle.
 func (t *Throttle) RejectProbability() float64 {
 	if t == nil {
 		return 0
@@ -175,9 +189,13 @@ func (t *Throttle) RejectProbability() float64 {
 func (t *Throttle) probability(e int64) float64 {
 	req, acc := float64(t.requests.Sum(e)), float64(t.accept.Sum(e))
 	out := min(max(0, float64(t.out.Load())), req)
-	rate := 1.0 // the rate the dependency accepts at, of the answered attempts
-	if answered := req - out; answered > 0 {
-		rate = min(1, acc/answered)
-	}
+	// One accept is assumed beside those counted, so that the first
+	// failures of a window, before any accept, are not taken for a
+	// dependency that accepts nothing: K of them refuse nothing. The rate
+	// the dependency accepts at is of the attempts it answered: not of
+	// those refused here, which say nothing of it, and would keep the rate
+	// down, and the refusals up, once anything made them start.
+	acc++
+	rate := acc / (acc + float64(t.failed.Sum(e)))
 	return max(0, (req-t.k*(acc+out*rate))/(req+1))
 }

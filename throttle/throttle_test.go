@@ -41,7 +41,7 @@ func TestRejectProbabilityFollowsTheFormula(t *testing.T) {
 					}
 					time.Sleep(time.Second / 2000)
 				}
-				want := max(0, (float64(tt.requests)-tt.k*float64(accepts))/float64(tt.requests+1))
+				want := max(0, (float64(tt.requests)-tt.k*float64(accepts+1))/float64(tt.requests+1))
 				assert.InDelta(t, want, th.RejectProbability(), 1e-9)
 			})
 		})
@@ -97,14 +97,16 @@ func TestCanceledAndRejectedAttemptsAreNotCounted(t *testing.T) {
 				th.Done(tk, errOverloaded)
 			} // a refusal is a request not accepted too
 		}
-		// 100 requests, 50 accepted: (100 - 2*50)/101 is 0; had the
+		// 100 requests, 50 accepted: (100 - 2*(50+1))/101 is 0; had the
 		// canceled or refused counted as requests, or as accepts, it
 		// would differ.
 		assert.Zero(t, th.RejectProbability())
-		if tk, err := th.Admit(); err == nil {
-			th.Done(tk, errOverloaded)
+		for range 3 {
+			if tk, err := th.Admit(); err == nil {
+				th.Done(tk, errOverloaded)
+			}
 		}
-		assert.InDelta(t, 1.0/102, th.RejectProbability(), 1e-9)
+		assert.InDelta(t, 1.0/104, th.RejectProbability(), 1e-9)
 	})
 }
 

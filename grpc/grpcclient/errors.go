@@ -229,6 +229,13 @@ func (e *Error) Unwrap() error { return e.err }
 // attempts); UNKNOWN otherwise.
 func (e *Error) GRPCStatus() *status.Status { return e.st }
 
+// HTTPStatus returns the HTTP status that stands for the call's code
+// ([grpcsignal.HTTPStatus]): what retrysignal.Status answers with for a
+// service that answers HTTP when its gRPC call failed, so that a
+// dependency's NOT_FOUND is a 404 to its caller, not a 500 its breaker
+// counts.
+func (e *Error) HTTPStatus() int { return grpcsignal.HTTPStatus(e.st.Code()) }
+
 // answeredInTime reports whether the last attempt of a call that ran out
 // of time got an answer from the dependency, other than its own
 // DEADLINE_EXCEEDED or CANCELED, before the deadline: the retries stopped

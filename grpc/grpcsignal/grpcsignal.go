@@ -28,6 +28,7 @@ package grpcsignal
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -39,6 +40,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/retrysignal"
 )
 
 // PreviousAttemptsKey is the request header (gRFC A6) that says how many
@@ -100,6 +102,7 @@ func Pushback(trailer metadata.MD) (d time.Duration, retry, ok bool) {
 // this service made was at fault.
 func Code(err error) codes.Code {
 	var answered interface{ GRPCStatus() *status.Status }
+	var answeredHTTP interface{ HTTPStatus() int } // httpclient's StatusError
 	answeredInTime := errors.As(err, &answered) && answered.GRPCStatus() != nil &&
 		answered.GRPCStatus().Code() != codes.DeadlineExceeded && answered.GRPCStatus().Code() != codes.Canceled
 	switch {
@@ -111,6 +114,8 @@ func Code(err error) codes.Code {
 		return codes.Unavailable
 	case errors.As(err, &answered) && answered.GRPCStatus() != nil:
 		return answered.GRPCStatus().Code()
+	case errors.As(err, &answeredHTTP):
+		return codeOf(answeredHTTP.HTTPStatus())
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	}
@@ -124,6 +129,75 @@ func Code(err error) codes.Code {
 	default: // transient, given up on
 		return codes.Unavailable
 	}
+}
+
+// codeOf returns the code that stands for the status of an HTTP
+// dependency's answer, keeping its meaning and its class: a 4xx the
+// caller's fault or a conflict (permanent), 408, 429 and 5xx the
+// dependency's.
+func codeOf(status int) codes.Code {
+	switch status {
+	case http.StatusBadRequest:
+		return codes.InvalidArgument
+	case http.StatusUnauthorized:
+		return codes.Unauthenticated
+	case http.StatusForbidden:
+		return codes.PermissionDenied
+	case http.StatusNotFound, http.StatusGone:
+		return codes.NotFound
+	case http.StatusConflict:
+		return codes.Aborted
+	case http.StatusRequestedRangeNotSatisfiable:
+		return codes.OutOfRange
+	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
+		return codes.DeadlineExceeded
+	case http.StatusTooManyRequests:
+		return codes.ResourceExhausted
+	case http.StatusNotImplemented:
+		return codes.Unimplemented
+	case http.StatusBadGateway, http.StatusServiceUnavailable:
+		return codes.Unavailable
+	}
+	switch {
+	case status >= 400 && status < 500:
+		return codes.FailedPrecondition
+	case status >= 500 && status < 600:
+		return codes.Internal
+	}
+	return codes.Unknown // not a failure's status, or not one at all
+}
+
+// HTTPStatus returns the HTTP status that stands for c, as the
+// google.rpc.Code mapping gives it (NOT_FOUND 404, UNAVAILABLE 503,
+// CANCELED 499): for a service that answers HTTP when its gRPC call
+// failed (grpcclient's Error gives it to retrysignal.Status), so that the
+// failure keeps its meaning and its class.
+func HTTPStatus(c codes.Code) int {
+	switch c {
+	case codes.OK:
+		return http.StatusOK
+	case codes.Canceled:
+		return 499
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.AlreadyExists, codes.Aborted:
+		return http.StatusConflict
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError // UNKNOWN, INTERNAL, DATA_LOSS, and codes past the 16
 }
 
 // NoRetryMessage is the status message of an [Error] answer: the
@@ -143,14 +217,6 @@ func Error(ctx context.Context, err error) error {
 	return status.Error(Code(err), NoRetryMessage)
 }
 
-// fromPipeline reports whether err came out of a resilient outbound call:
-// it has a resilience class of its own somewhere in its chain, as the
-// errors of a pipeline, a breaker, a retry, grpcclient and httpclient do.
-func fromPipeline(err error) bool {
-	var classed interface{ ResilienceClass() resilience.Class }
-	return errors.As(err, &classed)
-}
-
 // UnaryServerInterceptor answers, by [Error], every error of a unary
 // handler that came out of a resilient outbound call (it carries a
 // resilience class, as what pipeline, breaker, retrypolicy, grpcclient and
@@ -158,7 +224,7 @@ func fromPipeline(err error) bool {
 // status errors, pass as they are. It is safe for concurrent use.
 func UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
-	if err != nil && fromPipeline(err) {
+	if err != nil && retrysignal.Retried(err) {
 		return nil, Error(ctx, err)
 	}
 	return resp, err
@@ -168,7 +234,7 @@ func UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInf
 // handlers. It is safe for concurrent use.
 func StreamServerInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	err := handler(srv, ss)
-	if err != nil && fromPipeline(err) {
+	if err != nil && retrysignal.Retried(err) {
 		return Error(ss.Context(), err)
 	}
 	return err

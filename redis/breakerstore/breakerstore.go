@@ -23,7 +23,9 @@
 // open or half-open, as opened as long ago as that replica has known it,
 // if the replica's store confirmed it recently, closed otherwise, under a
 // generation never used before (the server's time in ms, or past the
-// replica's); its counts start afresh. A server that went back in time
+// replica's); its counts start afresh. For three flush intervals after,
+// a replica that knew a later generation than that first one (whose
+// flush was formed before it heard a change) gives its view instead. A server that went back in time
 // (restarted from an older snapshot) is told so by a replica that reports
 // a newer generation than the one it holds, and starts a new generation
 // likewise; every new generation is at least the server's time in ms, so
@@ -173,12 +175,14 @@ if not gen or rolledback then
 		opened = string.format("%d", now - math.max(openedfor, 0))
 		redis.call("SET", k .. ":open", opened, "PX", keep)
 	end
+	redis.call("SET", k .. ":restored", string.format("%d %d", unknown and 0 or tonumber(pgen), tonumber(gen)), "PX", 3 * flushms)
 end
 
 -- A change of state: the counts start afresh, and the replicas hear the
 -- new state (2 open, 0 closed) and generation at once.
 local function clear(next_gen, state)
 	clearcounts()
+	redis.call("DEL", k .. ":restored")
 	redis.call("SET", k .. ":gen", next_gen)
 	redis.call("SET", k .. ":since", tostring(now), "PX", keep)
 	redis.call("PUBLISH", k .. ":changes", next_gen .. " " .. state)
@@ -189,6 +193,34 @@ local function open()
 	gen = string.format("%d", math.max(tonumber(gen) + 1, now))
 	redis.call("SET", k .. ":open", opened, "PX", keep)
 	clear(gen, 2)
+end
+
+-- The state taken back is as recent as the view of the replica that
+-- flushed first, which may be older than another's: a flush formed before
+-- its replica heard the fleet's last change, sent again by the client once
+-- the server is back. For three flush intervals, a replica that knew a
+-- later generation than that one, from before the state was lost (below
+-- the generation taken back: a later one it heard from the store since),
+-- gives its view instead, if it differs: as a change, under a new
+-- generation.
+local restored = redis.call("GET", k .. ":restored")
+local from, upto = -1, 0
+if restored then
+	from, upto = string.match(restored, "(%d+) (%d+)")
+	from, upto = tonumber(from), tonumber(upto)
+end
+if from >= 0 and not unknown and tonumber(pgen) > from and tonumber(pgen) < upto and (pstate ~= 0) ~= (opened and true or false) then
+	gen = string.format("%d", math.max(tonumber(gen) + 1, now))
+	if pstate ~= 0 then
+		opened = string.format("%d", now - math.max(openedfor, 0))
+		redis.call("SET", k .. ":open", opened, "PX", keep)
+		clear(gen, 2)
+	else
+		redis.call("DEL", k .. ":open")
+		opened = false
+		clear(gen, 0)
+	end
+	redis.call("SET", k .. ":restored", string.format("%d %d", tonumber(pgen), upto), "PX", 3 * flushms)
 end
 
 -- A batch is applied once: a replica sends it again if it got no answer.
