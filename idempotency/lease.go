@@ -462,7 +462,7 @@ func (g *Guard) release(ctx context.Context, c *Claim) error {
 func (g *Guard) retry(ctx context.Context, op func(ctx context.Context) error) error {
 	p := retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(g.cfg.storeTimeout/5),
 		retrypolicy.RetryIf(func(err error) bool { return !errors.Is(err, ErrNotOwner) }))
-	bound, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*g.cfg.storeTimeout)
+	bound, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(g.cfg.storeTimeout, math.MaxInt64/4)*4)
 	defer cancel()
 	_, err := retrypolicy.Do(bound, p, func(context.Context) (struct{}, error) {
 		sctx, cancel := g.storeCtx(ctx)

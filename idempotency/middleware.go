@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -92,7 +93,7 @@ func (h *handler) admit(w http.ResponseWriter, r *http.Request) (key string, bod
 		problem(w, http.StatusBadRequest, "invalid idempotency key", "the Idempotency-Key header must be one string of 1 to 255 printable characters")
 		return "", nil, false
 	}
-	body, err = io.ReadAll(io.LimitReader(r.Body, h.cfg.maxBody+1))
+	body, err = io.ReadAll(io.LimitReader(r.Body, min(h.cfg.maxBody, math.MaxInt64-1)+1)) // one past the most: over it
 	if err != nil {
 		problem(w, http.StatusBadRequest, "unreadable body", err.Error())
 		return "", nil, false

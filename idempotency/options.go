@@ -76,7 +76,7 @@ func newConfig(opts []Option) config {
 			o.apply(&cfg)
 		}
 	}
-	if cfg.lease < 3*cfg.storeTimeout {
+	if cfg.lease/3 < cfg.storeTimeout { // not 3*storeTimeout, which overflows for one near MaxInt64
 		panic(fmt.Sprintf("idempotency: Lease(%v) is under 3 StoreTimeout(%v): a renewal could not reach the store in time", cfg.lease, cfg.storeTimeout))
 	}
 	return cfg
