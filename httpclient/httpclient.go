@@ -472,7 +472,7 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 		opts = append(opts, pipeline.SingleAttempt())
 	}
 	p := t.pipelineFor(req.URL)
-	a.p, a.max = p, p.MaxAttempts(opts...)
+	a.p, a.max = p, 1               // a SingleAttempt call's; another's is read as it is sent
 	retries := p.MaxAttempts() != 1 // before the call, which may open the breaker
 	resp, release, err := pipeline.DoStream(req.Context(), p, a.run, opts...)
 	if a.hasBody {
@@ -556,7 +556,7 @@ type attempt struct {
 	once       bool // sent once: not retried, whatever its error
 	buffered   bool // getBody gives copies of our own, which cannot fail
 	getBody    func() (io.ReadCloser, error)
-	max        int                // the most attempts there will be
+	max        int                // the most attempts there will be, read as the first is sent; under mu
 	p          *pipeline.Pipeline // the one the attempts run through: it tells its hedges
 
 	mu     sync.Mutex       // hedged attempts run at once
@@ -627,13 +627,19 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if !hedge { // attempt n-1 and its hedges are over: the race chose among their answers
 		a.n++
 		prev, a.failed = a.failed, nil
+		if a.n == 1 && !a.once {
+			// Read as the call is sent, not before it: a call that waited
+			// for an open breaker (WaitWhenOpen) and was let through once it
+			// closed makes every attempt of the policy.
+			a.max = a.p.MaxAttempts()
+		}
 	}
-	n := a.n
+	n, most := a.n, a.max
 	a.mu.Unlock()
 	for _, r := range prev {
 		drain(ctx, r.Body)
 	}
-	r := a.request(ctx, n, hedge)
+	r := a.request(ctx, n, most, hedge)
 	if a.hasBody {
 		body, err := a.getBody()
 		if err != nil {
@@ -666,13 +672,13 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	return nil, err
 }
 
-// request returns the caller's request for attempt n (or its hedge), with
-// ctx and a header of its own with the attempt's headers: the caller's
-// request is not changed. The rest is shared, as nothing an attempt does
+// request returns the caller's request for attempt n of most (or its
+// hedge), with ctx and a header of its own with the attempt's headers: the
+// caller's request is not changed. The rest is shared, as nothing an attempt does
 // changes it; the header's values are shared too, each capped at its
 // length so that a header added to one attempt's request is not written
 // into another's.
-func (a *attempt) request(ctx context.Context, n int, hedge bool) *http.Request {
+func (a *attempt) request(ctx context.Context, n, most int, hedge bool) *http.Request {
 	r := a.req.WithContext(ctx)
 	h := make(http.Header, len(a.req.Header)+3)
 	for k, v := range a.req.Header {
@@ -690,7 +696,7 @@ func (a *attempt) request(ctx context.Context, n int, hedge bool) *http.Request 
 	if _, ok := ctx.Deadline(); ok {
 		deadline.Inject(ctx, h)
 	}
-	v := retrysignal.Attempt{N: n, Max: a.max, Hedge: hedge}.String()
+	v := retrysignal.Attempt{N: n, Max: most, Hedge: hedge}.String()
 	if n == 1 && !hedge { // the first attempt's value is kept in a, allocated with it
 		a.first[0] = v
 		h[retrysignal.AttemptHeader] = a.first[:]
