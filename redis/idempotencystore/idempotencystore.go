@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,11 +74,15 @@ func (s *Store) checkEviction(ctx context.Context) error {
 	cfg, err := s.c.ConfigGet(ctx, "maxmemory*").Result()
 	var rerr redis.Error
 	switch {
-	case errors.As(err, &rerr): // refused (unknown or forbidden command): not checkable
-		s.checked, s.evicts = time.Now(), nil
+	case errors.As(err, &rerr) && refused(rerr):
+		s.checked, s.evicts = time.Now(), nil // not checkable
 		return nil
 	case err != nil:
-		return nil // not read: the claim's own call tells whether the server answers
+		// Not read, and read again at the next claim: a server that did not
+		// answer, or answered with a passing error (BUSY, LOADING,
+		// MASTERDOWN, TRYAGAIN), may evict. The claim's own call tells
+		// whether it answers.
+		return nil
 	}
 	policy, limit := cfg["maxmemory-policy"], cfg["maxmemory"]
 	s.checked, s.evicts = time.Now(), nil
@@ -85,6 +90,14 @@ func (s *Store) checkEviction(ctx context.Context) error {
 		s.evicts = ErrEvictionPolicy
 	}
 	return s.evicts
+}
+
+// refused reports whether err is a server's refusal of CONFIG GET: a
+// command unknown (renamed, or left out by a managed service) or forbidden
+// (NOPERM, an ACL's), both generic errors (ERR), as a passing one is not.
+func refused(err redis.Error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "ERR ") || strings.HasPrefix(msg, "NOPERM")
 }
 
 // replaceIfHeld sets KEYS[1] to ARGV[2] for ARGV[3] ms if it holds ARGV[1].
