@@ -19,7 +19,7 @@ import (
 // then on the probability is exact: at most one attempt is judged on the
 // stale window.
 //
-// A window of 1 s has buckets of 100 ms: 10 accepted attempts at 0 s, 5
+// A window of 1 s has buckets of 100 ms: 10 accepted attempts at 0 s, 12
 // failed at 0.9 s (the first of them counted at 0 s, by the reading
 // before it), and at 1 s the accepts are out of the window.
 func TestAnIdleThrottleIsReadExactlyByItsNextAttempt(t *testing.T) {
@@ -31,15 +31,15 @@ func TestAnIdleThrottleIsReadExactlyByItsNextAttempt(t *testing.T) {
 			th.Done(tk, nil)
 		}
 		time.Sleep(900 * time.Millisecond)
-		for range 5 {
+		for range 12 {
 			tk, err := th.Admit()
 			require.NoError(t, err)
 			th.Done(tk, errOverloaded)
 		}
 		time.Sleep(100 * time.Millisecond)
-		assert.Zero(t, th.RejectProbability(), "the last reading's window: 15 requests, 10 accepts")
-		_, err := th.Admit() // out: counted as accepted at the rate of the answered, 0 of 5, one accept assumed beside them
+		assert.Zero(t, th.RejectProbability(), "the last reading's window: 22 requests, 10 accepts")
+		_, err := th.Admit() // out: counted as accepted at the rate of the answered, 0 of 12, one accept assumed beside them
 		require.NoError(t, err, "judged on the last reading")
-		assert.InDelta(t, (5-2*(1+1.0/6))/6, th.RejectProbability(), 1e-9, "read exactly: 5 requests in the window, none accepted, and 1 out")
+		assert.InDelta(t, (12-2*(1+1.0/13))/13, th.RejectProbability(), 1e-9, "read exactly: 12 requests in the window, 12 failures, none accepted, and 1 out")
 	})
 }

@@ -11,9 +11,10 @@
 //	max(0, (requests - K*(accepts+1)) / (requests + 1))
 //
 // one accept assumed beside those counted (the book's formula has none),
-// so that the first failures of a window, before any accept, refuse
-// nothing: a lone failure, or a few stale connections reset at once, is
-// not an overload.
+// and nothing refused while the window holds fewer than 10 answers of the
+// dependency (accepts and failures): a lone failure, or a few stale
+// connections reset at once, followed by a burst of calls, is not an
+// overload.
 //
 // An attempt counts as a request as it is sent, so that the throttle sees
 // the load as it goes out, not an attempt's duration later; the attempts
@@ -28,7 +29,7 @@
 // default: a dependency that accepts nothing still gets a trickle of
 // attempts, so the throttle notices when it is back.
 //
-// More than K failures in a window with no accept, as a pool of stale
+// Ten failures or more in a window with no accept, as a pool of stale
 // connections reset at once after an idle spell gives, are taken for an
 // overload: their retries are refused in part (a review: 19 of 20 calls
 // failed where a plain retry completed all). net/http retries itself a
@@ -174,7 +175,8 @@ func (t *Throttle) Done(tk Ticket, err error) {
 // RejectProbability returns the probability that the throttle refuses an
 // attempt now: max(0, (requests - K*(accepts+1)) / (requests + 1)) over
 // its window, the attempts still out counted among the accepts at the
-// rate of the answered ones. It is 0 for a nil *Throttle.
+// rate of the answered ones; 0 while the window holds fewer than 10
+// answers of the dependency, and for a nil *Throttle.
 func (t *Throttle) RejectProbability() float64 {
 	if t == nil {
 		return 0
@@ -186,16 +188,22 @@ func (t *Throttle) RejectProbability() float64 {
 	return p
 }
 
+// minAnswers is the fewest answers of the dependency (accepts and
+// failures) in the window before the throttle refuses anything.
+const minAnswers = 10
+
 func (t *Throttle) probability(e int64) float64 {
 	req, acc := float64(t.requests.Sum(e)), float64(t.accept.Sum(e))
 	out := min(max(0, float64(t.out.Load())), req)
-	// One accept is assumed beside those counted, so that the first
-	// failures of a window, before any accept, are not taken for a
-	// dependency that accepts nothing: K of them refuse nothing. The rate
-	// the dependency accepts at is of the attempts it answered: not of
-	// those refused here, which say nothing of it, and would keep the rate
-	// down, and the refusals up, once anything made them start.
+	failed := float64(t.failed.Sum(e))
+	if acc+failed < minAnswers {
+		return 0 // too few answers to tell an overload from a blip
+	}
+	// One accept is assumed beside those counted. The rate the dependency
+	// accepts at is of the attempts it answered: not of those refused
+	// here, which say nothing of it, and would keep the rate down, and the
+	// refusals up, once anything made them start.
 	acc++
-	rate := acc / (acc + float64(t.failed.Sum(e)))
+	rate := acc / (acc + failed)
 	return max(0, (req-t.k*(acc+out*rate))/(req+1))
 }
