@@ -584,7 +584,15 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
 		f.probeOK.Store(0)
 		f.probeBad.Store(0)
 	}
-	if got.State != resilience.StateClosed && (old != got.Generation || wasClosed) {
+	switch {
+	case got.State == resilience.StateClosed:
+	case !fromWatch && got.ChangedFor > 0:
+		// The store's word for when the fleet opened: a store that lost
+		// its state and took it back under a new generation keeps the
+		// opening's time, so that a crash loop does not move the open
+		// timer on at each restart.
+		f.since.Store(int64(time.Since(f.epoch) - got.ChangedFor))
+	case old != got.Generation || wasClosed:
 		f.since.Store(int64(time.Since(f.epoch)))
 	}
 	switch {

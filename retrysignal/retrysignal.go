@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -238,39 +239,66 @@ func writeError(w http.ResponseWriter, err error, signal bool) {
 }
 
 // Handler is an http.Handler whose function returns the error of its
-// outbound call; a nil error means the function answered itself. An
-// error that came out of a resilient outbound call, whose retries were
-// made (it carries a resilience class, as what pipeline, breaker,
-// retrypolicy, httpclient and grpcclient return does: [Retried]), is
-// answered by [WriteError], with the signal; another, such as a plain
-// http.Client's, in the same way but without the signal, so that the
-// caller may retry what nobody below did. An error returned after the
-// function started its response cannot be answered: it is logged with
-// log/slog's default logger, and the response is left as it is.
+// outbound call; a nil error means the function answered itself. The
+// error is answered by [WriteError], with the signal, if the layer below
+// did what retrying it would: the error says so ([Retried]), or a
+// resilient call the function made gave up so ([NoteRetried]: httpclient's
+// Transport tells it, whose answer an SDK turns into an error of its
+// own). Another, such as a plain http.Client's, or one attempt that
+// nobody retried (a POST without an idempotency key), is answered in the
+// same way but without the signal, so that the caller may retry what
+// nobody below did. An error returned after the function started its
+// response cannot be answered: it is logged with log/slog's default
+// logger, and the response is left as it is.
 type Handler func(w http.ResponseWriter, r *http.Request) error
 
 // ServeHTTP calls h and answers its error, if any.
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &startedWriter{ResponseWriter: w}
-	err := h(sw.as(w), r)
+	noted := new(atomic.Bool)
+	err := h(sw.as(w), r.WithContext(context.WithValue(r.Context(), retriedKey{}, noted)))
 	switch {
 	case err == nil:
 	case sw.started:
 		slog.Error("retrysignal: a handler failed after starting its response", "path", r.URL.Path, "error", err)
 	default:
-		writeError(w, err, Retried(err))
+		writeError(w, err, noted.Load() || Retried(err))
 	}
 }
 
-// Retried reports whether err came out of a resilient outbound call,
-// which made the retries it could: it has a resilience class of its own
-// somewhere in its chain ([resilience.ClassOf]), as the errors of a
-// pipeline, a breaker, a retry policy, httpclient and grpcclient do. Only
-// such an error is answered with the signal by [Handler], and by
-// grpcsignal's server interceptors.
+// Retried reports whether err, a resilient outbound call's, says that the
+// call did what retrying it would, so that its caller must not retry: its
+// breaker refused it (the dependency is down), its retry policy made more
+// than one attempt or stopped for want of time or quota, or the
+// dependency's answer was not to be retried (a class of permanent or
+// terminal of its own in err's chain, as httpclient and grpcclient give
+// it). One attempt that failed and that nobody retried, such as a POST
+// without an idempotency key, or a plain client's error, is not. [Handler]
+// answers with the signal what it reports, and grpcsignal's server
+// interceptors pass on only that.
 func Retried(err error) bool {
-	_, ok := resilience.ClassOf(err)
-	return ok
+	if breaker.IsRejection(err) {
+		return true
+	}
+	var re *retrypolicy.Error
+	if errors.As(err, &re) {
+		return re.Attempts > 1 || !errors.Is(re.Reason, retrypolicy.ErrMaxAttempts) && re.Reason != nil && !errors.Is(re.Reason, context.Canceled)
+	}
+	c, ok := resilience.ClassOf(err)
+	return ok && (c == resilience.ClassPermanent || c == resilience.ClassTerminal)
+}
+
+type retriedKey struct{}
+
+// NoteRetried tells the [Handler] whose request ctx is of (if any) that
+// a resilient outbound call made under it did what retrying it would and
+// failed, whatever error the function makes of it: httpclient's Transport
+// calls it for a call that [Retried] says so of, as it hands its caller
+// the last answer, not an error. It is safe for concurrent use.
+func NoteRetried(ctx context.Context) {
+	if noted, ok := ctx.Value(retriedKey{}).(*atomic.Bool); ok {
+		noted.Store(true)
+	}
 }
 
 // startedWriter notes whether the response started.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -233,8 +234,22 @@ func (e *Error) GRPCStatus() *status.Status { return e.st }
 // ([grpcsignal.HTTPStatus]): what retrysignal.Status answers with for a
 // service that answers HTTP when its gRPC call failed, so that a
 // dependency's NOT_FOUND is a 404 to its caller, not a 500 its breaker
-// counts.
-func (e *Error) HTTPStatus() int { return grpcsignal.HTTPStatus(e.st.Code()) }
+// counts. Two are this call's own: a CANCELED (the caller went away, or a
+// proxy reset the stream) is a 503, not the caller's fault (499); and an
+// error made on this side before anything was sent (class rejected, such
+// as a message over MaxCallSendMsgSize) a 500, the request this service
+// made being at fault, but a refusal of the pipeline's own stages
+// (UNAVAILABLE: the breaker, the limit, the throttle) a 503.
+func (e *Error) HTTPStatus() int {
+	c := e.st.Code()
+	switch {
+	case c == codes.Canceled:
+		return http.StatusServiceUnavailable
+	case c != codes.Unavailable && resilience.Classify(e.err) == resilience.ClassRejected:
+		return http.StatusInternalServerError
+	}
+	return grpcsignal.HTTPStatus(c)
+}
 
 // answeredInTime reports whether the last attempt of a call that ran out
 // of time got an answer from the dependency, other than its own

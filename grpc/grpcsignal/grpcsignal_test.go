@@ -189,7 +189,7 @@ func TestStreamServerInterceptor(t *testing.T) {
 		code     codes.Code
 		pushback []string
 	}{
-		{name: "a pipeline's error", err: &retrypolicy.Error{Reason: retrypolicy.ErrMaxAttempts, Last: status.Error(codes.Unavailable, "x")}, code: codes.Unavailable, pushback: []string{"-1"}},
+		{name: "a pipeline's error", err: &retrypolicy.Error{Attempts: 3, Reason: retrypolicy.ErrMaxAttempts, Last: status.Error(codes.Unavailable, "x")}, code: codes.Unavailable, pushback: []string{"-1"}},
 		{name: "the handler's own", err: status.Error(codes.NotFound, "x"), code: codes.NotFound},
 		{name: "none", code: codes.OK},
 	} {

@@ -174,6 +174,10 @@ if not gen or rolledback then
 	if pstate ~= 0 then
 		opened = string.format("%d", now - math.max(openedfor, 0))
 		redis.call("SET", k .. ":open", opened, "PX", keep)
+		-- Its last change of state was its opening: the replicas' open
+		-- timers run from it (each restart of a crash loop would move them
+		-- on, the replicas taking the restore's new generation for one).
+		redis.call("SET", k .. ":since", opened, "PX", keep)
 	end
 	redis.call("SET", k .. ":restored", string.format("%d %d", unknown and 0 or tonumber(pgen), tonumber(gen)), "PX", 3 * flushms)
 end
@@ -215,6 +219,7 @@ if from >= 0 and not unknown and tonumber(pgen) > from and tonumber(pgen) < upto
 		opened = string.format("%d", now - math.max(openedfor, 0))
 		redis.call("SET", k .. ":open", opened, "PX", keep)
 		clear(gen, 2)
+		redis.call("SET", k .. ":since", opened, "PX", keep) -- as above
 	else
 		redis.call("DEL", k .. ":open")
 		opened = false
