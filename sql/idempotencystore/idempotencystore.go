@@ -17,6 +17,17 @@
 // the claim's token (the fencing token). Time is the database's (now()),
 // so replicas' clocks do not matter. Expired rows stay until
 // [Store.DeleteExpired] removes them.
+//
+// The store's calls take connections from the *sql.DB it is given: a
+// claim, each renewal of a running handler's lease and the save, each
+// bounded by idempotency.StoreTimeout. On a pool that the handlers' own
+// transactions fill (db.SetMaxOpenConns), they wait for a connection: a
+// request gets 503, and a running handler can lose its lease (a review:
+// three requests on a pool of two, each holding a transaction for 2 s,
+// got one 201, one 503 and one 500, where a plain server queued all
+// three). Give the store a *sql.DB of its own, or a pool with room for
+// its calls beside the handlers'; [Store.CompleteTx] takes the handler's
+// transaction, not a connection of the store's.
 package idempotencystore
 
 import (
