@@ -9,16 +9,14 @@
 //
 // The budget is the caller's to choose, and [Middleware] takes it from
 // any caller: one that sends a budget shorter than the dependency's
-// latency makes this service's calls to it run out of time. A pipeline
-// with a time limit of its own (pipeline.WithAttemptTimeout, or
-// WithTimeBudget) does not count against the dependency a call that the
-// caller's deadline ended before those limits: only its own limits tell a
-// dependency too slow. A pipeline without one counts it, as the caller's
-// deadline is then all that finds a dependency that hangs: in a review,
-// five requests with a budget of 5 ms, to a service whose dependency
-// answers in 30 ms, opened such a pipeline's breaker, which then failed
-// that service's other calls for the open timeout. Give the pipelines of
-// a service behind Middleware an attempt timeout or a time budget.
+// latency makes this service's calls to it run out of time, and its
+// breaker counts each as the dependency's failure, as it counts any
+// deadline that runs out (a client cannot tell a deadline too short from
+// a dependency too slow): in a review, five requests with a budget of
+// 5 ms, to a service whose dependency answers in 30 ms, opened its
+// default breaker, which then failed that service's other calls for the
+// open timeout. Put Middleware only behind callers trusted to send the
+// budgets they have.
 package deadline
 
 import (

@@ -233,7 +233,6 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 // count it (it lets the next waiter probe).
 func (c *call[T]) inside(ctx context.Context) (err error) {
 	c.ran = true
-	outer := ctx // the breaker's: the caller's own, unless the budget is ahead of the breaker
 	if c.p.cfg.budget > 0 && c.p.cfg.budgetBehindBreaker() {
 		var end *lazyCtx
 		if ctx, end = c.withBudget(ctx); end != nil {
@@ -241,30 +240,15 @@ func (c *call[T]) inside(ctx context.Context) (err error) {
 		}
 	}
 	c.res, err = c.retry(ctx)
-	if err != nil && errors.Is(outer.Err(), context.DeadlineExceeded) && !errors.Is(err, ErrAttemptTimeout) &&
-		(c.probe && c.opts.waited || c.p.cfg.limitsOwn()) {
+	if err != nil && c.probe && c.opts.waited && errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, ErrAttemptTimeout) {
 		err = &waitedOut{err}
 	}
 	return err
 }
 
-// limitsOwn reports whether the pipeline has a time limit of its own (an
-// attempt timeout, or a time budget behind the breaker) that a dependency
-// too slow meets before the caller's deadline: a call that the caller's
-// deadline ended first, shorter than those limits, was not the
-// dependency's failure, but the caller's budget's (a caller upstream that
-// sends one too short would otherwise open the breaker on a healthy
-// dependency). Without such a limit, a caller's deadline is all that finds
-// a dependency that hangs, and it counts.
-func (cfg *config) limitsOwn() bool {
-	return (cfg.budget > 0 || cfg.attemptTimeout > 0) && (cfg.budget == 0 || cfg.budgetBehindBreaker())
-}
-
-// waitedOut is the error of a call that its caller's own deadline ended
-// (a probe that a call which waited for the breaker ran out of time in, or
-// a call the pipeline's own limits had not timed out: see
-// config.limitsOwn): of class [resilience.ClassRejected] for the breaker,
-// and its cause for the caller.
+// waitedOut is the error of a probe that a call which waited for the
+// breaker ran out of time in: of class [resilience.ClassRejected] for the
+// breaker, and its cause for the caller.
 type waitedOut struct{ err error }
 
 func (w *waitedOut) Error() string                   { return w.err.Error() }
