@@ -186,7 +186,9 @@ func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, time.Time, error)
 		found, err := g.store.Begin(sctx, c.Key, c.Record, g.cfg.lease)
 		cancel()
 		if err != nil {
-			g.orphans.add(c.Key, c.Record)
+			if g.orphans.add(c.Key, c.Record) {
+				time.AfterFunc(g.cfg.storeTimeout, func() { g.reap(1) })
+			}
 			return nil, asked, err
 		}
 		if found == nil || found.Done {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -521,14 +522,22 @@ func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFu
 // maxOrphans, the oldest forgotten (their leases free them anyway). Safe
 // for concurrent use.
 type orphans struct {
-	mu     sync.Mutex
-	claims map[string]Record
-	order  []string
+	mu      sync.Mutex
+	claims  map[string]Record
+	order   []string
+	reaping bool // a goroutine frees them (Guard.reap)
 }
 
 const maxOrphans = 1024
 
-func (o *orphans) add(key string, claim Record) {
+// reapRounds is how many times, a store timeout apart, a guard tries to
+// free the claims its Begins may have left before it leaves them to its
+// next Begin of their keys, or to their leases.
+const reapRounds = 3
+
+// add notes a claim, and reports whether a goroutine must start to free
+// the claims noted (none does).
+func (o *orphans) add(key string, claim Record) (reap bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.claims == nil {
@@ -542,6 +551,58 @@ func (o *orphans) add(key string, claim Record) {
 		delete(o.claims, o.order[0])
 		o.order = o.order[1:]
 	}
+	reap, o.reaping = !o.reaping, true
+	return reap
+}
+
+// all returns the claims noted, or, if none is left or last, none, and
+// then stops the reaping.
+func (o *orphans) all(last bool) map[string]Record {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.claims) == 0 || last {
+		o.reaping = false
+		return nil
+	}
+	return maps.Clone(o.claims)
+}
+
+// forget forgets key's claim if it is still claim.
+func (o *orphans) forget(key string, claim Record) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c, ok := o.claims[key]; ok && c.Token == claim.Token {
+		delete(o.claims, key)
+		o.order = slices.DeleteFunc(o.order, func(k string) bool { return k == key })
+	}
+}
+
+// reap frees the claims that Begins of g gave up on, in reapRounds rounds
+// a store timeout apart, on timers (no goroutine waits between them): a
+// Begin whose answer came after the store timeout leaves a claim that
+// holds its key, which the other replicas cannot free, for a whole lease.
+// Those it cannot free (the store still fails) are left to g's next Begin
+// of their keys, which frees them, or to their leases. round counts from 1.
+func (g *Guard) reap(round int) {
+	defer func() {
+		if r := recover(); r != nil { // the store's: on no request's goroutine, so not to end the process
+			g.orphans.all(true)
+			g.cfg.logger().Error("idempotency: the store panicked freeing a claim a Begin gave up on", "panic", r)
+		}
+	}()
+	claims := g.orphans.all(round > reapRounds)
+	if claims == nil {
+		return
+	}
+	for key, claim := range claims {
+		ctx, cancel := g.storeCtx(context.Background())
+		err := g.store.Release(ctx, key, claim)
+		cancel()
+		if err == nil || errors.Is(err, ErrNotOwner) {
+			g.orphans.forget(key, claim)
+		}
+	}
+	time.AfterFunc(g.cfg.storeTimeout, func() { g.reap(round + 1) })
 }
 
 func (o *orphans) take(key string) (Record, bool) {

@@ -207,3 +207,54 @@ func TestReview21FrozenStoreHoldsAFinishedAnswer(t *testing.T) {
 	}, 8*time.Second, 100*time.Millisecond)
 	assert.EqualValues(t, 2, runs.Load(), "the warm-up's run and this one's")
 }
+
+// TestReview21SlowReplyLocksTheKeyOnOtherReplicas: one slow answer from
+// Redis (a round trip just over StoreTimeout) gets the request a 503, as
+// documented; but the claim landed, and the replica that gave up does not
+// free it: a retry of the key that the load balancer sends to another
+// replica gets 409 "in progress" for a whole lease (30 s by default), though
+// nothing runs anywhere. A plain server would have run it at once.
+func TestReview21SlowReplyLocksTheKeyOnOtherReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	slowClient := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = slowClient.Close() })
+	const lease = 3 * time.Second
+	opts := []idempotency.Option{idempotency.SharedKeys(), idempotency.Lease(lease), idempotency.StoreTimeout(200 * time.Millisecond),
+		idempotency.WithLogger(slog.New(slog.DiscardHandler))}
+	var runs atomic.Int32
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})
+	a := httptest.NewServer(idempotency.Middleware(idempotencystore.New(slowClient, ""), opts...)(handler))
+	defer a.Close()
+	b := httptest.NewServer(idempotency.Middleware(idempotencystore.New(srv.Client(), ""), opts...)(handler))
+	defer b.Close()
+
+	code, _ := r21post(t, a.URL, "warmup") // the eviction policy read, the connection made
+	require.Equal(t, http.StatusCreated, code)
+	code, _ = r21post(t, b.URL, "warmup-b")
+	require.Equal(t, http.StatusCreated, code)
+
+	proxy.Delay(150 * time.Millisecond) // a 300 ms round trip, over the 200 ms StoreTimeout
+	code, _ = r21post(t, a.URL, "order-slow")
+	require.Equal(t, http.StatusServiceUnavailable, code, "the slow store gets the request a 503")
+	proxy.Delay(0)
+	time.Sleep(200 * time.Millisecond) // the SET lands
+
+	start := time.Now()
+	var got []int
+	for time.Since(start) < lease+time.Second {
+		code, _ = r21post(t, b.URL, "order-slow")
+		got = append(got, code)
+		if code == http.StatusCreated {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	waited := time.Since(start)
+	t.Logf("retries on replica B: %v; first 201 after %v; runs %d", got, waited.Round(time.Millisecond), runs.Load())
+	assert.Less(t, waited, time.Second, "a retry on a healthy replica, with the store healthy again and nothing running, waited out the whole lease of the orphaned claim")
+}
+
