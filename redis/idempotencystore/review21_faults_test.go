@@ -257,4 +257,3 @@ func TestReview21SlowReplyLocksTheKeyOnOtherReplicas(t *testing.T) {
 	t.Logf("retries on replica B: %v; first 201 after %v; runs %d", got, waited.Round(time.Millisecond), runs.Load())
 	assert.Less(t, waited, time.Second, "a retry on a healthy replica, with the store healthy again and nothing running, waited out the whole lease of the orphaned claim")
 }
-
