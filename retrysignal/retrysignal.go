@@ -281,20 +281,21 @@ func Retried(err error) bool {
 		return true
 	}
 	var re *retrypolicy.Error
-	if errors.As(err, &re) {
-		return re.Attempts > 1 || !errors.Is(re.Reason, retrypolicy.ErrMaxAttempts) && re.Reason != nil && !errors.Is(re.Reason, context.Canceled)
+	if errors.As(err, &re) && (re.Attempts > 1 || errors.Is(re.Reason, retrypolicy.ErrOutOfTime) || errors.Is(re.Reason, retrypolicy.ErrQuotaExhausted)) {
+		return true
 	}
-	c, ok := resilience.ClassOf(err)
+	c, ok := resilience.ClassOf(err) // one attempt: an answer not to be retried (a CANCELED, a proxy's reset, is not one)
 	return ok && (c == resilience.ClassPermanent || c == resilience.ClassTerminal)
 }
 
 type retriedKey struct{}
 
 // NoteRetried tells the [Handler] whose request ctx is of (if any) that
-// a resilient outbound call made under it did what retrying it would and
-// failed, whatever error the function makes of it: httpclient's Transport
-// calls it for a call that [Retried] says so of, as it hands its caller
-// the last answer, not an error. It is safe for concurrent use.
+// a resilient outbound call made under it retried a failure its caller
+// would retry, and gave up, whatever error the function makes of it:
+// httpclient's Transport calls it for such a call (a transient failure
+// that [Retried] says so of, or a breaker's refusal), as it hands its
+// caller the last answer, not an error. It is safe for concurrent use.
 func NoteRetried(ctx context.Context) {
 	if noted, ok := ctx.Value(retriedKey{}).(*atomic.Bool); ok {
 		noted.Store(true)
