@@ -146,4 +146,3 @@ func TestReview23A503ingDependencyBehindDeadlineMiddleware(t *testing.T) {
 	t.Logf("the dependency got %d requests and answered every one 503; breaker %v, counts %+v", depCalls.Load(), b.State(), b.Counts())
 	assert.Equal(t, resilience.StateOpen, b.State(), "a dependency answering nothing but 503s must open the breaker")
 }
-
