@@ -255,14 +255,14 @@ type Handler func(w http.ResponseWriter, r *http.Request) error
 // ServeHTTP calls h and answers its error, if any.
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &startedWriter{ResponseWriter: w}
-	noted := new(atomic.Bool)
-	err := h(sw.as(w), r.WithContext(context.WithValue(r.Context(), retriedKey{}, noted)))
+	ctx, noted := Noting(r.Context())
+	err := h(sw.as(w), r.WithContext(ctx))
 	switch {
 	case err == nil:
 	case sw.started:
 		slog.Error("retrysignal: a handler failed after starting its response", "path", r.URL.Path, "error", err)
 	default:
-		writeError(w, err, noted.Load() || Retried(err))
+		writeError(w, err, noted() || Retried(err))
 	}
 }
 
@@ -289,6 +289,15 @@ func Retried(err error) bool {
 }
 
 type retriedKey struct{}
+
+// Noting returns ctx with a place for the notes of [NoteRetried], and a
+// func that reports whether a call made under it noted one: what
+// [Handler] does for its function, for a server that answers as it does
+// (grpcsignal's interceptors).
+func Noting(ctx context.Context) (context.Context, func() bool) {
+	noted := new(atomic.Bool)
+	return context.WithValue(ctx, retriedKey{}, noted), noted.Load
+}
 
 // NoteRetried tells the [Handler] whose request ctx is of (if any) that
 // a resilient outbound call made under it retried a failure its caller
