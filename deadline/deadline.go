@@ -15,8 +15,11 @@
 // a dependency too slow): in a review, five requests with a budget of
 // 5 ms, to a service whose dependency answers in 30 ms, opened its
 // default breaker, which then failed that service's other calls for the
-// open timeout. Put Middleware only behind callers trusted to send the
-// budgets they have.
+// open timeout; a throttle (package throttle) counts them as refusals
+// too. Not counting a caller's deadline would hide a dependency that
+// hangs, or answers 503 to everything, from every breaker whose callers
+// have deadlines (a review of an attempt at it). Put Middleware only
+// behind callers trusted to send the budgets they have.
 package deadline
 
 import (
