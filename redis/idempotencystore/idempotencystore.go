@@ -23,9 +23,14 @@ type Store struct {
 	c      redis.UniversalClient
 	prefix string
 
-	mu      sync.Mutex
-	checked time.Time // when the eviction policy was last read
-	evicts  error     // ErrEvictionPolicy if it evicts
+	mu     sync.Mutex
+	checks map[string]eviction // by the address of the server read ("" for a client of one server)
+}
+
+// eviction is what a server's eviction policy was found to be, and when.
+type eviction struct {
+	checked time.Time
+	evicts  error // ErrEvictionPolicy if it evicts
 }
 
 // ErrEvictionPolicy is what [Store.Begin] returns, and the guard reports
@@ -61,21 +66,35 @@ func New(c redis.UniversalClient, prefix string) *Store {
 	return &Store{c: c, prefix: prefix}
 }
 
-// checkEviction returns [ErrEvictionPolicy] if the server evicts keys, as
-// last read: read again at most once a [evictionRecheck]. A server that
-// refuses CONFIG is taken as not checkable, not as evicting; a read that
-// fails otherwise is tried again at the next call.
-func (s *Store) checkEviction(ctx context.Context) error {
+// checkEviction returns [ErrEvictionPolicy] if the server that holds key
+// evicts keys, as last read: read again at most once a [evictionRecheck].
+// On a cluster that is key's master, each read apart: a keyless command
+// goes to whichever node the client picks, whose policy says nothing of
+// the others'. A server that refuses CONFIG is taken as not checkable,
+// not as evicting; a read that fails otherwise is tried again at the next
+// call.
+func (s *Store) checkEviction(ctx context.Context, key string) error {
+	node, addr := redis.Cmdable(s.c), ""
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return nil // not known: the claim's own call tells whether the cluster answers
+		}
+		node, addr = m, m.Options().Addr
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.checked.IsZero() && time.Since(s.checked) < evictionRecheck {
-		return s.evicts
+	if c, ok := s.checks[addr]; ok && time.Since(c.checked) < evictionRecheck {
+		return c.evicts
 	}
-	cfg, err := s.c.ConfigGet(ctx, "maxmemory*").Result()
+	if s.checks == nil {
+		s.checks = make(map[string]eviction)
+	}
+	cfg, err := node.ConfigGet(ctx, "maxmemory*").Result()
 	var rerr redis.Error
 	switch {
 	case errors.As(err, &rerr) && refused(rerr):
-		s.checked, s.evicts = time.Now(), nil // not checkable
+		s.checks[addr] = eviction{checked: time.Now()} // not checkable
 		return nil
 	case err != nil:
 		// Not read, and read again at the next claim: a server that did not
@@ -85,11 +104,12 @@ func (s *Store) checkEviction(ctx context.Context) error {
 		return nil
 	}
 	policy, limit := cfg["maxmemory-policy"], cfg["maxmemory"]
-	s.checked, s.evicts = time.Now(), nil
+	c := eviction{checked: time.Now()}
 	if policy != "" && policy != "noeviction" && limit != "" && limit != "0" {
-		s.evicts = ErrEvictionPolicy
+		c.evicts = ErrEvictionPolicy
 	}
-	return s.evicts
+	s.checks[addr] = c
+	return c.evicts
 }
 
 // refused reports whether err is a server's refusal of CONFIG GET: a
@@ -124,14 +144,14 @@ return 0`)
 
 // Begin implements [idempotency.Store].
 func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
-	if err := s.checkEviction(ctx); err != nil {
+	k := s.prefix + key
+	if err := s.checkEviction(ctx, k); err != nil {
 		return nil, err
 	}
 	data, err := json.Marshal(claim)
 	if err != nil {
 		return nil, err
 	}
-	k := s.prefix + key
 	// A key can expire between a failed SET NX and the GET; try again then.
 	for range 3 {
 		ok, err := s.c.SetNX(ctx, k, data, lease).Result()
