@@ -119,40 +119,10 @@ func (c *Claim) Context() context.Context {
 // ctx is canceled, each call bounded by [StoreTimeout]. After the claim
 // has ended, Complete does nothing and returns nil.
 func (c *Claim) Complete(ctx context.Context, result Record) error {
-	return c.complete(ctx, result, false)
-}
-
-// completeSoon is [Claim.Complete] for the middleware, which holds the
-// handler's answer until it returns: if the first try to save fails, the
-// rest goes on on a goroutine of its own, with the renewals, and it
-// returns, so that a store that fails or hangs holds a finished answer
-// for one [StoreTimeout], not for as long as the save is retried (a
-// lease), where a plain server answers at once.
-func (c *Claim) completeSoon(ctx context.Context, result Record) {
-	_ = c.complete(ctx, result, true)
-}
-
-// complete is [Claim.Complete], and [Claim.completeSoon] if soon.
-func (c *Claim) complete(ctx context.Context, result Record, soon bool) error {
 	if !c.end() {
 		return nil
 	}
-	finish := true
-	defer func() {
-		if finish {
-			c.finish()
-		}
-	}()
-	var handOff func(rest func())
-	if soon {
-		handOff = func(rest func()) {
-			finish = false
-			go func() {
-				defer c.finish()
-				rest()
-			}()
-		}
-	}
+	defer c.finish()
 	g := c.guard
 	switch {
 	case c.abandoned.Load():
@@ -167,7 +137,7 @@ func (c *Claim) complete(ctx context.Context, result Record, soon bool) error {
 		g.report(resilience.EventNotStored, c.Key, ErrLeaseLost)
 		return ErrLeaseLost
 	}
-	return g.complete(ctx, c, result, handOff)
+	return g.complete(ctx, c, result)
 }
 
 // Release ends the claim by freeing its key, so that a retry runs the
@@ -383,10 +353,8 @@ func (g *Guard) renewOnce(ctx context.Context, c *Claim) error {
 }
 
 // complete stores result under c's key, retried with backoff while c's
-// lease can be renewed; a failure is reported. If the first try fails
-// and handOff is not nil, the rest is given to handOff, to run elsewhere,
-// and complete returns nil.
-func (g *Guard) complete(ctx context.Context, c *Claim, result Record, handOff func(rest func())) error {
+// lease can be renewed; a failure is reported.
+func (g *Guard) complete(ctx context.Context, c *Claim, result Record) error {
 	done := Record{
 		Fingerprint: c.Record.Fingerprint,
 		Token:       c.Record.Token, // so that a save whose answer was lost is recognised as this one's
@@ -400,26 +368,20 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record, handOff f
 	if len(done.Body) > g.cfg.maxResponse {
 		done.Body, done.Truncated = nil, true
 	}
+	delay := g.cfg.storeTimeout / 5
 	budget := time.Now().Add(g.cfg.lease) // one lease of failed saves while the renewals get through
-	err := g.saveOnce(ctx, c, done)
-	if err != nil && !errors.Is(err, ErrNotOwner) && handOff != nil {
-		handOff(func() { _ = g.saveAgain(ctx, c, done, err, budget) })
-		return nil
-	}
-	return g.saveAgain(ctx, c, done, err, budget)
-}
-
-// saveAgain retries the save of done, whose first try ended with err,
-// while c's lease can be renewed and until budget; a failure is reported.
-func (g *Guard) saveAgain(ctx context.Context, c *Claim, done Record, err error, budget time.Time) error {
-	for delay := g.cfg.storeTimeout / 5; err != nil && !errors.Is(err, ErrNotOwner); delay = min(2*delay, g.cfg.lease/12, 2*g.cfg.storeTimeout) {
+	var err error
+	for {
+		if err = g.saveOnce(ctx, c, done); err == nil || errors.Is(err, ErrNotOwner) {
+			break
+		}
 		if c.lost.Load() || !time.Now().Before(budget) {
 			break // another request may take the key, or a lease of saves failed
 		}
 		if !g.awaitNextSave(c, delay) {
 			break // the lease ran out, not renewed: another request may take the key
 		}
-		err = g.saveOnce(ctx, c, done)
+		delay = min(2*delay, g.cfg.lease/12, 2*g.cfg.storeTimeout)
 	}
 	if errors.Is(err, ErrNotOwner) {
 		err = fmt.Errorf("%w: another request holds the key", ErrLeaseLost)
@@ -598,9 +560,9 @@ func (g *Guard) reap(round int) {
 		ctx, cancel := g.storeCtx(context.Background())
 		err := g.store.Release(ctx, key, claim)
 		cancel()
-		if err == nil || errors.Is(err, ErrNotOwner) {
+		if err == nil {
 			g.orphans.forget(key, claim)
-		}
+		} // ErrNotOwner: not written yet, perhaps; the next round, or g's next Begin of key, frees it then
 	}
 	time.AfterFunc(g.cfg.storeTimeout, func() { g.reap(round + 1) })
 }

@@ -137,11 +137,9 @@ func TestUnsavedResultIsReportedAndKeepsTheKeyForALease(t *testing.T) {
 		store := &flakyStore{Store: idempotency.NewMemoryStore(0)}
 		store.failComplete.Store(true)
 		s := newSlowServer(store, 10*time.Millisecond, idempotency.Lease(30*time.Second))
-		assert.Equal(t, http.StatusCreated, s.post(t.Context(), "k", "").Code, "answered at once, the save retried on")
-		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "no second run while the first's effect may stand")
-		time.Sleep(32 * time.Second) // a lease of saves refused, while the renewals get through
+		assert.Equal(t, http.StatusCreated, s.post(t.Context(), "k", "").Code)
 		assert.Contains(t, s.events.list(), "not_stored")
-		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "held for the lease its last renewal granted")
+		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "no second run while the first's effect may stand")
 		time.Sleep(30 * time.Second)
 		store.failComplete.Store(false)
 		assert.Equal(t, http.StatusCreated, s.post(t.Context(), "k", "").Code)
@@ -244,7 +242,6 @@ func TestARetriedSaveThatHadGotThroughIsNoFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSlowServer(&lostAnswerStore{Store: idempotency.NewMemoryStore(0)}, time.Millisecond)
 		s.post(t.Context(), "k", "")
-		time.Sleep(time.Second) // the save, retried after the answer went out
 		assert.NotContains(t, s.events.list(), "not_stored")
 		assert.Equal(t, "true", s.post(t.Context(), "k", "").Header().Get(idempotency.ReplayedHeader))
 	})
@@ -267,8 +264,7 @@ func TestSaveIsRetriedWhileTheLeaseLasts(t *testing.T) {
 		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "held meanwhile")
 		store.failComplete.Store(false)
 		store.failRenew.Store(false)
-		assert.Equal(t, http.StatusCreated, <-first) // answered a store timeout after the handler ended, the save retried behind it
-		time.Sleep(3 * time.Second)                  // the next try of the save
+		assert.Equal(t, http.StatusCreated, <-first)
 		w := s.post(t.Context(), "k", "")
 		assert.Equal(t, "true", w.Header().Get(idempotency.ReplayedHeader))
 		assert.EqualValues(t, 1, s.runs.Load(), "one run")

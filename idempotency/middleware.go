@@ -22,12 +22,7 @@ const ReplayedHeader = "Idempotent-Replayed"
 // while the first runs gets 409 with Retry-After, one with another
 // payload (method, path, query and body) 422, a malformed key 400. A nil
 // store means a [MemoryStore] of default size. When the store fails, the
-// request gets 503 and the handler does not run. The handler's answer is
-// sent once its result is saved, or once the first try to save it has
-// failed (within a [StoreTimeout]): the save is then retried behind the
-// answer, as [Claim.Complete] retries it, and a repeat gets 409 until it
-// gets through, so that a store that fails or hangs as a handler ends
-// holds its answer for a store timeout at most. Keys are namespaced by
+// request gets 503 and the handler does not run. Keys are namespaced by
 // who the caller is, and the middleware does not guess it: it panics
 // unless given [Scope] (per caller) or [SharedKeys] (one namespace); a
 // keyed request whose Scope is "" gets 401, never a shared namespace. It
@@ -168,7 +163,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	}
 	header := h.stored(rec.header, rec.outer)
 	rec.headHeader(header)
-	claim.completeSoon(r.Context(), Record{ // a failure is reported
+	_ = claim.Complete(r.Context(), Record{ // a failure is reported
 		Status:     rec.status,
 		Header:     header,
 		Body:       rec.body,

