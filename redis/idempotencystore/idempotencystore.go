@@ -83,18 +83,19 @@ func (s *Store) checkEviction(ctx context.Context, key string) error {
 		node, addr = m, m.Options().Addr
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.checks[addr]; ok && time.Since(c.checked) < evictionRecheck {
+	c, ok := s.checks[addr]
+	s.mu.Unlock()
+	if ok && time.Since(c.checked) < evictionRecheck {
 		return c.evicts
 	}
-	if s.checks == nil {
-		s.checks = make(map[string]eviction)
-	}
+	// Read without the lock, so that a server that hangs holds up only
+	// the claims of its own keys, each within its own time: claims read it
+	// each their own until one gets an answer.
 	cfg, err := node.ConfigGet(ctx, "maxmemory*").Result()
 	var rerr redis.Error
 	switch {
 	case errors.As(err, &rerr) && refused(rerr):
-		s.checks[addr] = eviction{checked: time.Now()} // not checkable
+		s.noteEviction(addr, eviction{checked: time.Now()}) // not checkable
 		return nil
 	case err != nil:
 		// Not read, and read again at the next claim: a server that did not
@@ -104,12 +105,22 @@ func (s *Store) checkEviction(ctx context.Context, key string) error {
 		return nil
 	}
 	policy, limit := cfg["maxmemory-policy"], cfg["maxmemory"]
-	c := eviction{checked: time.Now()}
+	c = eviction{checked: time.Now()}
 	if policy != "" && policy != "noeviction" && limit != "" && limit != "0" {
 		c.evicts = ErrEvictionPolicy
 	}
-	s.checks[addr] = c
+	s.noteEviction(addr, c)
 	return c.evicts
+}
+
+// noteEviction keeps what the server at addr was found to be.
+func (s *Store) noteEviction(addr string, c eviction) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.checks == nil {
+		s.checks = make(map[string]eviction)
+	}
+	s.checks[addr] = c
 }
 
 // refused reports whether err is a server's refusal of CONFIG GET: a
