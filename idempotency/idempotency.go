@@ -194,8 +194,8 @@ func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, time.Time, error)
 		if found == nil || found.Done {
 			return found, asked, nil
 		}
-		orphan, ok := g.orphans.take(c.Key) // only when held: no lock on the common path
-		if !ok || found.Token != orphan.Token {
+		orphan, ok := g.orphans.take(c.Key, found.Token) // only when held: no lock on the common path
+		if !ok {
 			return found, asked, nil
 		}
 		sctx, cancel = g.storeCtx(ctx)

@@ -480,15 +480,19 @@ func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(context.WithoutCancel(ctx), g.cfg.storeTimeout)
 }
 
-// orphans are claims that Begins of this guard may have left: at most
-// maxOrphans, the oldest forgotten (their leases free them anyway). Safe
-// for concurrent use.
+// orphans are claims that Begins of this guard may have left, by key and
+// token (a key's client may retry, and its Begins time out, more than
+// once): at most maxOrphans, the oldest forgotten (their leases free them
+// anyway). Safe for concurrent use.
 type orphans struct {
 	mu      sync.Mutex
-	claims  map[string]Record
-	order   []string
-	reaping bool // a goroutine frees them (Guard.reap)
+	claims  map[orphan]Record
+	order   []orphan
+	reaping bool // timers free them (Guard.reap)
 }
+
+// orphan is a claim's key and token.
+type orphan struct{ key, token string }
 
 const maxOrphans = 1024
 
@@ -497,18 +501,19 @@ const maxOrphans = 1024
 // next Begin of their keys, or to their leases.
 const reapRounds = 3
 
-// add notes a claim, and reports whether a goroutine must start to free
-// the claims noted (none does).
+// add notes a claim, and reports whether the reaping must start (it has
+// not).
 func (o *orphans) add(key string, claim Record) (reap bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.claims == nil {
-		o.claims = make(map[string]Record)
+		o.claims = make(map[orphan]Record)
 	}
-	if _, ok := o.claims[key]; !ok {
-		o.order = append(o.order, key)
+	id := orphan{key, claim.Token}
+	if _, ok := o.claims[id]; !ok {
+		o.order = append(o.order, id)
 	}
-	o.claims[key] = claim
+	o.claims[id] = claim
 	for len(o.order) > maxOrphans {
 		delete(o.claims, o.order[0])
 		o.order = o.order[1:]
@@ -519,7 +524,7 @@ func (o *orphans) add(key string, claim Record) (reap bool) {
 
 // all returns the claims noted, or, if none is left or last, none, and
 // then stops the reaping.
-func (o *orphans) all(last bool) map[string]Record {
+func (o *orphans) all(last bool) map[orphan]Record {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.claims) == 0 || last {
@@ -529,14 +534,17 @@ func (o *orphans) all(last bool) map[string]Record {
 	return maps.Clone(o.claims)
 }
 
-// forget forgets key's claim if it is still claim.
-func (o *orphans) forget(key string, claim Record) {
+// take forgets and returns the claim noted of key with token, if any.
+func (o *orphans) take(key, token string) (Record, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if c, ok := o.claims[key]; ok && c.Token == claim.Token {
-		delete(o.claims, key)
-		o.order = slices.DeleteFunc(o.order, func(k string) bool { return k == key })
+	id := orphan{key, token}
+	c, ok := o.claims[id]
+	if ok {
+		delete(o.claims, id)
+		o.order = slices.DeleteFunc(o.order, func(k orphan) bool { return k == id })
 	}
+	return c, ok
 }
 
 // reap frees the claims that Begins of g gave up on, in reapRounds rounds
@@ -556,24 +564,13 @@ func (g *Guard) reap(round int) {
 	if claims == nil {
 		return
 	}
-	for key, claim := range claims {
+	for id, claim := range claims {
 		ctx, cancel := g.storeCtx(context.Background())
-		err := g.store.Release(ctx, key, claim)
+		err := g.store.Release(ctx, id.key, claim)
 		cancel()
 		if err == nil {
-			g.orphans.forget(key, claim)
-		} // ErrNotOwner: not written yet, perhaps; the next round, or g's next Begin of key, frees it then
+			g.orphans.take(id.key, id.token)
+		} // ErrNotOwner: not written yet, perhaps; the next round, or g's next Begin of its key, frees it then
 	}
 	time.AfterFunc(g.cfg.storeTimeout, func() { g.reap(round + 1) })
-}
-
-func (o *orphans) take(key string) (Record, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	c, ok := o.claims[key]
-	if ok {
-		delete(o.claims, key)
-		o.order = slices.DeleteFunc(o.order, func(k string) bool { return k == key })
-	}
-	return c, ok
 }

@@ -258,8 +258,6 @@ func r24PanicChild(mode string) {
 	os.Exit(0)
 }
 
-
-
 // reap frees only the claim its Begin gave up on: a claim of the same key
 // taken meanwhile, on the same replica or another, holds through every
 // round, and a saved result is never freed; no goroutine is left once the

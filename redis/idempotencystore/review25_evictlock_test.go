@@ -94,7 +94,11 @@ func TestReview25_FrozenMasterFailsClaimsOnHealthyMasters(t *testing.T) {
 	var healthyWorst time.Duration
 	for i := range 8 {
 		wg.Add(2)
-		go func() { defer wg.Done(); d, err := r25Begin(s, onFrozen[i]); t.Logf("frozen-master Begin %v %v", d, err) }()
+		go func() {
+			defer wg.Done()
+			d, err := r25Begin(s, onFrozen[i])
+			t.Logf("frozen-master Begin %v %v", d, err)
+		}()
 		go func() {
 			defer wg.Done()
 			time.Sleep(20 * time.Millisecond) // behind a frozen master's check
