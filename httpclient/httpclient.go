@@ -475,12 +475,6 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	a.p, a.max = p, 1               // a SingleAttempt call's; another's is read as it is sent
 	retries := p.MaxAttempts() != 1 // before the call, which may open the breaker
 	resp, release, err := pipeline.DoStream(req.Context(), p, a.run, opts...)
-	if err != nil && retrysignal.Retried(err) && (breaker.IsRejection(err) || resilience.Classify(err).Retryable()) {
-		// For a retrysignal.Handler above, which may get the answer as an
-		// SDK's error of its own: only a failure its caller would retry (a
-		// 404 noted would mark the request's later failures too).
-		retrysignal.NoteRetried(req.Context())
-	}
 	if a.hasBody {
 		req.Body.Close() // a RoundTripper always closes the body; the attempts sent copies
 	}

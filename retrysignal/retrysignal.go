@@ -31,7 +31,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -240,29 +239,29 @@ func writeError(w http.ResponseWriter, err error, signal bool) {
 
 // Handler is an http.Handler whose function returns the error of its
 // outbound call; a nil error means the function answered itself. The
-// error is answered by [WriteError], with the signal, if the layer below
-// did what retrying it would: the error says so ([Retried]), or a
-// resilient call the function made gave up so ([NoteRetried]: httpclient's
-// Transport tells it, whose answer an SDK turns into an error of its
-// own). Another, such as a plain http.Client's, or one attempt that
-// nobody retried (a POST without an idempotency key), is answered in the
-// same way but without the signal, so that the caller may retry what
-// nobody below did. An error returned after the function started its
-// response cannot be answered: it is logged with log/slog's default
-// logger, and the response is left as it is.
+// error is answered by [WriteError], with the signal, if it says that the
+// layer below did what retrying it would ([Retried]); another, such as a
+// plain http.Client's, or one attempt that nobody retried (a POST without
+// an idempotency key), is answered in the same way but without the
+// signal, so that the caller may retry what nobody below did. A function
+// that makes an error of its own of a resilient call's failure (an SDK
+// over httpclient's Transport, which hands back the last answer, not an
+// error) says so by marking it: resilience.Terminal(err). An error
+// returned after the function started its response cannot be answered: it
+// is logged with log/slog's default logger, and the response is left as
+// it is.
 type Handler func(w http.ResponseWriter, r *http.Request) error
 
 // ServeHTTP calls h and answers its error, if any.
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &startedWriter{ResponseWriter: w}
-	ctx, noted := Noting(r.Context())
-	err := h(sw.as(w), r.WithContext(ctx))
+	err := h(sw.as(w), r)
 	switch {
 	case err == nil:
 	case sw.started:
 		slog.Error("retrysignal: a handler failed after starting its response", "path", r.URL.Path, "error", err)
 	default:
-		writeError(w, err, noted() || Retried(err))
+		writeError(w, err, Retried(err))
 	}
 }
 
@@ -286,29 +285,6 @@ func Retried(err error) bool {
 	}
 	c, ok := resilience.ClassOf(err) // one attempt: an answer not to be retried (a CANCELED, a proxy's reset, is not one)
 	return ok && (c == resilience.ClassPermanent || c == resilience.ClassTerminal)
-}
-
-type retriedKey struct{}
-
-// Noting returns ctx with a place for the notes of [NoteRetried], and a
-// func that reports whether a call made under it noted one: what
-// [Handler] does for its function, for a server that answers as it does
-// (grpcsignal's interceptors).
-func Noting(ctx context.Context) (context.Context, func() bool) {
-	noted := new(atomic.Bool)
-	return context.WithValue(ctx, retriedKey{}, noted), noted.Load
-}
-
-// NoteRetried tells the [Handler] whose request ctx is of (if any) that
-// a resilient outbound call made under it retried a failure its caller
-// would retry, and gave up, whatever error the function makes of it:
-// httpclient's Transport calls it for such a call (a transient failure
-// that [Retried] says so of, or a breaker's refusal), as it hands its
-// caller the last answer, not an error. It is safe for concurrent use.
-func NoteRetried(ctx context.Context) {
-	if noted, ok := ctx.Value(retriedKey{}).(*atomic.Bool); ok {
-		noted.Store(true)
-	}
 }
 
 // startedWriter notes whether the response started.

@@ -15,6 +15,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/deadline"
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 	"github.com/resiliencekit/resiliencekit/retrysignal"
 )
@@ -112,7 +113,9 @@ func TestReview22TransportRetriesLoseTheSignal(t *testing.T) {
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return errors.New("inventory sdk: " + resp.Status) // an SDK's own error type
+			// An SDK's own error type, marked as what the layer below
+			// retried, as Handler's doc says to.
+			return resilience.Terminal(errors.New("inventory sdk: " + resp.Status))
 		}
 		return nil
 	}))))

@@ -218,16 +218,15 @@ func Error(ctx context.Context, err error) error {
 }
 
 // UnaryServerInterceptor answers, by [Error], every error of a unary
-// handler where the layer below did what retrying it would: the error
-// says so (retrysignal.Retried), or a call through httpclient's Transport
-// under the handler's context gave up so (retrysignal.NoteRetried: an
-// SDK makes an error of its own of the Transport's last answer); other
-// errors, such as the handler's own status errors, or one attempt nobody
-// retried, pass as they are. It is safe for concurrent use.
+// handler that says the layer below did what retrying it would
+// (retrysignal.Retried); other errors, such as the handler's own status
+// errors, or one attempt nobody retried, pass as they are. A handler that
+// makes an error of its own of a resilient call's failure (an SDK over
+// httpclient's Transport) marks it: resilience.Terminal(err). It is safe
+// for concurrent use.
 func UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	hctx, noted := retrysignal.Noting(ctx)
-	resp, err := handler(hctx, req)
-	if err != nil && (noted() || retrysignal.Retried(err)) {
+	resp, err := handler(ctx, req)
+	if err != nil && retrysignal.Retried(err) {
 		return nil, Error(ctx, err)
 	}
 	return resp, err
@@ -236,19 +235,9 @@ func UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInf
 // StreamServerInterceptor is [UnaryServerInterceptor] for streaming
 // handlers. It is safe for concurrent use.
 func StreamServerInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ctx, noted := retrysignal.Noting(ss.Context())
-	err := handler(srv, notingStream{ss, ctx})
-	if err != nil && (noted() || retrysignal.Retried(err)) {
+	err := handler(srv, ss)
+	if err != nil && retrysignal.Retried(err) {
 		return Error(ss.Context(), err)
 	}
 	return err
 }
-
-// notingStream is a server stream whose context takes the notes of
-// retrysignal.NoteRetried.
-type notingStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s notingStream) Context() context.Context { return s.ctx }

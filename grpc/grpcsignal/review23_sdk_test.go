@@ -1,6 +1,7 @@
 package grpcsignal_test
 
-// Review 23: 59af432 gave retrysignal.Handler NoteRetried, so that an
+// Review 23 (its NoteRetried, since taken out: the handler marks its
+// error): 59af432 gave retrysignal.Handler NoteRetried, so that an
 // SDK's error of its own, made of the last answer of httpclient's
 // Transport, does not lose the "don't retry" (16 requests instead of 4).
 // grpcsignal's server interceptors did not get it.
@@ -25,6 +26,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/grpc/grpctest"
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -54,7 +56,9 @@ func TestReview23AnSDKsErrorLosesTheSignalOverGRPC(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		return nil, status.Errorf(codes.Unavailable, "orders api: %s", resp.Status) // the SDK's error, made a status
+		// The SDK's error, made a status, marked as what the layer below
+		// retried (resilience.Terminal), as grpcsignal's docs say to.
+		return nil, resilience.Terminal(status.Errorf(codes.Unavailable, "orders api: %s", resp.Status))
 	}
 	srv, err := grpctest.Start(grpc.ChainUnaryInterceptor(grpcsignal.UnaryServerInterceptor, handler))
 	require.NoError(t, err)
