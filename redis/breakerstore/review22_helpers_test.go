@@ -1,10 +1,14 @@
 package breakerstore_test
 
 import (
+	"crypto/rand"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/redis/breakerstore"
 	"github.com/resiliencekit/resiliencekit/redis/redistest"
 )
 
@@ -35,4 +39,18 @@ func (r *review22Redis) client() *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: r.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	r.t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// fleet starts three replicas of a breaker of its own name, shared on r,
+// flushing every 20 ms, that open at half of 5 calls failed.
+func (r *review22Redis) fleet(prefix string, openTimeout time.Duration) []*breaker.Breaker {
+	name := prefix + rand.Text()[:8]
+	var bs []*breaker.Breaker
+	for range 3 {
+		bs = append(bs, breaker.New(name,
+			breaker.FailureRate(0.5, 5), breaker.Window(10*time.Second, 10), breaker.ConsecutiveFailures(0),
+			breaker.OpenTimeout(openTimeout),
+			breaker.Shared(breakerstore.New(r.client(), "")), breaker.FlushInterval(20*time.Millisecond)))
+	}
+	return bs
 }

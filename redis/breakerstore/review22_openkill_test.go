@@ -2,7 +2,6 @@ package breakerstore_test
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"testing"
 	"time"
@@ -10,8 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/resiliencekit/resiliencekit/breaker"
-	"github.com/resiliencekit/resiliencekit/redis/breakerstore"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -25,14 +22,7 @@ func TestReview22KilledJustAfterTheOpening(t *testing.T) {
 	bad := 0
 	const runs = 12
 	for run := range runs {
-		name := "rv22-kill-" + rand.Text()[:8]
-		var bs []*breaker.Breaker
-		for range 3 {
-			bs = append(bs, breaker.New(name,
-				breaker.FailureRate(0.5, 5), breaker.Window(10*time.Second, 10), breaker.ConsecutiveFailures(0),
-				breaker.OpenTimeout(2*time.Second),
-				breaker.Shared(breakerstore.New(srv.client(), "")), breaker.FlushInterval(20*time.Millisecond)))
-		}
+		bs := srv.fleet("rv22-kill-", 2*time.Second)
 		time.Sleep(100 * time.Millisecond)
 		boom := errors.New("down")
 		for range 6 {
