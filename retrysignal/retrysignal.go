@@ -268,19 +268,20 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Retried reports whether err, a resilient outbound call's, says that the
 // call did what retrying it would, so that its caller must not retry: its
 // breaker refused it (the dependency is down), its retry policy made more
-// than one attempt or stopped for want of time or quota, or the
+// than one attempt or its retry quota refused a retry, or the
 // dependency's answer was not to be retried (a class of permanent or
 // terminal of its own in err's chain, as httpclient and grpcclient give
-// it). One attempt that failed and that nobody retried, such as a POST
-// without an idempotency key, or a plain client's error, is not. [Handler]
-// answers with the signal what it reports, and grpcsignal's server
-// interceptors pass on only that.
+// it). One attempt that failed and that nobody retried is not: a POST
+// without an idempotency key, one that ran out of this service's time
+// budget (its caller, with more time, may retry it), a plain client's
+// error. [Handler] answers with the signal what it reports, and
+// grpcsignal's server interceptors pass on only that.
 func Retried(err error) bool {
 	if breaker.IsRejection(err) {
 		return true
 	}
 	var re *retrypolicy.Error
-	if errors.As(err, &re) && (re.Attempts > 1 || errors.Is(re.Reason, retrypolicy.ErrOutOfTime) || errors.Is(re.Reason, retrypolicy.ErrQuotaExhausted)) {
+	if errors.As(err, &re) && (re.Attempts > 1 || errors.Is(re.Reason, retrypolicy.ErrQuotaExhausted)) {
 		return true
 	}
 	c, ok := resilience.ClassOf(err) // one attempt: an answer not to be retried (a CANCELED, a proxy's reset, is not one)
