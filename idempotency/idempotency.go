@@ -186,9 +186,7 @@ func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, time.Time, error)
 		found, err := g.store.Begin(sctx, c.Key, c.Record, g.cfg.lease)
 		cancel()
 		if err != nil {
-			if g.orphans.add(c.Key, c.Record) {
-				time.AfterFunc(g.cfg.storeTimeout, func() { g.reap(1) })
-			}
+			g.orphan(c.Key, c.Record)
 			return nil, asked, err
 		}
 		if found == nil || found.Done {
@@ -202,7 +200,8 @@ func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, time.Time, error)
 		err = g.store.Release(sctx, c.Key, orphan)
 		cancel()
 		if err != nil && !errors.Is(err, ErrNotOwner) {
-			return found, asked, nil // held for its lease, as it would have been
+			g.orphan(c.Key, orphan) // to be tried again
+			return found, asked, nil
 		}
 	}
 	return nil, time.Time{}, errors.New("idempotency: key taken again while freeing an orphan claim")

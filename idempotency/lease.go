@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -486,7 +485,7 @@ func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFu
 // anyway). Safe for concurrent use.
 type orphans struct {
 	mu      sync.Mutex
-	claims  map[orphan]Record
+	claims  map[orphan]*noted
 	order   []orphan
 	reaping bool // timers free them (Guard.reap)
 }
@@ -494,26 +493,33 @@ type orphans struct {
 // orphan is a claim's key and token.
 type orphan struct{ key, token string }
 
+// noted is a claim an orphan is of, and how many times the reaping tried
+// to free it.
+type noted struct {
+	claim Record
+	tries int
+}
+
 const maxOrphans = 1024
 
 // reapRounds is how many times, a store timeout apart, a guard tries to
-// free the claims its Begins may have left before it leaves them to its
-// next Begin of their keys, or to their leases.
+// free each claim its Begins may have left before it leaves it to its next
+// Begin of its key, or to its lease.
 const reapRounds = 3
 
-// add notes a claim, and reports whether the reaping must start (it has
-// not).
+// add notes a claim, to be tried reapRounds times, and reports whether the
+// reaping must start (it has not).
 func (o *orphans) add(key string, claim Record) (reap bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.claims == nil {
-		o.claims = make(map[orphan]Record)
+		o.claims = make(map[orphan]*noted)
 	}
 	id := orphan{key, claim.Token}
 	if _, ok := o.claims[id]; !ok {
 		o.order = append(o.order, id)
 	}
-	o.claims[id] = claim
+	o.claims[id] = &noted{claim: claim}
 	for len(o.order) > maxOrphans {
 		delete(o.claims, o.order[0])
 		o.order = o.order[1:]
@@ -522,16 +528,34 @@ func (o *orphans) add(key string, claim Record) (reap bool) {
 	return reap
 }
 
-// all returns the claims noted, or, if none is left or last, none, and
-// then stops the reaping.
-func (o *orphans) all(last bool) map[orphan]Record {
+// due returns the claims noted that the reaping has tried fewer than
+// reapRounds times, counting this try, or, if none is, none, and then
+// stops the reaping (those left stay noted, for the next Begin of their
+// keys).
+func (o *orphans) due() map[orphan]Record {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.claims) == 0 || last {
-		o.reaping = false
-		return nil
+	var due map[orphan]Record
+	for id, n := range o.claims {
+		if n.tries < reapRounds {
+			n.tries++
+			if due == nil {
+				due = make(map[orphan]Record)
+			}
+			due[id] = n.claim
+		}
 	}
-	return maps.Clone(o.claims)
+	if due == nil {
+		o.reaping = false
+	}
+	return due
+}
+
+// stop stops the reaping.
+func (o *orphans) stop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reaping = false
 }
 
 // take forgets and returns the claim noted of key with token, if any.
@@ -539,28 +563,39 @@ func (o *orphans) take(key, token string) (Record, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	id := orphan{key, token}
-	c, ok := o.claims[id]
-	if ok {
-		delete(o.claims, id)
-		o.order = slices.DeleteFunc(o.order, func(k orphan) bool { return k == id })
+	n, ok := o.claims[id]
+	if !ok {
+		return Record{}, false
 	}
-	return c, ok
+	delete(o.claims, id)
+	o.order = slices.DeleteFunc(o.order, func(k orphan) bool { return k == id })
+	return n.claim, true
 }
 
-// reap frees the claims that Begins of g gave up on, in reapRounds rounds
-// a store timeout apart, on timers (no goroutine waits between them): a
-// Begin whose answer came after the store timeout leaves a claim that
-// holds its key, which the other replicas cannot free, for a whole lease.
-// Those it cannot free (the store still fails) are left to g's next Begin
-// of their keys, which frees them, or to their leases. round counts from 1.
-func (g *Guard) reap(round int) {
+// orphan notes a claim that a Begin of g gave up on, and starts the
+// reaping if it has not.
+func (g *Guard) orphan(key string, claim Record) {
+	if g.orphans.add(key, claim) {
+		time.AfterFunc(g.cfg.storeTimeout, g.reap)
+	}
+}
+
+// reap frees the claims that Begins of g gave up on, each tried reapRounds
+// times a store timeout apart, on timers (no goroutine waits between
+// them): a Begin whose answer came after the store timeout leaves a claim
+// that holds its key, which the other replicas cannot free, for a whole
+// lease. Those it cannot free (the store still fails, or the claim is not
+// written yet: ErrNotOwner) are tried again in the next round, and after
+// the last are left to g's next Begin of their keys, which frees them, or
+// to their leases.
+func (g *Guard) reap() {
 	defer func() {
 		if r := recover(); r != nil { // the store's: on no request's goroutine, so not to end the process
-			g.orphans.all(true)
+			g.orphans.stop()
 			g.cfg.logger().Error("idempotency: the store panicked freeing a claim a Begin gave up on", "panic", r)
 		}
 	}()
-	claims := g.orphans.all(round > reapRounds)
+	claims := g.orphans.due()
 	if claims == nil {
 		return
 	}
@@ -570,7 +605,7 @@ func (g *Guard) reap(round int) {
 		cancel()
 		if err == nil {
 			g.orphans.take(id.key, id.token)
-		} // ErrNotOwner: not written yet, perhaps; the next round, or g's next Begin of its key, frees it then
+		}
 	}
-	time.AfterFunc(g.cfg.storeTimeout, func() { g.reap(round + 1) })
+	time.AfterFunc(g.cfg.storeTimeout, g.reap)
 }
