@@ -24,7 +24,16 @@ type Store struct {
 	prefix string
 
 	mu     sync.Mutex
-	checks map[string]eviction // by the address of the server read ("" for a client of one server)
+	checks map[string]eviction    // by the address of the server read ("" for a client of one server)
+	reads  map[string]*policyRead // reads under way, by address
+}
+
+// policyRead is a read of a server's eviction policy that claims wait
+// for, rather than each send one of their own.
+type policyRead struct {
+	done chan struct{}
+	c    eviction
+	ok   bool // c was read
 }
 
 // eviction is what a server's eviction policy was found to be, and when.
@@ -83,19 +92,41 @@ func (s *Store) checkEviction(ctx context.Context, key string) error {
 		node, addr = m, m.Options().Addr
 	}
 	s.mu.Lock()
-	c, ok := s.checks[addr]
-	s.mu.Unlock()
-	if ok && time.Since(c.checked) < evictionRecheck {
+	if c, ok := s.checks[addr]; ok && time.Since(c.checked) < evictionRecheck {
+		s.mu.Unlock()
 		return c.evicts
 	}
-	// Read without the lock, so that a server that hangs holds up only
-	// the claims of its own keys, each within its own time: claims read it
-	// each their own until one gets an answer.
+	if r := s.reads[addr]; r != nil { // another claim reads it: its answer stands for this one's
+		s.mu.Unlock()
+		select {
+		case <-r.done:
+			return r.c.evicts // nil if not read: the claim's own call tells whether the server answers
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	r := &policyRead{done: make(chan struct{})}
+	if s.reads == nil {
+		s.reads, s.checks = make(map[string]*policyRead), make(map[string]eviction)
+	}
+	s.reads[addr] = r
+	s.mu.Unlock()
+	// Read without the lock, so that a server that hangs holds up only the
+	// claims of its own keys, each within its own time.
+	defer func() {
+		s.mu.Lock()
+		delete(s.reads, addr)
+		if r.ok {
+			s.checks[addr] = r.c
+		}
+		s.mu.Unlock()
+		close(r.done)
+	}()
 	cfg, err := node.ConfigGet(ctx, "maxmemory*").Result()
 	var rerr redis.Error
 	switch {
 	case errors.As(err, &rerr) && refused(rerr):
-		s.noteEviction(addr, eviction{checked: time.Now()}) // not checkable
+		r.c, r.ok = eviction{checked: time.Now()}, true // not checkable
 		return nil
 	case err != nil:
 		// Not read, and read again at the next claim: a server that did not
@@ -105,22 +136,11 @@ func (s *Store) checkEviction(ctx context.Context, key string) error {
 		return nil
 	}
 	policy, limit := cfg["maxmemory-policy"], cfg["maxmemory"]
-	c = eviction{checked: time.Now()}
+	r.c, r.ok = eviction{checked: time.Now()}, true
 	if policy != "" && policy != "noeviction" && limit != "" && limit != "0" {
-		c.evicts = ErrEvictionPolicy
+		r.c.evicts = ErrEvictionPolicy
 	}
-	s.noteEviction(addr, c)
-	return c.evicts
-}
-
-// noteEviction keeps what the server at addr was found to be.
-func (s *Store) noteEviction(addr string, c eviction) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.checks == nil {
-		s.checks = make(map[string]eviction)
-	}
-	s.checks[addr] = c
+	return r.c.evicts
 }
 
 // refused reports whether err is a server's refusal of CONFIG GET: a
