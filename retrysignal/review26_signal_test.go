@@ -86,6 +86,9 @@ func TestReview26_Conflict409RetryAfterPastBudgetSignalled(t *testing.T) {
 	r26Conflict(t, true)
 }
 
+// The caller's delays are without jitter (200, 400, 800 ms...), so that
+// its retries outlast the key's first request (1 s) in every run.
+//
 // The control: the same chain, the caller ignoring the signal (as it would
 // without it), completes the call.
 func TestReview26_Conflict409RetryAfterControlWithoutSignal(t *testing.T) {
@@ -127,7 +130,7 @@ func r26Conflict(t *testing.T, trust bool) {
 		return err
 	}))
 	defer svc.Close()
-	caller := httpclient.New(httpclient.WithPipeline(pipeline.New(pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(6), retrypolicy.BaseDelay(200*time.Millisecond))), pipeline.WithTimeBudget(5*time.Second))), httpclient.TrustNoRetry(func(*url.URL) bool { return trust }))
+	caller := httpclient.New(httpclient.WithPipeline(pipeline.New(pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(6), retrypolicy.BaseDelay(200*time.Millisecond), retrypolicy.Jitter(retrypolicy.None))), pipeline.WithTimeBudget(5*time.Second))), httpclient.TrustNoRetry(func(*url.URL) bool { return trust }))
 	err := caller.PostJSON(context.Background(), svc.URL, map[string]int{"a": 1}, nil, httpclient.IdempotencyKey("k1"))
 	mu.Lock()
 	t.Logf("service errors: %q; dependency saw %d; caller err after %v: %v", svcErrs, hits.Load(), time.Since(start).Round(time.Millisecond), err)
