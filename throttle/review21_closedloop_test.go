@@ -69,15 +69,8 @@ func TestReview21OneFailureAtColdStartLocksOutAHealthyDependency(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	var b strings.Builder
-	var totalRefused, total int64
-	for i := range slices {
-		a, r := admitted[i].Load(), refused[i].Load()
-		totalRefused += r
-		total += a + r
-		fmt.Fprintf(&b, "\n  %4v-%4v: %6d admitted, %8d refused (%.1f%%)", time.Duration(i)*window/2, time.Duration(i+1)*window/2, a, r, 100*float64(r)/float64(max(a+r, 1)))
-	}
-	t.Logf("one failure, then every attempt accepted; window %v:%s", window, b.String())
+	table, totalRefused, total := review21Slices(admitted[:], refused[:], window)
+	t.Logf("one failure, then every attempt accepted; window %v:%s", window, table)
 	// A plain client refuses nothing; allow the throttle a little noise.
 	assert.Less(t, float64(totalRefused)/float64(total), 0.01, "calls refused to a dependency that failed once")
 }
@@ -120,14 +113,20 @@ func TestReview21OneFailureAtColdStartOpenLoop(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	table, totalRefused, _ := review21Slices(admitted[:], refused[:], window)
+	t.Logf("open loop, one failure, then every attempt accepted; window %v:%s", window, table)
+	assert.Zero(t, totalRefused, "calls refused to a dependency that failed once (a plain client refuses none)")
+}
+
+// review21Slices tabulates the attempts admitted and refused in each half
+// window, and returns the table and the totals refused and made.
+func review21Slices(admitted, refused []atomic.Int64, window time.Duration) (table string, totalRefused, total int64) {
 	var b strings.Builder
-	var totalRefused, total int64
-	for i := range slices {
+	for i := range admitted {
 		a, r := admitted[i].Load(), refused[i].Load()
 		totalRefused += r
 		total += a + r
 		fmt.Fprintf(&b, "\n  %4v-%4v: %6d admitted, %8d refused (%.1f%%)", time.Duration(i)*window/2, time.Duration(i+1)*window/2, a, r, 100*float64(r)/float64(max(a+r, 1)))
 	}
-	t.Logf("open loop, one failure, then every attempt accepted; window %v:%s", window, b.String())
-	assert.Zero(t, totalRefused, "calls refused to a dependency that failed once (a plain client refuses none)")
+	return b.String(), totalRefused, total
 }

@@ -22,9 +22,10 @@
 // accepting the attempts it answered (refusals of the throttle's own left
 // out, the assumed accept in), so that a burst to a healthy dependency is
 // not taken for refusals, while attempts piling up at one that has been
-// failing are. So while the dependency accepts at least one attempt in K nothing is refused; when it accepts fewer, the throttle sends it only about K times
-// what it has been accepting, and the rest fail at once with [ErrThrottled]
-// at no cost to the dependency. Refused attempts count as requests, so
+// failing are. So while the dependency accepts at least one attempt in K
+// nothing is refused; when it accepts fewer, the throttle sends it only
+// about K times what it has been accepting, and the rest fail at once with
+// [ErrThrottled] at no cost to the dependency. Refused attempts count as requests, so
 // the throttle lets more through as soon as accepts come back. K is 2 by
 // default: a dependency that accepts nothing still gets a trickle of
 // attempts, so the throttle notices when it is back.

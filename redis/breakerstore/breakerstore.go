@@ -165,6 +165,16 @@ if rolledback then
 	opened = false
 	clearcounts() -- as after a restart, whoever comes first
 end
+-- Takes back a replica's view of a fleet not closed, as opened as long
+-- ago as the replica has known it. That is also the fleet's last change of
+-- state, which the replicas' open timers run from: each restart of a crash
+-- loop would move them on, the replicas taking the restore's new
+-- generation for one.
+local function reopened()
+	opened = string.format("%d", now - math.max(openedfor, 0))
+	redis.call("SET", k .. ":open", opened, "PX", keep)
+	redis.call("SET", k .. ":since", opened, "PX", keep)
+end
 if not gen or rolledback then
 	gen = string.format("%d", math.max(now, tonumber(pgen) + 1))
 	redis.call("SET", k .. ":gen", gen)
@@ -172,12 +182,7 @@ if not gen or rolledback then
 		redis.call("SET", k .. ":since", tostring(now), "PX", keep)
 	end
 	if pstate ~= 0 then
-		opened = string.format("%d", now - math.max(openedfor, 0))
-		redis.call("SET", k .. ":open", opened, "PX", keep)
-		-- Its last change of state was its opening: the replicas' open
-		-- timers run from it (each restart of a crash loop would move them
-		-- on, the replicas taking the restore's new generation for one).
-		redis.call("SET", k .. ":since", opened, "PX", keep)
+		reopened()
 	end
 	redis.call("SET", k .. ":restored", string.format("%d %d", unknown and 0 or tonumber(pgen), tonumber(gen)), "PX", 3 * flushms)
 end
@@ -216,10 +221,8 @@ end
 if from >= 0 and not unknown and tonumber(pgen) > from and tonumber(pgen) < upto and (pstate ~= 0) ~= (opened and true or false) then
 	gen = string.format("%d", math.max(tonumber(gen) + 1, now))
 	if pstate ~= 0 then
-		opened = string.format("%d", now - math.max(openedfor, 0))
-		redis.call("SET", k .. ":open", opened, "PX", keep)
 		clear(gen, 2)
-		redis.call("SET", k .. ":since", opened, "PX", keep) -- as above
+		reopened()
 	else
 		redis.call("DEL", k .. ":open")
 		opened = false
