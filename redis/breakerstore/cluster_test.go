@@ -17,7 +17,7 @@ import (
 // master holding a breaker's slot (its keys are hashed to one) is killed
 // (SIGKILL) while 3 replica processes share the breaker: no call waits on
 // the failover (none over its budget), and every replica shares again
-// within 1 s of the replica's promotion. Then, on breakers whose slot the
+// within 1 s of the replica's promotion (1.5 s for a frozen master). Then, on breakers whose slot the
 // promoted master holds, the cases of recovery_test.go: the recovery with
 // the default options, a replica cut off (a fault proxy in front of each
 // node), the flush rate while half-open, a replica behind a slow link,
@@ -97,6 +97,16 @@ func clusterFailover(t *testing.T, tp *topology, how string) *redistest.Server {
 	}
 
 	const budget = 100 * time.Millisecond // a loaded 2-core machine has shown 55 ms of scheduling inside Execute
+	// Sharing again takes a failing flush, and go-redis's learning of the
+	// slots: it asks the nodes one at a time in a random order, waiting up
+	// to its ReadTimeout for a frozen one, and once it learned them waits
+	// 200 ms before learning them again. So the frozen master's case is
+	// bounded by about the ReadTimeout (500 ms) + 200 ms + a flush, and the
+	// killed one's (refused at once) by 200 ms + a flush.
+	again := time.Second
+	if how != "killed" {
+		again = 1500 * time.Millisecond
+	}
 	t.Logf("master %s; replica promoted %v later", how, promoted.Sub(killed).Round(time.Millisecond))
 	for i, r := range rs {
 		lost, back := r.sharing(killed)
@@ -104,7 +114,7 @@ func clusterFailover(t *testing.T, tp *topology, how string) *redistest.Server {
 			back.Sub(promoted).Round(time.Millisecond), r.slowest, r.own)
 		if lost {
 			require.False(t, back.IsZero(), "replica %d shares again", i)
-			assert.Less(t, back.Sub(promoted), time.Second, "replica %d shares again within 1 s of the failover", i)
+			assert.Less(t, back.Sub(promoted), again, "replica %d shares again within %v of the failover", i, again)
 		}
 		// The dependency's own time is not the breaker's: on a loaded
 		// machine an HTTP call may take longer than the budget by itself.
