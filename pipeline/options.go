@@ -167,7 +167,10 @@ func WithHedging(h *hedge.Policy) Option {
 // limit (past it if need be), so the backlog yields to them; with nothing
 // waiting, the limit is not used at all. An attempt admitted once the
 // breaker has opened again, as it waited for its turn, is not sent: its
-// call waits again. Default off: a rejected call fails at once.
+// call waits again. A call whose retries the breaker stopped goes on,
+// once let through, with the attempts it had left
+// ([retrypolicy.Resume]): the retry policy's MaxAttempts holds over the
+// whole call, waits included. Default off: a rejected call fails at once.
 func WaitWhenOpen() Option {
 	return optionFunc(func(c *config) { c.waitOpen = true })
 }

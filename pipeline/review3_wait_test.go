@@ -11,8 +11,8 @@ import (
 )
 
 // A call with WaitWhenOpen whose retries the breaker stopped waits, then
-// runs the retry stage again. The retry stage numbers that loop's attempts
-// from 1 (EventRetry.Attempt, the keepers' first/later counts, the
+// goes on with the retry stage's attempts (retrypolicy.Resume), numbered
+// on (EventRetry.Attempt, the keepers' first/later counts, the
 // *retrypolicy.Error's Attempts), and EventAttempt must agree with it:
 // an EventRetry after attempt n follows the EventAttempt of attempt n.
 func TestReview3WaitWhenOpenAttemptNumbers(t *testing.T) {

@@ -56,6 +56,7 @@ type call[T any] struct {
 	via      int8     // the first stage of each attempt, with attempts
 	n        int      // attempts told by this run of the retry stage, with attempts
 	ran      bool     // the breaker admitted the call: inside ran
+	stopped  error    // with WaitWhenOpen, the retry stage's stop by the breaker that the call waited out; nil if none
 	res      T        // what inside leaves for through
 	race     *race[T] // for the call's first race, allocated with c.s; nil once used
 	shared   bool     // a race of the call may have let another goroutine have c.s
@@ -270,6 +271,9 @@ func (c *call[T]) waitOpen(ctx context.Context, b *breaker.Breaker, err error) (
 			}
 			return res, err // no probe within the budget
 		}
+		if re, ok := err.(*retrypolicy.Error); ok && breaker.IsRejection(re.Reason) {
+			c.stopped = err // its retries stopped: they go on from there (retrypolicy.Resume)
+		}
 		res, rejected, err = c.through(ctx, b)
 	}
 	return res, err
@@ -290,16 +294,35 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 	}
 	via := c.firstInside()
 	if c.attempts {
-		c.via, c.n = via, 0
-		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.told)
+		c.via, c.n = via, c.made()
+		return c.loop(ctx, guard, c.told)
 	}
 	switch via {
 	case viaHedge:
-		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.hedge)
+		return c.loop(ctx, guard, c.hedge)
 	case viaTimeout:
-		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.timeout)
+		return c.loop(ctx, guard, c.timeout)
 	}
-	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.op)
+	return c.loop(ctx, guard, c.op)
+}
+
+// loop runs the retry stage's attempts of op: from the first, or, for a
+// call that waited out the breaker that stopped its retries, on from
+// there, within the same most attempts.
+func (c *call[T]) loop(ctx context.Context, guard func() error, op resilience.Operation[T]) (T, error) {
+	if c.stopped != nil {
+		return retrypolicy.Resume(ctx, c.p.cfg.retry, guard, c.stopped, op)
+	}
+	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, op)
+}
+
+// made returns the attempts the retry stage made before the breaker
+// stopped it, for a call that waited since; 0 for any other.
+func (c *call[T]) made() int {
+	if re, ok := c.stopped.(*retrypolicy.Error); ok {
+		return re.Attempts
+	}
+	return 0
 }
 
 // told runs an attempt of the retry stage, from the stage retry chose for
@@ -361,17 +384,18 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 		return res, c.p.outOfTime(ctx, 0, nil)
 	}
 	l := c.p.cfg.listener
+	n := c.made() + 1 // a probe by a call whose retries the breaker stopped goes on from them
 	returned := false
 	defer func() {
 		if !returned { // a panic or runtime.Goexit: a failed attempt, as the retry stage counts it
-			l.Count(1, errPanicked)
+			l.Count(n, errPanicked)
 		}
 	}()
 	res, err = c.from(ctx, c.firstInside())
 	returned = true
-	l.Count(1, err)
+	l.Count(n, err)
 	if c.attempts {
-		l.Attempted(1, err)
+		l.Attempted(n, err)
 	}
 	if err != nil && ctx.Err() != nil {
 		err = c.p.outOfTime(ctx, 1, err)

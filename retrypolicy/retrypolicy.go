@@ -74,6 +74,9 @@ type Error struct {
 	Reason error
 	// Last is the last attempt's error; nil when the operation never ran.
 	Last error
+
+	guarded bool // the guard stopped the loop: Resume may go on with it
+	paid    bool // and the quota had been charged for the retry it stopped
 }
 
 // Error returns a message with the attempt count, the reason and the last
@@ -200,6 +203,37 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 	if cfg.quota != nil {
 		cfg.quota.deposit()
 	}
+	return loop(ctx, cfg, guard, op, 0)
+}
+
+// Resume goes on with a loop of [DoGuarded] that its guard stopped, from
+// the retry the guard refused, once what stopped it is over (a circuit
+// breaker has let the call through again; waiting for that is the
+// caller's): stopped is the [*Error] that DoGuarded, or an earlier
+// Resume, returned. The attempts already made count towards
+// MaxAttempts, and the next is numbered after them; the retry is charged
+// to the [Quota] as the refused one would have been, and its delays
+// start again from the first. With an error that is not a guard's stop
+// (nil among them), Resume is DoGuarded.
+func Resume[T any](ctx context.Context, p *Policy, guard func() error, stopped error, op resilience.Operation[T]) (T, error) {
+	e, ok := stopped.(*Error)
+	if !ok || !e.guarded {
+		return DoGuarded(ctx, p, guard, op)
+	}
+	var zero T
+	cfg := p.config()
+	if ctx.Err() != nil {
+		return zero, cfg.giveUp(e.Attempts, stopReason(ctx), e.Last)
+	}
+	if cfg.quota != nil && !e.paid && !cfg.quota.withdraw() {
+		return zero, cfg.giveUp(e.Attempts, ErrQuotaExhausted, e.Last)
+	}
+	cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: e.Attempts, Err: e.Last})
+	return loop(ctx, cfg, guard, op, e.Attempts)
+}
+
+// loop runs op from attempt made+1 until it succeeds or the loop stops.
+func loop[T any](ctx context.Context, cfg *config, guard func() error, op resilience.Operation[T], made int) (T, error) {
 	attemptEvents := cfg.listener.Wants(resilience.EventAttempt)
 	var delays delaySource
 	running := 0 // the attempt op runs, 0 once it returned
@@ -208,7 +242,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 			cfg.listener.Count(running, errPanicked)
 		}
 	}()
-	for attempt := 1; ; attempt++ {
+	for attempt := made + 1; ; attempt++ {
 		running = attempt
 		res, err := op(ctx)
 		running = 0
@@ -256,7 +290,9 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {
-				return res, cfg.stopped(attempt, gerr, err)
+				e := cfg.stopped(attempt, gerr, err)
+				e.paid = cfg.quota != nil
+				return res, e
 			}
 		}
 	}
@@ -286,9 +322,9 @@ func (c *config) giveUp(attempt int, reason, last error) error {
 
 // stopped returns the error for a loop that a guard stopped after
 // attempt, and reports the rejection.
-func (c *config) stopped(attempt int, guardErr, last error) error {
+func (c *config) stopped(attempt int, guardErr, last error) *Error {
 	c.listener.Emit(resilience.Event{Kind: resilience.EventRejected, Attempt: attempt, Err: guardErr})
-	return &Error{Attempts: attempt, Reason: guardErr, Last: last}
+	return &Error{Attempts: attempt, Reason: guardErr, Last: last, guarded: true}
 }
 
 // errPanicked is what the counts of a listener learn of an attempt whose
