@@ -52,7 +52,8 @@ type race[T any] struct {
 	results chan outcome[T] // made with the first hedge
 	keepers []*keeper       // the hedges'
 
-	last outcome[T] // the answer to return if no attempt wins; the caller's
+	last    outcome[T] // the answer to return if no attempt wins; the caller's
+	refused error      // the first attempt's refusal by the breaker as it was about to be sent (call.refused)
 }
 
 // The phases of a race's first attempt: it runs, it has returned, or a
@@ -140,6 +141,7 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 		}
 	}()
 	o.res, o.err = a.attempt(r.firstCtx, false, r)
+	r.refused = a.refused
 	o.keep = &r.first
 	returned = true
 	r.phase.CompareAndSwap(firstRunning, firstReturned)

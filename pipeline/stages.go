@@ -57,6 +57,7 @@ type call[T any] struct {
 	n        int      // attempts told by this run of the retry stage, with attempts
 	ran      bool     // the breaker admitted the call: inside ran
 	stopped  error    // with WaitWhenOpen, the retry stage's stop by the breaker that the call waited out; nil if none
+	refused  error    // the breaker's refusal of the last attempt as it was about to be sent (reopened): not sent
 	res      T        // what inside leaves for through
 	race     *race[T] // for the call's first race, allocated with c.s; nil once used
 	shared   bool     // a race of the call may have let another goroutine have c.s
@@ -284,13 +285,13 @@ func (c *call[T]) waitOpen(ctx context.Context, b *breaker.Breaker, err error) (
 // closed makes one attempt. Each attempt starts at the first of the
 // stages inside this one that does something for it.
 func (c *call[T]) retry(ctx context.Context) (T, error) {
-	c.probe = c.b.Check() != nil
+	c.probe, c.refused = c.b.Check() != nil, nil
 	if c.p.cfg.retry == nil || c.opts.single || c.probe {
 		return c.once(ctx)
 	}
 	var guard func() error // a method value here, where it does not escape
 	if c.b != nil {
-		guard = c.b.Check
+		guard = c.guard
 	}
 	via := c.firstInside()
 	if c.attempts {
@@ -304,6 +305,15 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 		return c.loop(ctx, guard, c.timeout)
 	}
 	return c.loop(ctx, guard, c.op)
+}
+
+// guard is the retry stage's check between attempts: the breaker's, or
+// its refusal of the attempt just made, which was then not sent.
+func (c *call[T]) guard() error {
+	if c.refused != nil {
+		return c.refused
+	}
+	return c.b.Check()
 }
 
 // loop runs the retry stage's attempts of op: from the first, or, for a
@@ -333,6 +343,9 @@ func (c *call[T]) made() int {
 // (safe.Listener.TellsNoAttempts).
 func (c *call[T]) told(ctx context.Context) (T, error) {
 	res, err := c.from(ctx, c.via)
+	if err != nil && err == c.refused {
+		return res, err // not sent
+	}
 	c.n++
 	c.p.cfg.listener.Attempted(c.n, err)
 	return res, err
@@ -393,6 +406,9 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	}()
 	res, err = c.from(ctx, c.firstInside())
 	returned = true
+	if err != nil && err == c.refused {
+		return res, err // not sent: the breaker opened again as it waited for a slot
+	}
 	l.Count(n, err)
 	if c.attempts {
 		l.Attempted(n, err)
@@ -413,6 +429,7 @@ func (c *call[T]) hedge(ctx context.Context) (T, error) {
 			r := newRace(c, ctx, d)
 			res, err := r.run()
 			c.shared = c.shared || !r.alone
+			c.refused = r.refused
 			return res, err
 		}
 	}
@@ -438,6 +455,9 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 		if err = c.reopened(); err != nil {
 			release(gates, held, context.Canceled) // not sent
 			refusal = resilience.EventRejected
+			if !hedge {
+				c.refused = err
+			}
 		}
 	}
 	if err != nil {

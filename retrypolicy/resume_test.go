@@ -141,3 +141,57 @@ func TestResumeWhenDone(t *testing.T) {
 	assert.Equal(t, 2, re.Attempts)
 	assert.ErrorIs(t, err, errDown)
 }
+
+// An attempt refused by what the guard guards, as it was about to be sent
+// (its error of class rejected matches the guard's), is not counted and
+// stops the loop as the guard would: Resume sends it again under its own
+// number, charged to the quota once.
+func TestAnAttemptRefusedByTheGuardsStageIsAStop(t *testing.T) {
+	quota := retrypolicy.NewQuota(0, 0.2, 10*time.Second) // 2 retries
+	var sent []int
+	listener := resilience.ListenerFunc(func(e resilience.Event) {
+		if e.Kind == resilience.EventAttempt {
+			sent = append(sent, e.Attempt)
+		}
+	})
+	p := retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(0), retrypolicy.WithQuota(quota), retrypolicy.WithListener(listener))
+	before := quota.Available()
+	open := false
+	guard := func() error {
+		if open {
+			return errOpen
+		}
+		return nil
+	}
+	n := 0
+	_, stopped := retrypolicy.DoGuarded(context.Background(), p, guard, func(context.Context) (int, error) {
+		n++
+		if n == 2 { // the breaker opened as this retry waited for a slot: refused, not sent
+			open = true
+			return 0, resilience.Rejected(errOpen)
+		}
+		return 0, errDown
+	})
+	var re *retrypolicy.Error
+	require.ErrorAs(t, stopped, &re)
+	assert.Equal(t, 1, re.Attempts, "the refused attempt is not counted")
+	assert.ErrorIs(t, stopped, errOpen)
+	assert.ErrorIs(t, stopped, errDown, "the last attempt sent")
+	assert.Equal(t, []int{1}, sent)
+	assert.Equal(t, before-1, quota.Available(), "one retry charged")
+
+	open = false
+	_, err := retrypolicy.Resume(context.Background(), p, guard, stopped, func(context.Context) (int, error) {
+		return 0, errDown
+	})
+	assert.Equal(t, []int{1, 2}, sent, "the refused retry sent under its number, not charged again; then the quota is spent")
+	assert.ErrorIs(t, err, retrypolicy.ErrQuotaExhausted)
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, 2, re.Attempts)
+
+	// A rejected error that the guard's does not match is an answer not to retry.
+	_, err = retrypolicy.DoGuarded(context.Background(), p, func() error { return errOpen }, func(context.Context) (int, error) {
+		return 0, resilience.Rejected(errDown)
+	})
+	assert.ErrorIs(t, err, retrypolicy.ErrNotRetryable)
+}

@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -193,7 +194,12 @@ func Do[T any](ctx context.Context, p *Policy, op resilience.Operation[T]) (T, e
 // again before it runs (never before the first attempt). A non-nil error
 // from guard stops the loop at once; it becomes the [Error.Reason]. A
 // circuit breaker's check is the typical guard: a loop stops retrying as
-// soon as the breaker has opened.
+// soon as the breaker has opened. An attempt that fails with an error of
+// class [resilience.ClassRejected] matching (errors.Is) the guard's error
+// as it is asked then was refused by what the guard guards before it was
+// sent (a breaker that opened as the attempt waited for a slot): it is
+// not counted as made, nor reported again, and the loop stops as the
+// guard would have stopped it.
 func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op resilience.Operation[T]) (T, error) {
 	cfg := p.config()
 	if ctx.Err() != nil {
@@ -203,18 +209,18 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 	if cfg.quota != nil {
 		cfg.quota.deposit()
 	}
-	return loop(ctx, cfg, guard, op, 0)
+	return loop(ctx, cfg, guard, op, 0, nil, false)
 }
 
 // Resume goes on with a loop of [DoGuarded] that its guard stopped, from
 // the retry the guard refused, once what stopped it is over (a circuit
 // breaker has let the call through again; waiting for that is the
 // caller's): stopped is the [*Error] that DoGuarded, or an earlier
-// Resume, returned. The attempts already made count towards
-// MaxAttempts, and the next is numbered after them; the retry is charged
-// to the [Quota] as the refused one would have been, and its delays
-// start again from the first. With an error that is not a guard's stop
-// (nil among them), Resume is DoGuarded.
+// Resume, returned, with p, the policy that ran it. The attempts already
+// made count towards MaxAttempts, and the next is numbered after them;
+// the retry is charged to the [Quota] once, as the refused one would have
+// been, and its delays start again from the first. With an error that is
+// not a guard's stop (nil among them), Resume is DoGuarded.
 func Resume[T any](ctx context.Context, p *Policy, guard func() error, stopped error, op resilience.Operation[T]) (T, error) {
 	e, ok := stopped.(*Error)
 	if !ok || !e.guarded {
@@ -222,18 +228,25 @@ func Resume[T any](ctx context.Context, p *Policy, guard func() error, stopped e
 	}
 	var zero T
 	cfg := p.config()
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		return zero, cfg.giveUp(e.Attempts, stopReason(ctx), e.Last)
+	case e.Attempts >= math.MaxInt-1 || cfg.maxAttempts > 0 && e.Attempts >= cfg.maxAttempts:
+		return zero, cfg.giveUp(e.Attempts, ErrMaxAttempts, e.Last)
+	case e.Attempts == 0: // stopped before its first attempt was sent: no retry
+		return loop(ctx, cfg, guard, op, 0, nil, false)
 	}
 	if cfg.quota != nil && !e.paid && !cfg.quota.withdraw() {
 		return zero, cfg.giveUp(e.Attempts, ErrQuotaExhausted, e.Last)
 	}
 	cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: e.Attempts, Err: e.Last})
-	return loop(ctx, cfg, guard, op, e.Attempts)
+	return loop(ctx, cfg, guard, op, e.Attempts, e.Last, cfg.quota != nil)
 }
 
-// loop runs op from attempt made+1 until it succeeds or the loop stops.
-func loop[T any](ctx context.Context, cfg *config, guard func() error, op resilience.Operation[T], made int) (T, error) {
+// loop runs op from attempt made+1 until it succeeds or the loop stops;
+// last is attempt made's error, and paid whether the quota was charged
+// for attempt made+1.
+func loop[T any](ctx context.Context, cfg *config, guard func() error, op resilience.Operation[T], made int, last error, paid bool) (T, error) {
 	attemptEvents := cfg.listener.Wants(resilience.EventAttempt)
 	var delays delaySource
 	running := 0 // the attempt op runs, 0 once it returned
@@ -246,6 +259,12 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		running = attempt
 		res, err := op(ctx)
 		running = 0
+		if err != nil && guard != nil && resilience.Classify(err) == resilience.ClassRejected {
+			if gerr := guard(); gerr != nil && errors.Is(err, gerr) { // refused as the guard would have: not sent
+				return res, &Error{Attempts: attempt - 1, Reason: gerr, Last: last, guarded: true, paid: paid}
+			}
+		}
+		last, paid = err, cfg.quota != nil // the next attempt is a retry, charged before it is sent
 		cfg.listener.Count(attempt, err)
 		if attemptEvents {
 			cfg.listener.Wanted(resilience.Event{Kind: resilience.EventAttempt, Attempt: attempt, Err: err})
