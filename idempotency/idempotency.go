@@ -49,6 +49,20 @@
 // ([resilience.EventNotStored]) while the key stays claimed until its
 // lease runs out.
 //
+// The middleware sends a response once it is saved, within the handler,
+// so that a graceful shutdown (http.Server.Shutdown) waits for the save;
+// but a store slow to answer holds it up for one [StoreTimeout] at most,
+// not for the whole lease that the save may be retried in: once a first
+// try has failed, the response goes out whole, its Content-Length set,
+// and over HTTP/1 with "Connection: close" (the connection is busy until
+// the save ends), while the save is tried again. So a response is held
+// until the handler returns, as net/http holds a short one: one that the
+// handler flushes, makes longer than 64 KiB, or whose length or framing it
+// sets (Content-Length, Transfer-Encoding, Trailer) is sent as it comes,
+// as before, and waits for the save to end. Over HTTP/2 the stream ends
+// when the handler returns: a client that reads to the end of the body
+// waits for the save there.
+//
 // The model knows no transport: a [Guard] claims keys, holds their leases,
 // and stores and replays results as opaque [Record] values. [Middleware]
 // puts it in front of an HTTP handler (409 for a request in progress, 422

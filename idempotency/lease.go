@@ -118,6 +118,12 @@ func (c *Claim) Context() context.Context {
 // ctx is canceled, each call bounded by [StoreTimeout]. After the claim
 // has ended, Complete does nothing and returns nil.
 func (c *Claim) Complete(ctx context.Context, result Record) error {
+	return c.complete(ctx, result, nil)
+}
+
+// complete is Complete, calling failed, if not nil, once a first try to
+// save the result has failed and before it is tried again.
+func (c *Claim) complete(ctx context.Context, result Record, failed func()) error {
 	if !c.end() {
 		return nil
 	}
@@ -136,7 +142,7 @@ func (c *Claim) Complete(ctx context.Context, result Record) error {
 		g.report(resilience.EventNotStored, c.Key, ErrLeaseLost)
 		return ErrLeaseLost
 	}
-	return g.complete(ctx, c, result)
+	return g.complete(ctx, c, result, failed)
 }
 
 // Release ends the claim by freeing its key, so that a retry runs the
@@ -353,7 +359,7 @@ func (g *Guard) renewOnce(ctx context.Context, c *Claim) error {
 
 // complete stores result under c's key, retried with backoff while c's
 // lease can be renewed; a failure is reported.
-func (g *Guard) complete(ctx context.Context, c *Claim, result Record) error {
+func (g *Guard) complete(ctx context.Context, c *Claim, result Record, failed func()) error {
 	done := Record{
 		Fingerprint: c.Record.Fingerprint,
 		Token:       c.Record.Token, // so that a save whose answer was lost is recognised as this one's
@@ -373,6 +379,10 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record) error {
 	for {
 		if err = g.saveOnce(ctx, c, done); err == nil || errors.Is(err, ErrNotOwner) {
 			break
+		}
+		if failed != nil {
+			failed()
+			failed = nil
 		}
 		if c.lost.Load() || !time.Now().Before(budget) {
 			break // another request may take the key, or a lease of saves failed

@@ -163,13 +163,18 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	}
 	header := h.stored(rec.header, rec.outer)
 	rec.headHeader(header)
-	_ = claim.Complete(r.Context(), Record{ // a failure is reported
+	// A held response goes out once saved; or, if a first try to save it
+	// fails, at once, whole, while the save is tried again: a store slow to
+	// answer holds the client up for one StoreTimeout, not a lease. Either
+	// way within the handler, so that a graceful shutdown waits for the save.
+	_ = claim.complete(r.Context(), Record{ // a failure is reported
 		Status:     rec.status,
 		Header:     header,
 		Body:       rec.body,
 		Truncated:  rec.truncated && !rec.head || rec.hijacked, // a HEAD's body is never sent; a hijacked connection cannot be replayed
 		Incomplete: rec.failed || rec.short() || (gone && (rec.status == 0 || rec.began)),
-	})
+	}, rec.send)
+	rec.pass()
 }
 
 // panicRecord is what is stored for a handler that panicked after it sent

@@ -7,13 +7,20 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // recorder passes a response through and keeps a copy of it, up to max
-// bytes of body.
+// bytes of body. A response that the handler neither flushes nor makes
+// longer than holdMax, and whose length and framing net/http sets, is held
+// until the handler returns (nothing of it is sent before, as net/http
+// sends nothing of such a response before either): so that the
+// middleware can send it whole, its length declared, before a save that
+// a store slow to answer holds up (send).
 type recorder struct {
 	http.ResponseWriter
 	max       int
+	hold      bool   // nothing was passed to w yet: the status, headers and body are held
 	head      bool   // the request is a HEAD: net/http sends no body
 	h2        bool   // over HTTP/2, which buffers more before it sends the headers
 	sniff     []byte // a HEAD's first bytes, kept when its body is over max
@@ -34,7 +41,7 @@ type recorder struct {
 // already set on w by outer middleware, keeping up to limit bytes of body.
 func newRecorder(w http.ResponseWriter, r *http.Request, limit int) *recorder {
 	rec := &recorder{ResponseWriter: w, client: r.Context(), max: limit, head: r.Method == http.MethodHead, h2: r.ProtoMajor == 2,
-		outer: make(map[string]bool, len(w.Header()))}
+		outer: make(map[string]bool, len(w.Header())), hold: r.Method != http.MethodHead && limit > 0}
 	for k := range w.Header() {
 		rec.outer[k] = true
 	}
@@ -50,6 +57,7 @@ func (r *recorder) FlushError() error {
 		r.WriteHeader(http.StatusOK) // as net/http does on a flush
 	}
 	r.flushed = true
+	r.pass()
 	err := http.NewResponseController(r.ResponseWriter).Flush()
 	if err != nil && !errors.Is(err, http.ErrNotSupported) {
 		r.failed = true
@@ -60,6 +68,7 @@ func (r *recorder) FlushError() error {
 // Hijack hands over the connection, for http.ResponseController; the
 // response cannot be replayed then.
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	r.pass()
 	conn, rw, err := http.NewResponseController(r.ResponseWriter).Hijack()
 	if err == nil {
 		r.hijacked = true
@@ -78,12 +87,84 @@ func (r *recorder) WriteHeader(status int) {
 	r.status = status
 	r.began = r.client.Err() == nil
 	r.header = r.ResponseWriter.Header().Clone()
+	if r.hold && holdable(status, r.header) {
+		return
+	}
+	r.hold = false
 	r.ResponseWriter.WriteHeader(status)
+}
+
+// holdMax is the most body a recorder holds.
+const holdMax = 64 << 10
+
+// holdable reports whether a response of status and header may be held:
+// one whose length and framing net/http sets itself, which is then free to
+// declare its length when it sends it.
+func holdable(status int, h http.Header) bool {
+	if status == http.StatusSwitchingProtocols {
+		return false
+	}
+	for _, k := range []string{"Content-Length", "Transfer-Encoding", "Trailer", "Connection", "Upgrade"} {
+		if _, ok := h[k]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// pass sends what r holds, if anything, and passes the rest of the
+// response through: the status, with the headers as they were when the
+// handler wrote it (as net/http sends them) and trailers set since, and
+// the body written so far.
+func (r *recorder) pass() {
+	if !r.hold {
+		return
+	}
+	r.hold = false
+	if r.status == 0 {
+		return
+	}
+	h := r.ResponseWriter.Header()
+	for k := range h {
+		if _, ok := r.header[k]; !ok && !strings.HasPrefix(k, http.TrailerPrefix) {
+			delete(h, k)
+		}
+	}
+	for k, vs := range r.header {
+		h[k] = vs
+	}
+	r.ResponseWriter.WriteHeader(r.status)
+	if len(r.body) > 0 {
+		if _, err := r.ResponseWriter.Write(r.body); err != nil && !errors.Is(err, http.ErrBodyNotAllowed) {
+			r.failed = true
+		}
+	}
+}
+
+// send sends the response that r holds whole, its length declared and
+// flushed, so that the client has all of it before the handler returns:
+// over HTTP/1, with "Connection: close", since the connection stays busy
+// until then. A response r no longer holds was sent in part already.
+func (r *recorder) send() {
+	if !r.hold || r.status == 0 {
+		return
+	}
+	if bodyAllowed(r.status) {
+		r.header.Set("Content-Length", strconv.Itoa(len(r.body)))
+	}
+	if !r.h2 {
+		r.header.Set("Connection", "close")
+	}
+	r.pass()
+	_ = http.NewResponseController(r.ResponseWriter).Flush()
 }
 
 func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
+	}
+	if r.hold && (len(r.body)+len(p) > min(r.max, holdMax) || !bodyAllowed(r.status)) {
+		r.pass() // too long to hold, or a body where none is allowed: net/http's answer
 	}
 	if !r.truncated && bodyAllowed(r.status) {
 		if len(r.body)+len(p) > r.max {
@@ -96,6 +177,10 @@ func (r *recorder) Write(p []byte) (int, error) {
 		} else {
 			r.body = append(r.body, p...)
 		}
+	}
+	if r.hold {
+		r.written += int64(len(p))
+		return len(p), nil // kept in r.body
 	}
 	n, err := r.ResponseWriter.Write(p)
 	r.written += int64(n)
