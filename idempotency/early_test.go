@@ -189,7 +189,7 @@ func TestAHeldAnswerIsWhatNetHTTPWouldSend(t *testing.T) {
 			},
 		},
 		{
-			name: "trailers",
+			name: "a trailer after a short body", // net/http declares its length, and sends no trailer
 			handler: func(w http.ResponseWriter, r *http.Request) {
 				w.WriteHeader(http.StatusOK)
 				_, _ = io.WriteString(w, "body")
@@ -197,7 +197,40 @@ func TestAHeldAnswerIsWhatNetHTTPWouldSend(t *testing.T) {
 			},
 			check: func(t *testing.T, resp *http.Response, body string) {
 				assert.Equal(t, "body", body)
+				assert.EqualValues(t, 4, resp.ContentLength)
+			},
+		},
+		{
+			name: "a trailer after a long body", // chunked, with its trailer
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, strings.Repeat("x", 3000))
+				w.Header().Set(http.TrailerPrefix+"X-Sum", "42")
+			},
+			check: func(t *testing.T, resp *http.Response, body string) {
+				assert.Len(t, body, 3000)
 				assert.Equal(t, "42", resp.Trailer.Get("X-Sum"))
+			},
+		},
+		{
+			name: "headers sent once past what net/http buffers, before the handler returns",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusCreated)
+				_, _ = io.WriteString(w, strings.Repeat("x", 8<<10))
+				time.Sleep(300 * time.Millisecond) // the handler's tail
+			},
+			check: func(t *testing.T, resp *http.Response, body string) {
+				assert.Equal(t, http.StatusCreated, resp.StatusCode)
+			},
+		},
+		{
+			name: "an Early Hints after the final status is dropped",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusOK)
+				w.WriteHeader(http.StatusEarlyHints)
+				_, _ = io.WriteString(w, "ok")
+			},
+			check: func(t *testing.T, resp *http.Response, body string) {
+				assert.Equal(t, "ok", body)
 			},
 		},
 		{
@@ -243,6 +276,9 @@ func TestAHeldAnswerIsWhatNetHTTPWouldSend(t *testing.T) {
 			presp, pbody, _ := postKeyed(t, plain.Client(), plain.URL, "k")
 			assert.Equal(t, presp.StatusCode, resp.StatusCode)
 			assert.Equal(t, pbody, body)
+			assert.Equal(t, presp.ContentLength, resp.ContentLength)
+			assert.Equal(t, presp.Trailer, resp.Trailer)
+			assert.Equal(t, presp.TransferEncoding, resp.TransferEncoding)
 		})
 	}
 }

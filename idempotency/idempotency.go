@@ -47,21 +47,27 @@
 // refused (and an event), saving the result is retried while the lease
 // can be renewed, and a result that still could not be saved is reported
 // ([resilience.EventNotStored]) while the key stays claimed until its
-// lease runs out.
+// lease runs out. A store that has failed for [FailOpenAfter] (10 s by
+// default) no longer fails requests: they run on this process's own
+// records until it answers again, at most once per process.
 //
-// The middleware sends a response once it is saved, within the handler,
-// so that a graceful shutdown (http.Server.Shutdown) waits for the save;
-// but a store slow to answer holds it up for one [StoreTimeout] at most,
-// not for the whole lease that the save may be retried in: once a first
-// try has failed, the response goes out whole, its Content-Length set,
-// and over HTTP/1 with "Connection: close" (the connection is busy until
-// the save ends), while the save is tried again. So a response is held
-// until the handler returns, as net/http holds a short one: one that the
-// handler flushes, makes longer than 64 KiB, or whose length or framing it
-// sets (Content-Length, Transfer-Encoding, Trailer) is sent as it comes,
-// as before, and waits for the save to end. Over HTTP/2 the stream ends
-// when the handler returns: a client that reads to the end of the body
-// waits for the save there.
+// The middleware sends a response once it is saved (or its key freed),
+// within the handler, so that a graceful shutdown (http.Server.Shutdown)
+// waits for the store; but a store slow to answer holds up a short
+// response for one [StoreTimeout] at most, not for the whole lease that
+// the save may be retried in: once a first try has failed, the response
+// goes out whole, its Content-Length set, and over HTTP/1 with
+// "Connection: close" (the connection is busy until the save ends),
+// while the save is tried again. Short means what net/http holds itself
+// until the handler returns: a body of up to 2 KiB over HTTP/1 (4 KiB
+// over HTTP/2), not flushed, whose length and framing (Content-Length,
+// Transfer-Encoding, Trailer) the handler leaves to net/http. A longer
+// one has gone out in part as the handler wrote it, as without the
+// middleware, and its end waits for the save. Over HTTP/2 the stream
+// ends when the handler returns: a client that reads the body to its end
+// waits for the save there; one that reads Content-Length bytes does
+// not. Behind an outer ResponseWriter that cannot flush (one with neither
+// Flush nor Unwrap), nothing goes out before the handler returns.
 //
 // The model knows no transport: a [Guard] claims keys, holds their leases,
 // and stores and replays results as opaque [Record] values. [Middleware]
@@ -81,9 +87,10 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"sync"
-	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -115,6 +122,8 @@ var ErrIncomplete = errors.New("result under idempotency key incomplete: its cli
 // call [NewGuard].
 type Guard struct {
 	store    Store
+	local    Store // the records a request is kept on once the store has failed for FailOpenAfter; nil if none
+	out      outage
 	cfg      config
 	orphans  orphans
 	inflight sync.Map // scoped key -> *Claim held by this guard, until its result is saved
@@ -122,8 +131,8 @@ type Guard struct {
 
 // NewGuard returns a Guard that keeps its records in store; a nil store
 // means a [MemoryStore] of default size. It takes the options [TTL],
-// [Lease], [StoreTimeout], [MaxResponse], [ReleaseStatus], [WithListener]
-// and [WithLogger]. It panics if the lease is under three store timeouts,
+// [Lease], [StoreTimeout], [FailOpenAfter], [MaxResponse],
+// [ReleaseStatus], [WithListener] and [WithLogger]. It panics if the lease is under three store timeouts,
 // or names the option if given one of [Middleware]'s ([Required],
 // [Methods], [MaxBody], [Scope], [SharedKeys], [ReplayExclude]), which
 // would have no effect: a Guard's caller, such as package grpcidempotency,
@@ -140,7 +149,11 @@ func newGuard(store Store, cfg config) *Guard {
 	if store == nil {
 		store = NewMemoryStore(0)
 	}
-	return &Guard{store: store, cfg: cfg}
+	g := &Guard{store: store, cfg: cfg}
+	if _, mem := store.(*MemoryStore); !mem && cfg.failOpen >= 0 {
+		g.local = NewMemoryStore(0)
+	}
+	return g
 }
 
 // Begin claims key, in the namespace of scope (the caller, so that two
@@ -161,19 +174,16 @@ func newGuard(store Store, cfg config) *Guard {
 // Each store call is bounded by [StoreTimeout], whether or not ctx is
 // canceled. Begin is safe for concurrent use.
 func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Claim, *Record, error) {
-	c := &Claim{Key: scopeKey(scope, key), Record: Record{Fingerprint: fingerprint, Token: rand.Text()}, TTL: g.cfg.ttl, guard: g}
+	c := &Claim{Key: scopeKey(scope, key), Record: Record{Fingerprint: fingerprint, Token: rand.Text()}, TTL: g.cfg.ttl, guard: g, store: g.store}
 	if v, ok := g.inflight.Load(c.Key); ok { // held here: no need to ask the store, which may be down
 		if v.(*Claim).Record.Fingerprint != fingerprint {
 			return nil, nil, ErrKeyReused
 		}
 		return nil, nil, ErrInProgress
 	}
-	found, asked, err := g.claim(ctx, c)
+	found, asked, err := g.claimOrLocal(ctx, c)
 	switch {
-	case errors.Is(err, ErrFull):
-		return nil, nil, err
 	case err != nil:
-		g.report(resilience.EventStoreFailed, c.Key, err)
 		return nil, nil, err
 	case found == nil:
 		c.hold(ctx, asked)
@@ -190,17 +200,55 @@ func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Cla
 	return nil, found, nil
 }
 
+// claimOrLocal claims the key of c on the store, or on the guard's local
+// records once the store has failed for FailOpenAfter (then asking the
+// store first once a probeEvery, and again on the store from its first
+// claim that gets through). A store failure is reported.
+func (g *Guard) claimOrLocal(ctx context.Context, c *Claim) (*Record, monotime.Reading, error) {
+	if g.local != nil && !g.out.ask() {
+		c.store = g.local
+		return g.claim(ctx, c)
+	}
+	found, asked, err := g.claim(ctx, c)
+	if g.local == nil {
+		if err != nil && !errors.Is(err, ErrFull) {
+			g.report(resilience.EventStoreFailed, c.Key, err)
+		}
+		return found, asked, err
+	}
+	if err == nil {
+		if g.out.succeeded() {
+			g.report(resilience.EventSharedStateRestored, c.Key, nil)
+		}
+		return found, asked, nil
+	}
+	if !errors.Is(err, ErrFull) {
+		g.report(resilience.EventStoreFailed, c.Key, err)
+	}
+	open, began := g.out.failed(g.cfg.failOpen)
+	if !open {
+		return nil, asked, err
+	}
+	if began {
+		g.report(resilience.EventSharedStateUnavailable, c.Key, fmt.Errorf("%w: failing for %v, keyed requests run on this process's records", err, g.cfg.failOpen))
+	}
+	c.store = g.local
+	return g.claim(ctx, c)
+}
+
 // claim claims the key of c. A claim that an earlier Begin of this guard's
 // may have left when its call gave up (the store took it after) is freed
 // when it is found, rather than hold its key for a lease.
-func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, time.Time, error) {
+func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, monotime.Reading, error) {
 	for range 2 {
-		asked := time.Now()             // the store's lease runs from about when it was asked
+		asked := monotime.Now()         // the store's lease runs from about when it was asked
 		sctx, cancel := g.storeCtx(ctx) // a client that leaves does not make the store fail
-		found, err := g.store.Begin(sctx, c.Key, c.Record, g.cfg.lease)
+		found, err := c.store.Begin(sctx, c.Key, c.Record, g.cfg.lease)
 		cancel()
 		if err != nil {
-			g.orphan(c.Key, c.Record)
+			if c.store == g.store {
+				g.orphan(c.Key, c.Record)
+			}
 			return nil, asked, err
 		}
 		if found == nil || found.Done {
@@ -211,14 +259,14 @@ func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, time.Time, error)
 			return found, asked, nil
 		}
 		sctx, cancel = g.storeCtx(ctx)
-		err = g.store.Release(sctx, c.Key, orphan)
+		err = c.store.Release(sctx, c.Key, orphan)
 		cancel()
 		if err != nil && !errors.Is(err, ErrNotOwner) {
 			g.orphan(c.Key, orphan) // to be tried again
 			return found, asked, nil
 		}
 	}
-	return nil, time.Time{}, errors.New("idempotency: key taken again while freeing an orphan claim")
+	return nil, monotime.Now(), errors.New("idempotency: key taken again while freeing an orphan claim")
 }
 
 // report sends an event and logs it.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -31,10 +32,12 @@ type Claim struct {
 	TTL time.Duration
 
 	abandoned, completed, ended, lost atomic.Bool
-	// held is when the lease as last granted runs out, in Unix nanoseconds.
+	// held is when the lease as last granted runs out, a monotonic
+	// reading (monotime): a step of the wall clock does not move it.
 	held atomic.Int64
 
 	guard  *Guard
+	store  Store // the guard's, or its local records' once it failed open
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stop   func()
@@ -122,7 +125,8 @@ func (c *Claim) Complete(ctx context.Context, result Record) error {
 }
 
 // complete is Complete, calling failed, if not nil, once a first try to
-// save the result has failed and before it is tried again.
+// save the result (or to free the key) has failed and before it is tried
+// again.
 func (c *Claim) complete(ctx context.Context, result Record, failed func()) error {
 	if !c.end() {
 		return nil
@@ -131,13 +135,13 @@ func (c *Claim) complete(ctx context.Context, result Record, failed func()) erro
 	g := c.guard
 	switch {
 	case c.abandoned.Load():
-		c.stop()                 // no renewal may take the key again once it is freed
-		return g.release(ctx, c) // nothing committed; a record the handler did commit is no claim, and stays
+		c.stop()                         // no renewal may take the key again once it is freed
+		return g.release(ctx, c, failed) // nothing committed; a record the handler did commit is no claim, and stays
 	case c.completed.Load():
 		return nil // committed by the handler with its effect: never freed
 	case g.cfg.release[result.Status]:
 		c.stop()
-		return g.release(ctx, c) // the client is told to retry: nothing was processed
+		return g.release(ctx, c, failed) // the client is told to retry: nothing was processed
 	case c.lost.Load():
 		g.report(resilience.EventNotStored, c.Key, ErrLeaseLost)
 		return ErrLeaseLost
@@ -163,7 +167,7 @@ func (c *Claim) Release(ctx context.Context) error {
 		return nil // committed by the handler with its effect: never freed
 	}
 	c.stop() // no renewal may take the key again once it is freed
-	return c.guard.release(ctx, c)
+	return c.guard.release(ctx, c, nil)
 }
 
 // LeaseDeadline returns when the claim's lease, as last renewed, runs
@@ -172,10 +176,10 @@ func (c *Claim) Release(ctx context.Context) error {
 // (see [Claim.WithLeaseDeadline]). The zero time for a claim that
 // [Guard.Begin] did not return.
 func (c *Claim) LeaseDeadline() time.Time {
-	if n := c.held.Load(); n != 0 {
-		return time.Unix(0, n)
+	if c.stop == nil {
+		return time.Time{}
 	}
-	return time.Time{}
+	return c.heldUntil().Time()
 }
 
 // WithLeaseDeadline returns ctx bounded by the claim's lease, for the
@@ -197,7 +201,7 @@ func (c *Claim) WithLeaseDeadline(ctx context.Context) (context.Context, context
 	inner, cancel := context.WithCancelCause(ctx)
 	go func() { // ends the context when the lease, as renewed, runs out
 		for {
-			d := time.Until(c.heldUntil())
+			d := c.left()
 			if d <= 0 {
 				cancel(context.DeadlineExceeded)
 				return
@@ -238,7 +242,7 @@ func (l *leaseCtx) Err() error {
 
 // hold starts renewing the lease of a claim that Begin got, asked of the
 // store at asked, with ctx as the request's.
-func (c *Claim) hold(ctx context.Context, asked time.Time) {
+func (c *Claim) hold(ctx context.Context, asked monotime.Reading) {
 	c.ctx, c.cancel = context.WithCancelCause(context.WithValue(ctx, claimKey{}, c))
 	c.held.Store(leaseEnd(asked, c.guard.cfg.lease))
 	c.guard.inflight.Store(c.Key, c)
@@ -263,14 +267,28 @@ func (c *Claim) finish() {
 }
 
 // heldUntil returns when the lease as last granted runs out.
-func (c *Claim) heldUntil() time.Time { return time.Unix(0, c.held.Load()) }
+func (c *Claim) heldUntil() monotime.Reading { return monotime.Reading(c.held.Load()) }
 
-// leaseEnd is when a lease granted at start runs out, in Unix nanoseconds:
-// the latest those can say for a lease that runs out later (a Lease of
-// centuries), not a date that overflowed into the past.
-func leaseEnd(start time.Time, lease time.Duration) int64 {
-	if end := start.Add(lease); end.Before(time.Unix(0, math.MaxInt64)) {
-		return end.UnixNano()
+// left returns how long the lease as last granted has left to run, 0 or
+// less once it has run out.
+func (c *Claim) left() time.Duration {
+	end, now := c.heldUntil(), monotime.Now()
+	d := end - now
+	switch {
+	case now < 0 && d < end: // overflowed: a Lease of centuries
+		return math.MaxInt64
+	case now > 0 && d > end:
+		return math.MinInt64
+	}
+	return time.Duration(d)
+}
+
+// leaseEnd is when a lease granted at start runs out, as a monotonic
+// reading: the latest one for a lease that runs out later (a Lease of
+// centuries), not one that overflowed into the past.
+func leaseEnd(start monotime.Reading, lease time.Duration) int64 {
+	if end := start + monotime.Reading(lease); end >= start {
+		return int64(end)
 	}
 	return math.MaxInt64
 }
@@ -306,7 +324,7 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 		if c.completed.Load() {
 			return // stored by the handler itself: nothing to hold
 		}
-		start := time.Now()
+		start := monotime.Now()
 		err := g.renewOnce(ctx, c)
 		switch {
 		case err == nil:
@@ -316,9 +334,9 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 		case errors.Is(err, ErrNotOwner) && c.completed.Load():
 			return // completed in the handler's transaction meanwhile
 		case errors.Is(err, ErrNotOwner):
-		case time.Now().Before(c.heldUntil()):
+		case c.left() > 0:
 			g.report(resilience.EventStoreFailed, c.Key, err)
-			wait = min(g.cfg.lease/12, g.cfg.storeTimeout/2, max(time.Until(c.heldUntil())/2, time.Millisecond)) // try again soon
+			wait = min(g.cfg.lease/12, g.cfg.storeTimeout/2, max(c.left()/2, time.Millisecond)) // try again soon
 			continue
 		default:
 			err = fmt.Errorf("%w: renewal failed until it ran out: %w", ErrLeaseLost, err)
@@ -337,17 +355,17 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 // free, so that a repeat cannot run meanwhile; ErrNotOwner if another
 // request holds it.
 func (g *Guard) renewOnce(ctx context.Context, c *Claim) error {
-	d := min(g.cfg.storeTimeout, time.Until(c.heldUntil()))
+	d := min(g.cfg.storeTimeout, c.left())
 	if d <= 0 {
 		d = g.cfg.storeTimeout // this process was paused past the lease: try to take the key again
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
-	err := g.store.Renew(ctx, c.Key, c.Record, g.cfg.lease)
+	err := c.store.Renew(ctx, c.Key, c.Record, g.cfg.lease)
 	if !errors.Is(err, ErrNotOwner) {
 		return err
 	}
-	found, err := g.store.Begin(ctx, c.Key, c.Record, g.cfg.lease)
+	found, err := c.store.Begin(ctx, c.Key, c.Record, g.cfg.lease)
 	switch {
 	case err != nil:
 		return err
@@ -415,7 +433,7 @@ func (g *Guard) awaitNextSave(c *Claim, delay time.Duration) bool {
 		if c.lost.Load() {
 			return false
 		}
-		left := time.Until(c.heldUntil())
+		left := c.left()
 		if left <= 0 {
 			return false
 		}
@@ -425,7 +443,7 @@ func (g *Guard) awaitNextSave(c *Claim, delay time.Duration) bool {
 		}
 		held := c.held.Load()
 		time.Sleep(min(left, delay)) // too little left for a save: wait for a renewal
-		if c.held.Load() != held && time.Now().Before(c.heldUntil()) {
+		if c.held.Load() != held && c.left() > 0 {
 			return true // renewed: try again
 		}
 	}
@@ -439,16 +457,16 @@ func (g *Guard) awaitNextSave(c *Claim, delay time.Duration) bool {
 func (g *Guard) saveOnce(ctx context.Context, c *Claim, done Record) error {
 	sctx, cancel := g.storeCtx(ctx)
 	defer cancel()
-	err := g.store.Complete(sctx, c.Key, c.Record, done, g.cfg.ttl)
+	err := c.store.Complete(sctx, c.Key, c.Record, done, g.cfg.ttl)
 	if !errors.Is(err, ErrNotOwner) {
 		return err
 	}
-	found, err := g.store.Begin(sctx, c.Key, c.Record, g.cfg.lease)
+	found, err := c.store.Begin(sctx, c.Key, c.Record, g.cfg.lease)
 	switch {
 	case err != nil:
 		return err
 	case found == nil:
-		return g.store.Complete(sctx, c.Key, c.Record, done, g.cfg.ttl) // taken again
+		return c.store.Complete(sctx, c.Key, c.Record, done, g.cfg.ttl) // taken again
 	case found.Done && found.Token == c.Record.Token:
 		return nil // stored already
 	case !found.Done && found.Token == c.Record.Token:
@@ -457,9 +475,17 @@ func (g *Guard) saveOnce(ctx context.Context, c *Claim, done Record) error {
 	return ErrNotOwner
 }
 
-// release frees c's key, retried; a failure is reported.
-func (g *Guard) release(ctx context.Context, c *Claim) error {
-	err := g.retry(ctx, func(sctx context.Context) error { return g.store.Release(sctx, c.Key, c.Record) })
+// release frees c's key, retried; a failure is reported. failed, if not
+// nil, is called once a first try has failed.
+func (g *Guard) release(ctx context.Context, c *Claim, failed func()) error {
+	err := g.retry(ctx, func(sctx context.Context) error {
+		err := c.store.Release(sctx, c.Key, c.Record)
+		if err != nil && failed != nil {
+			failed()
+			failed = nil
+		}
+		return err
+	})
 	if err != nil && !errors.Is(err, ErrNotOwner) {
 		g.report(resilience.EventStoreFailed, c.Key, err)
 		return err

@@ -22,7 +22,9 @@ const ReplayedHeader = "Idempotent-Replayed"
 // while the first runs gets 409 with Retry-After, one with another
 // payload (method, path, query and body) 422, a malformed key 400. A nil
 // store means a [MemoryStore] of default size. When the store fails, the
-// request gets 503 and the handler does not run. Keys are namespaced by
+// request gets 503 and the handler does not run, until the store has
+// failed for [FailOpenAfter]: then requests run on this process's own
+// records. Keys are namespaced by
 // who the caller is, and the middleware does not guess it: it panics
 // unless given [Scope] (per caller) or [SharedKeys] (one namespace); a
 // keyed request whose Scope is "" gets 401, never a shared namespace. It

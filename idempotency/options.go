@@ -45,6 +45,7 @@ type config struct {
 	release      map[int]bool
 	listener     *safe.Listener
 	log          *slog.Logger
+	failOpen     time.Duration // < 0: never
 	// The middleware's.
 	required bool
 	methods  []string
@@ -67,6 +68,7 @@ func newConfig(opts []Option) config {
 		maxBody:      1 << 20,
 		maxResponse:  1 << 20,
 		storeTimeout: 500 * time.Millisecond,
+		failOpen:     10 * time.Second,
 		exclude: headerSet("Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "TE", "Trailer",
 			"Transfer-Encoding", "Upgrade", "Date", "Set-Cookie"),
 	}
@@ -140,6 +142,27 @@ func Lease(d time.Duration) Option {
 func StoreTimeout(d time.Duration) Option {
 	positive("StoreTimeout", d)
 	return optionFunc(func(c *config) { c.storeTimeout = d })
+}
+
+// FailOpenAfter sets how long the store may fail before keyed requests
+// run on this process's own records: a request whose claim the store
+// fails gets an error (503 over HTTP, UNAVAILABLE over gRPC), and the
+// handler does not run, until the store has failed every claim asked of
+// it for d; from then on, each keyed request is claimed, renewed and saved
+// in this process's memory ([MemoryStore]), so that it runs, and its
+// repeats to this process get 409 and then its replay, as before; one
+// request a second asks the store first, and the first of them that it
+// answers ends this (reported as [resilience.EventSharedStateRestored];
+// the start as [resilience.EventSharedStateUnavailable]). Meanwhile a
+// repeat sent to another process, or a request whose first run the store
+// held, runs again: the store's outage, not this toolkit, is then what
+// costs exactly once, rather than every keyed request failing until the
+// store is back. Records made meanwhile stay in this process's memory.
+// d < 0: never; every keyed request fails for as long as the store does.
+// Default 10 s. A [MemoryStore] guard has nothing to fail over to. For
+// the guard.
+func FailOpenAfter(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.failOpen = d })
 }
 
 // MaxResponse sets the largest result body stored for replay. A larger

@@ -12,15 +12,16 @@ import (
 
 // recorder passes a response through and keeps a copy of it, up to max
 // bytes of body. A response that the handler neither flushes nor makes
-// longer than holdMax, and whose length and framing net/http sets, is held
-// until the handler returns (nothing of it is sent before, as net/http
-// sends nothing of such a response before either): so that the
-// middleware can send it whole, its length declared, before a save that
-// a store slow to answer holds up (send).
+// longer than net/http buffers before it sends anything (buffered), and
+// whose length and framing net/http sets, is held until the handler
+// returns: net/http would have sent nothing of it before either. So the
+// middleware can send it whole, its length declared, before a save that a
+// store slow to answer holds up (send).
 type recorder struct {
 	http.ResponseWriter
 	max       int
 	hold      bool   // nothing was passed to w yet: the status, headers and body are held
+	pending   []byte // the body held
 	head      bool   // the request is a HEAD: net/http sends no body
 	h2        bool   // over HTTP/2, which buffers more before it sends the headers
 	sniff     []byte // a HEAD's first bytes, kept when its body is over max
@@ -41,7 +42,7 @@ type recorder struct {
 // already set on w by outer middleware, keeping up to limit bytes of body.
 func newRecorder(w http.ResponseWriter, r *http.Request, limit int) *recorder {
 	rec := &recorder{ResponseWriter: w, client: r.Context(), max: limit, head: r.Method == http.MethodHead, h2: r.ProtoMajor == 2,
-		outer: make(map[string]bool, len(w.Header())), hold: r.Method != http.MethodHead && limit > 0}
+		outer: make(map[string]bool, len(w.Header())), hold: r.Method != http.MethodHead}
 	for k := range w.Header() {
 		rec.outer[k] = true
 	}
@@ -78,7 +79,9 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func (r *recorder) WriteHeader(status int) {
 	if status < http.StatusOK && status != http.StatusSwitchingProtocols {
-		r.ResponseWriter.WriteHeader(status) // informational, such as 103 Early Hints
+		if r.status == 0 { // after the final status (held), net/http would drop it
+			r.ResponseWriter.WriteHeader(status) // informational, such as 103 Early Hints
+		}
 		return
 	}
 	if r.status != 0 {
@@ -93,9 +96,6 @@ func (r *recorder) WriteHeader(status int) {
 	r.hold = false
 	r.ResponseWriter.WriteHeader(status)
 }
-
-// holdMax is the most body a recorder holds.
-const holdMax = 64 << 10
 
 // holdable reports whether a response of status and header may be held:
 // one whose length and framing net/http sets itself, which is then free to
@@ -112,10 +112,21 @@ func holdable(status int, h http.Header) bool {
 	return true
 }
 
+// buffered is how much body net/http buffers before it sends a
+// response's headers: nothing of a response shorter than that, not
+// flushed, leaves before its handler returns.
+func (r *recorder) buffered() int {
+	if r.h2 {
+		return 4096
+	}
+	return 2048
+}
+
 // pass sends what r holds, if anything, and passes the rest of the
 // response through: the status, with the headers as they were when the
-// handler wrote it (as net/http sends them) and trailers set since, and
-// the body written so far.
+// handler wrote it (as net/http sends them), the body written so far, and
+// then the trailers set since (http.TrailerPrefix), as the handler set
+// them.
 func (r *recorder) pass() {
 	if !r.hold {
 		return
@@ -125,19 +136,28 @@ func (r *recorder) pass() {
 		return
 	}
 	h := r.ResponseWriter.Header()
-	for k := range h {
-		if _, ok := r.header[k]; !ok && !strings.HasPrefix(k, http.TrailerPrefix) {
-			delete(h, k)
+	var trailers http.Header
+	for k, vs := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			if trailers == nil {
+				trailers = http.Header{}
+			}
+			trailers[k] = vs
 		}
+		delete(h, k)
 	}
 	for k, vs := range r.header {
 		h[k] = vs
 	}
 	r.ResponseWriter.WriteHeader(r.status)
-	if len(r.body) > 0 {
-		if _, err := r.ResponseWriter.Write(r.body); err != nil && !errors.Is(err, http.ErrBodyNotAllowed) {
+	if len(r.pending) > 0 {
+		if _, err := r.ResponseWriter.Write(r.pending); err != nil && !errors.Is(err, http.ErrBodyNotAllowed) {
 			r.failed = true
 		}
+	}
+	r.pending = nil
+	for k, vs := range trailers {
+		h[k] = vs
 	}
 }
 
@@ -150,7 +170,7 @@ func (r *recorder) send() {
 		return
 	}
 	if bodyAllowed(r.status) {
-		r.header.Set("Content-Length", strconv.Itoa(len(r.body)))
+		r.header.Set("Content-Length", strconv.Itoa(len(r.pending)))
 	}
 	if !r.h2 {
 		r.header.Set("Connection", "close")
@@ -163,8 +183,8 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	if r.hold && (len(r.body)+len(p) > min(r.max, holdMax) || !bodyAllowed(r.status)) {
-		r.pass() // too long to hold, or a body where none is allowed: net/http's answer
+	if r.hold && (len(r.pending)+len(p) > r.buffered() || !bodyAllowed(r.status)) {
+		r.pass() // longer than net/http holds, or a body where none is allowed: net/http's answer
 	}
 	if !r.truncated && bodyAllowed(r.status) {
 		if len(r.body)+len(p) > r.max {
@@ -179,8 +199,9 @@ func (r *recorder) Write(p []byte) (int, error) {
 		}
 	}
 	if r.hold {
+		r.pending = append(r.pending, p...)
 		r.written += int64(len(p))
-		return len(p), nil // kept in r.body
+		return len(p), nil
 	}
 	n, err := r.ResponseWriter.Write(p)
 	r.written += int64(n)
@@ -222,11 +243,7 @@ func (r *recorder) headHeader(h http.Header) {
 	if !r.head || !r.truncated || r.written == 0 || r.header.Get("Transfer-Encoding") != "" || r.header.Get("Trailer") != "" {
 		return
 	}
-	buffered := int64(2048)
-	if r.h2 {
-		buffered = 4096
-	}
-	if !r.flushed && r.written <= buffered && r.header.Get("Content-Length") == "" {
+	if !r.flushed && r.written <= int64(r.buffered()) && r.header.Get("Content-Length") == "" {
 		h.Set("Content-Length", strconv.FormatInt(r.written, 10))
 	}
 	if _, typed := r.header["Content-Type"]; !typed {

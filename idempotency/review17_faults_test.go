@@ -196,6 +196,9 @@ func TestR17ReleaseFails(t *testing.T) {
 	t.Logf("first %d after %v", resp.StatusCode, time.Since(start))
 	resp, _ = r17post(t, srv.URL, "k", "{}")
 	assert.Equal(t, 409, resp.StatusCode)
+	// The 503 goes out once a first try to free the key has failed; the
+	// others follow it.
+	require.Eventually(t, func() bool { return ev.n(resilience.EventStoreFailed) > 0 }, 2*time.Second, 10*time.Millisecond)
 	s.set(func(s *r17store) { s.failRel = false })
 	time.Sleep(700 * time.Millisecond)
 	resp, _ = r17post(t, srv.URL, "k", "{}")

@@ -29,11 +29,12 @@ const (
 	// EventCallDone: a pipeline call ended after Duration; Err is its
 	// error, nil on success.
 	EventCallDone
-	// EventSharedStateUnavailable: a breaker lost its shared state store
-	// (Err says why) and goes on with its local state.
+	// EventSharedStateUnavailable: a breaker, or an idempotency guard,
+	// lost its shared state store (Err says why) and goes on with its
+	// local state.
 	EventSharedStateUnavailable
-	// EventSharedStateRestored: a breaker reached its shared state store
-	// again.
+	// EventSharedStateRestored: a breaker, or an idempotency guard,
+	// reached its shared state store again.
 	EventSharedStateRestored
 	// EventNotRetried: a call made to have a single attempt (a write
 	// without an idempotency key, or a body that could not be kept) failed

@@ -162,6 +162,60 @@ func TestRedisFrozen(t *testing.T) {
 	assert.EqualValues(t, 3, runs.Load(), "before, frozen-0's retry and after: nothing ran twice, nothing ran while frozen")
 }
 
+// TestRedisFrozenLongerThanFailOpenAfter: a replica's keyed requests get
+// 503 while the server (kill -STOP) has failed them for less than
+// FailOpenAfter, then run on the replica's own records, a repeat replayed
+// there; once the server thaws, a request a second finds it and the
+// replica claims on it again.
+func TestRedisFrozenLongerThanFailOpenAfter(t *testing.T) {
+	srv := redistest.Start(t)
+	var runs atomic.Int64
+	var events sync.Map
+	rec := resilience.ListenerFunc(func(e resilience.Event) { events.Store(e.Kind, true) })
+	rep := replica(t, srv, &runs, 0, idempotency.WithListener(rec), idempotency.FailOpenAfter(time.Second))
+
+	srv.Freeze()
+	frozen := time.Now()
+	var firstOK time.Duration
+	lastOK := ""
+	for i := 0; time.Since(frozen) < 3*time.Second; i++ {
+		start := time.Now()
+		code, _, _ := post(t, rep.URL, fmt.Sprint("frozen-", i))
+		if code == http.StatusCreated && firstOK == 0 {
+			firstOK = time.Since(frozen)
+		}
+		if code == http.StatusCreated {
+			lastOK = fmt.Sprint("frozen-", i)
+		}
+		if firstOK == 0 {
+			assert.Equal(t, http.StatusServiceUnavailable, code)
+		} else {
+			assert.Equal(t, http.StatusCreated, code, "once failed open, every request %d runs", i)
+		}
+		time.Sleep(100*time.Millisecond - time.Since(start))
+	}
+	t.Logf("first request run %v after the freeze", firstOK)
+	require.NotZero(t, firstOK, "runs while the store is frozen")
+	assert.Less(t, firstOK, 2*time.Second, "within FailOpenAfter (1 s) and a StoreTimeout, on a loaded machine")
+	code, replay, _ := post(t, rep.URL, lastOK)
+	assert.Equal(t, http.StatusCreated, code)
+	assert.Equal(t, "true", replay, "a repeat to the replica is replayed from its own records")
+	_, unavailable := events.Load(resilience.EventSharedStateUnavailable)
+	assert.True(t, unavailable, "reported")
+
+	srv.Thaw()
+	require.Eventually(t, func() bool {
+		_, ok := events.Load(resilience.EventSharedStateRestored)
+		post(t, rep.URL, fmt.Sprint("after-", time.Now().UnixNano()))
+		return ok
+	}, 5*time.Second, 100*time.Millisecond, "back on the store")
+	code, _, _ = post(t, rep.URL, "shared")
+	require.Equal(t, http.StatusCreated, code)
+	keys, err := srv.Client().Keys(context.Background(), "*shared*").Result()
+	require.NoError(t, err)
+	assert.NotEmpty(t, keys, "claimed on the server again")
+}
+
 // TestFullRedisIsA503: a server out of memory (maxmemory, noeviction)
 // refuses the claim: the request gets 503 and the failure is reported.
 func TestFullRedisIsA503(t *testing.T) {

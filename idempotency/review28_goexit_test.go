@@ -1,0 +1,5 @@
+package idempotency_test
+
+import "runtime"
+
+func runtimeGoexit() { runtime.Goexit() }
