@@ -16,8 +16,8 @@ import (
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/limit"
 	"github.com/resiliencekit/resiliencekit/pipeline"
-	"github.com/resiliencekit/resiliencekit/retrysignal"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/retrysignal"
 )
 
 // A GET whose retry queued for the limit as the breaker opened (on other

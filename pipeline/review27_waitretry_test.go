@@ -83,7 +83,7 @@ func review27Reopened(t *testing.T, mode breaker.Mode) {
 						return
 					}
 					time.Sleep(100 * time.Millisecond) // attempt 2 queues behind us meanwhile
-					for i := 0; i < 2; i++ { // other calls fail: the breaker opens (3 in a row with attempt 1)
+					for i := 0; i < 2; i++ {           // other calls fail: the breaker opens (3 in a row with attempt 1)
 						_ = b.Execute(context.Background(), func(context.Context) error { return errDep })
 					}
 					t.Logf("breaker state before release: %v", b.State())
@@ -151,7 +151,7 @@ func TestReview27_ResumedRetryReopenedChargesQuotaTwice(t *testing.T) {
 				_ = b.SetMode(context.Background(), breaker.Disabled, "review27") // lets the call through: resume, attempt 2 queues
 				time.Sleep(100 * time.Millisecond)
 				_ = b.SetMode(context.Background(), breaker.Normal, "review27") // still open
-				lim.Release(tk, nil)                                          // attempt 2 gets the slot: reopened, not sent
+				lim.Release(tk, nil)                                            // attempt 2 gets the slot: reopened, not sent
 				time.Sleep(100 * time.Millisecond)
 				_ = b.SetMode(context.Background(), breaker.Disabled, "review27") // through again
 			}()
@@ -214,7 +214,7 @@ func TestReview27_ReopenedWhileQueuedForLimit_NaturalClose(t *testing.T) {
 					return
 				}
 				time.Sleep(100 * time.Millisecond) // attempt 2 queues behind us meanwhile
-				for i := 0; i < 2; i++ {        // other calls fail: the breaker opens
+				for i := 0; i < 2; i++ {           // other calls fail: the breaker opens
 					_ = b.Execute(context.Background(), func(context.Context) error { return errDep })
 				}
 				go func() { // another caller, with more time left, waits too and probes successfully
