@@ -294,17 +294,20 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 		guard = c.guard
 	}
 	via := c.firstInside()
+	if c.stopped != nil {
+		return c.resume(ctx, guard, via)
+	}
 	if c.attempts {
-		c.via, c.n = via, c.made()
-		return c.loop(ctx, guard, c.told)
+		c.via, c.n = via, 0
+		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.told)
 	}
 	switch via {
 	case viaHedge:
-		return c.loop(ctx, guard, c.hedge)
+		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.hedge)
 	case viaTimeout:
-		return c.loop(ctx, guard, c.timeout)
+		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.timeout)
 	}
-	return c.loop(ctx, guard, c.op)
+	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.op)
 }
 
 // guard is the retry stage's check between attempts: the breaker's, or
@@ -316,14 +319,16 @@ func (c *call[T]) guard() error {
 	return c.b.Check()
 }
 
-// loop runs the retry stage's attempts of op: from the first, or, for a
-// call that waited out the breaker that stopped its retries, on from
-// there, within the same most attempts.
-func (c *call[T]) loop(ctx context.Context, guard func() error, op resilience.Operation[T]) (T, error) {
-	if c.stopped != nil {
-		return retrypolicy.Resume(ctx, c.p.cfg.retry, guard, c.stopped, op)
+// resume goes on with the retry stage's attempts for a call that waited
+// out the breaker that stopped them, within the same most attempts, each
+// from stage via.
+func (c *call[T]) resume(ctx context.Context, guard func() error, via int8) (T, error) {
+	op := func(ctx context.Context) (T, error) { return c.from(ctx, via) }
+	if c.attempts {
+		c.via, c.n = via, c.made()
+		op = c.told
 	}
-	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, op)
+	return retrypolicy.Resume(ctx, c.p.cfg.retry, guard, c.stopped, op)
 }
 
 // made returns the attempts the retry stage made before the breaker
