@@ -22,7 +22,8 @@
 // (HTTP's 409) with a pushback of a second, which package grpcclient
 // retries after; one with another request gets FAILED_PRECONDITION (HTTP's
 // 422); a malformed key, INVALID_ARGUMENT; a store that fails, UNAVAILABLE
-// with a pushback of a second.
+// with a pushback of a second, until it has failed for the Guard's
+// idempotency.FailOpenAfter: then calls run on the process's own records.
 //
 // As over HTTP, an answer that tells the client to retry because the call
 // was not processed is not stored, and the key is freed: the codes that
