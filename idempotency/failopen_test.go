@@ -95,7 +95,7 @@ func (k *kinds) got() []resilience.EventKind {
 // A store that fails gets keyed requests refused for FailOpenAfter, then
 // they run on the guard's own records: claimed, replayed to repeats, and
 // without waiting on a store that hangs, but for one request a second,
-// which asks it; the first claim it answers ends this. With
+// which asks it; three of those in a row that it answers end this. With
 // FailOpenAfter(-1), requests are refused for as long as the store fails.
 func TestAFailingStoreFailsOpenAfterFailOpenAfter(t *testing.T) {
 	for _, tc := range []struct {
@@ -161,10 +161,12 @@ func TestAFailingStoreFailsOpenAfterFailOpenAfter(t *testing.T) {
 				assert.Zero(t, slowest, "the others do not wait on it")
 
 				store.down.Store(false)
-				time.Sleep(1100 * time.Millisecond)
-				c, _, err, _ = begin()
-				require.NoError(t, err)
-				require.NoError(t, c.Complete(ctx, idempotency.Record{Status: 201, Body: []byte("shared")}))
+				for range 35 { // 3 probes a second apart that the store answers end it
+					time.Sleep(100 * time.Millisecond)
+					c, _, err, _ = begin()
+					require.NoError(t, err)
+					require.NoError(t, c.Complete(ctx, idempotency.Record{Status: 201}))
+				}
 				before := store.begins.Load()
 				c, _, err, _ = begin()
 				require.NoError(t, err)
@@ -203,4 +205,35 @@ func TestMiddlewareFailsOpen(t *testing.T) {
 	assert.Equal(t, "true", resp.Header.Get(idempotency.ReplayedHeader))
 	assert.Equal(t, "order", body)
 	assert.EqualValues(t, 1, runs.Load())
+}
+
+// Repeats of keys that ran on the local records are answered there, also
+// once the store is back; while the guard has failed open, the request
+// whose turn it is to ask the store, its key being the local records',
+// asks with a claim of its own, so that the store's return is seen even
+// when only such repeats come.
+func TestRepeatsOfLocalKeysProbeTheStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &outageStore{Store: idempotency.NewMemoryStore(0)}
+		events := &kinds{}
+		g := idempotency.NewGuard(store, idempotency.FailOpenAfter(0), idempotency.StoreTimeout(100*time.Millisecond),
+			idempotency.WithListener(events), idempotency.WithLogger(slog.New(slog.DiscardHandler)))
+		ctx := context.Background()
+		store.down.Store(true)
+		c, _, err := g.Begin(ctx, "", "k", "fp")
+		require.NoError(t, err, "failed open at once")
+		require.NoError(t, c.Complete(ctx, idempotency.Record{Status: 201, Body: []byte("local")}))
+		store.down.Store(false)
+		for range 40 { // only repeats of k, 10 a second
+			time.Sleep(100 * time.Millisecond)
+			_, rec, err := g.Begin(ctx, "", "k", "fp")
+			require.NoError(t, err)
+			require.NotNil(t, rec)
+			assert.Equal(t, "local", string(rec.Body), "replayed from the local records")
+		}
+		assert.Equal(t, []resilience.EventKind{resilience.EventSharedStateUnavailable, resilience.EventSharedStateRestored}, events.got())
+		_, rec, err := g.Begin(ctx, "", "k", "fp")
+		require.NoError(t, err)
+		assert.Equal(t, "local", string(rec.Body), "and after")
+	})
 }

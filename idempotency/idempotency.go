@@ -89,6 +89,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -121,12 +122,14 @@ var ErrIncomplete = errors.New("result under idempotency key incomplete: its cli
 // reads. A Guard is safe for concurrent use; the zero value is not usable,
 // call [NewGuard].
 type Guard struct {
-	store    Store
-	local    Store // the records a request is kept on once the store has failed for FailOpenAfter; nil if none
-	out      outage
-	cfg      config
-	orphans  orphans
-	inflight sync.Map // scoped key -> *Claim held by this guard, until its result is saved
+	store     Store
+	local     *MemoryStore // the records a request is kept on once the store has failed for FailOpenAfter; nil if none
+	onLocal   Store        // local as a Store, for Claim.store
+	usedLocal atomic.Bool  // a request was claimed on local: its repeats are answered from there
+	out       outage
+	cfg       config
+	orphans   orphans
+	inflight  sync.Map // scoped key -> *Claim held by this guard, until its result is saved
 }
 
 // NewGuard returns a Guard that keeps its records in store; a nil store
@@ -152,6 +155,7 @@ func newGuard(store Store, cfg config) *Guard {
 	g := &Guard{store: store, cfg: cfg}
 	if _, mem := store.(*MemoryStore); !mem && cfg.failOpen >= 0 {
 		g.local = NewMemoryStore(0)
+		g.onLocal = g.local
 	}
 	return g
 }
@@ -174,7 +178,8 @@ func newGuard(store Store, cfg config) *Guard {
 // Each store call is bounded by [StoreTimeout], whether or not ctx is
 // canceled. Begin is safe for concurrent use.
 func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Claim, *Record, error) {
-	c := &Claim{Key: scopeKey(scope, key), Record: Record{Fingerprint: fingerprint, Token: rand.Text()}, TTL: g.cfg.ttl, guard: g, store: g.store}
+	c := &Claim{Key: scopeKey(scope, key), Record: Record{Fingerprint: fingerprint, Token: rand.Text()}, TTL: g.cfg.ttl, guard: g}
+	c.store.Store(&g.store)
 	if v, ok := g.inflight.Load(c.Key); ok { // held here: no need to ask the store, which may be down
 		if v.(*Claim).Record.Fingerprint != fingerprint {
 			return nil, nil, ErrKeyReused
@@ -201,13 +206,22 @@ func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Cla
 }
 
 // claimOrLocal claims the key of c on the store, or on the guard's local
-// records once the store has failed for FailOpenAfter (then asking the
-// store first once a probeEvery, and again on the store from its first
-// claim that gets through). A store failure is reported.
+// records: once the store has failed for FailOpenAfter (see outage), or
+// for a key that they hold (run while the guard had failed open, so that
+// its repeats to this process are answered as its first run was). A
+// store failure is reported.
 func (g *Guard) claimOrLocal(ctx context.Context, c *Claim) (*Record, monotime.Reading, error) {
-	if g.local != nil && !g.out.ask() {
-		c.store = g.local
-		return g.claim(ctx, c)
+	if g.local != nil {
+		turn := g.out.ask() // healthy, or this request's turn to ask the store
+		switch held := g.usedLocal.Load() && g.local.has(c.Key); {
+		case !turn:
+			return g.claimLocal(ctx, c)
+		case held:
+			if g.out.isOpen() {
+				g.probe(ctx) // with a claim of its own: this request's key is the local records'
+			}
+			return g.claimLocal(ctx, c)
+		}
 	}
 	found, asked, err := g.claim(ctx, c)
 	if g.local == nil {
@@ -232,7 +246,38 @@ func (g *Guard) claimOrLocal(ctx context.Context, c *Claim) (*Record, monotime.R
 	if began {
 		g.report(resilience.EventSharedStateUnavailable, c.Key, fmt.Errorf("%w: failing for %v, keyed requests run on this process's records", err, g.cfg.failOpen))
 	}
-	c.store = g.local
+	return g.claimLocal(ctx, c)
+}
+
+// probeKey is the key a guard that failed open claims, and frees, to learn
+// whether its store answers, when the request whose turn it is to ask has
+// a key of its local records. A scoped key cannot be it (see scopeKey).
+const probeKey = "resiliencekit-idempotency-probe"
+
+// probe asks the store for a claim of probeKey, for a lease of one store
+// timeout, and notes whether it answered.
+func (g *Guard) probe(ctx context.Context) {
+	claim := Record{Fingerprint: "probe", Token: rand.Text()}
+	sctx, cancel := g.storeCtx(ctx)
+	defer cancel()
+	found, err := g.store.Begin(sctx, probeKey, claim, g.cfg.storeTimeout)
+	if err != nil {
+		g.report(resilience.EventStoreFailed, probeKey, err)
+		g.out.failed(g.cfg.failOpen)
+		return
+	}
+	if found == nil {
+		_ = g.store.Release(sctx, probeKey, claim) // or its lease runs out
+	}
+	if g.out.succeeded() {
+		g.report(resilience.EventSharedStateRestored, probeKey, nil)
+	}
+}
+
+// claimLocal claims the key of c on the guard's local records.
+func (g *Guard) claimLocal(ctx context.Context, c *Claim) (*Record, monotime.Reading, error) {
+	c.store.Store(&g.onLocal)
+	g.usedLocal.Store(true)
 	return g.claim(ctx, c)
 }
 
@@ -243,10 +288,10 @@ func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, monotime.Reading,
 	for range 2 {
 		asked := monotime.Now()         // the store's lease runs from about when it was asked
 		sctx, cancel := g.storeCtx(ctx) // a client that leaves does not make the store fail
-		found, err := c.store.Begin(sctx, c.Key, c.Record, g.cfg.lease)
+		found, err := c.on().Begin(sctx, c.Key, c.Record, g.cfg.lease)
 		cancel()
 		if err != nil {
-			if c.store == g.store {
+			if c.store.Load() == &g.store {
 				g.orphan(c.Key, c.Record)
 			}
 			return nil, asked, err
@@ -259,7 +304,7 @@ func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, monotime.Reading,
 			return found, asked, nil
 		}
 		sctx, cancel = g.storeCtx(ctx)
-		err = c.store.Release(sctx, c.Key, orphan)
+		err = c.on().Release(sctx, c.Key, orphan)
 		cancel()
 		if err != nil && !errors.Is(err, ErrNotOwner) {
 			g.orphan(c.Key, orphan) // to be tried again

@@ -37,7 +37,7 @@ type Claim struct {
 	held atomic.Int64
 
 	guard  *Guard
-	store  Store // the guard's, or its local records' once it failed open
+	store  atomic.Pointer[Store] // the guard's store, or its local records (failed open)
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stop   func()
@@ -266,6 +266,9 @@ func (c *Claim) finish() {
 	c.guard.inflight.CompareAndDelete(c.Key, c)
 }
 
+// on returns the store c is claimed on.
+func (c *Claim) on() Store { return *c.store.Load() }
+
 // heldUntil returns when the lease as last granted runs out.
 func (c *Claim) heldUntil() monotime.Reading { return monotime.Reading(c.held.Load()) }
 
@@ -338,6 +341,10 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 			g.report(resilience.EventStoreFailed, c.Key, err)
 			wait = min(g.cfg.lease/12, g.cfg.storeTimeout/2, max(c.left()/2, time.Millisecond)) // try again soon
 			continue
+		case g.moveLocal(c):
+			g.report(resilience.EventStoreFailed, c.Key, fmt.Errorf("renewal failed until the lease ran out, the guard failed open: the request goes on, held in this process's records: %w", err))
+			wait = g.cfg.lease / 3
+			continue
 		default:
 			err = fmt.Errorf("%w: renewal failed until it ran out: %w", ErrLeaseLost, err)
 		}
@@ -346,6 +353,27 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 		c.cancel(ErrLeaseLost)
 		return
 	}
+}
+
+// moveLocal moves a claim on the store whose lease ran out, its renewals
+// failed, to the guard's local records if the guard has failed open (see
+// [FailOpenAfter]): the guard runs new requests there meanwhile, so the
+// one that was running goes on too, rather than be canceled. It reports
+// whether it did.
+func (g *Guard) moveLocal(c *Claim) bool {
+	if g.local == nil || c.store.Load() != &g.store || !g.out.isOpen() {
+		return false
+	}
+	start := monotime.Now()
+	ctx, cancel := g.storeCtx(context.Background())
+	defer cancel()
+	if found, err := g.local.Begin(ctx, c.Key, c.Record, g.cfg.lease); err != nil || found != nil {
+		return false
+	}
+	c.held.Store(leaseEnd(start, g.cfg.lease))
+	c.store.Store(&g.onLocal)
+	g.usedLocal.Store(true)
+	return true
 }
 
 // renewOnce renews c's lease, bounded by what is left of it, so that a
@@ -361,11 +389,11 @@ func (g *Guard) renewOnce(ctx context.Context, c *Claim) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
-	err := c.store.Renew(ctx, c.Key, c.Record, g.cfg.lease)
+	err := c.on().Renew(ctx, c.Key, c.Record, g.cfg.lease)
 	if !errors.Is(err, ErrNotOwner) {
 		return err
 	}
-	found, err := c.store.Begin(ctx, c.Key, c.Record, g.cfg.lease)
+	found, err := c.on().Begin(ctx, c.Key, c.Record, g.cfg.lease)
 	switch {
 	case err != nil:
 		return err
@@ -392,7 +420,7 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record, failed fu
 		done.Body, done.Truncated = nil, true
 	}
 	delay := g.cfg.storeTimeout / 5
-	budget := time.Now().Add(g.cfg.lease) // one lease of failed saves while the renewals get through
+	budget := monotime.Reading(leaseEnd(monotime.Now(), g.cfg.lease)) // one lease of failed saves while the renewals get through
 	var err error
 	for {
 		if err = g.saveOnce(ctx, c, done); err == nil || errors.Is(err, ErrNotOwner) {
@@ -402,7 +430,7 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record, failed fu
 			failed()
 			failed = nil
 		}
-		if c.lost.Load() || !time.Now().Before(budget) {
+		if c.lost.Load() || monotime.Now() >= budget {
 			break // another request may take the key, or a lease of saves failed
 		}
 		if !g.awaitNextSave(c, delay) {
@@ -434,6 +462,10 @@ func (g *Guard) awaitNextSave(c *Claim, delay time.Duration) bool {
 			return false
 		}
 		left := c.left()
+		if left <= 0 && c.store.Load() == &g.store && g.out.isOpen() {
+			time.Sleep(delay) // the renewals move the claim to the local records (moveLocal), or lose it
+			continue
+		}
 		if left <= 0 {
 			return false
 		}
@@ -457,16 +489,16 @@ func (g *Guard) awaitNextSave(c *Claim, delay time.Duration) bool {
 func (g *Guard) saveOnce(ctx context.Context, c *Claim, done Record) error {
 	sctx, cancel := g.storeCtx(ctx)
 	defer cancel()
-	err := c.store.Complete(sctx, c.Key, c.Record, done, g.cfg.ttl)
+	err := c.on().Complete(sctx, c.Key, c.Record, done, g.cfg.ttl)
 	if !errors.Is(err, ErrNotOwner) {
 		return err
 	}
-	found, err := c.store.Begin(sctx, c.Key, c.Record, g.cfg.lease)
+	found, err := c.on().Begin(sctx, c.Key, c.Record, g.cfg.lease)
 	switch {
 	case err != nil:
 		return err
 	case found == nil:
-		return c.store.Complete(sctx, c.Key, c.Record, done, g.cfg.ttl) // taken again
+		return c.on().Complete(sctx, c.Key, c.Record, done, g.cfg.ttl) // taken again
 	case found.Done && found.Token == c.Record.Token:
 		return nil // stored already
 	case !found.Done && found.Token == c.Record.Token:
@@ -479,7 +511,7 @@ func (g *Guard) saveOnce(ctx context.Context, c *Claim, done Record) error {
 // nil, is called once a first try has failed.
 func (g *Guard) release(ctx context.Context, c *Claim, failed func()) error {
 	err := g.retry(ctx, func(sctx context.Context) error {
-		err := c.store.Release(sctx, c.Key, c.Record)
+		err := c.on().Release(sctx, c.Key, c.Record)
 		if err != nil && failed != nil {
 			failed()
 			failed = nil

@@ -186,6 +186,14 @@ func (s *MemoryStore) withHeld(ctx context.Context, key string, claim Record, fn
 	return nil
 }
 
+// has reports whether s holds key: a claim whose lease runs, or a record.
+func (s *MemoryStore) has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[key]
+	return ok && time.Now().Before(e.expires)
+}
+
 // held returns key's entry if it is still claim, its lease running.
 func (s *MemoryStore) held(key string, claim Record) (*memEntry, bool) {
 	e, ok := s.entries[key]

@@ -145,22 +145,26 @@ func StoreTimeout(d time.Duration) Option {
 }
 
 // FailOpenAfter sets how long the store may fail before keyed requests
-// run on this process's own records: a request whose claim the store
+// run on this process's own records. A request whose claim the store
 // fails gets an error (503 over HTTP, UNAVAILABLE over gRPC), and the
-// handler does not run, until the store has failed every claim asked of
-// it for d; from then on, each keyed request is claimed, renewed and saved
-// in this process's memory ([MemoryStore]), so that it runs, and its
-// repeats to this process get 409 and then its replay, as before; one
-// request a second asks the store first, and the first of them that it
-// answers ends this (reported as [resilience.EventSharedStateRestored];
-// the start as [resilience.EventSharedStateUnavailable]). Meanwhile a
-// repeat sent to another process, or a request whose first run the store
-// held, runs again: the store's outage, not this toolkit, is then what
-// costs exactly once, rather than every keyed request failing until the
-// store is back. Records made meanwhile stay in this process's memory.
-// d < 0: never; every keyed request fails for as long as the store does.
-// Default 10 s. A [MemoryStore] guard has nothing to fail over to. For
-// the guard.
+// handler does not run, until the store has been failing for d, at least
+// half of the claims asked of it since its first failure failed; from
+// then on, each keyed request is claimed, renewed and saved in this
+// process's memory ([MemoryStore]), so that it runs, and its repeats to
+// this process get 409, then its replay, then and after. A request that
+// was running with its claim on the store goes on too: once its lease
+// runs out, its renewals having failed, its claim moves to the process's
+// records rather than its context be canceled. One request a second asks
+// the store first (and may wait a [StoreTimeout] for it); three of those
+// in a row that it answers end this. Both are reported
+// ([resilience.EventSharedStateUnavailable], then
+// [resilience.EventSharedStateRestored]). Meanwhile a repeat sent to
+// another process, or of a request whose first run the store held, runs
+// again: the store's outage, not this toolkit, is then what costs exactly
+// once, rather than every keyed request failing until the store is back.
+// d < 0: never; every keyed request the store fails fails, for as long as
+// it does. Default 10 s. A [MemoryStore] guard has nothing to fail over
+// to. For the guard.
 func FailOpenAfter(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.failOpen = d })
 }
