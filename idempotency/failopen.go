@@ -8,47 +8,88 @@ import (
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 )
 
-// outage follows a failing store for a [Guard]. An outage begins with a
-// claim that the store fails; the guard fails open, its requests running
-// on its local records, once the outage has lasted [FailOpenAfter] with at
-// least half of the claims asked failed (so a store that fails one claim
-// in two or more cannot refuse most requests without end); it is over
-// after healthyRun claims in a row get through, or, failed open, as many
-// probes in a row (one request a probeEvery asks the store). It is safe
+// outage follows a failing store for a [Guard], from the calls the guard
+// makes to it: claims, renewals, saves and probes. The guard fails open,
+// its requests claimed on its local records, once at least half of those
+// calls over the last shareWindow have failed, without a break, for
+// [FailOpenAfter]: so neither a store that answers a few calls nor one
+// that answered well before it went down can refuse most requests for
+// longer. Failed open, one request a probeEvery asks the store with a
+// claim of its own (probe); healthyRun answered in a row end it. Out of
+// an outage, a call that gets through costs one atomic load. It is safe
 // for concurrent use.
 type outage struct {
-	bad        atomic.Bool // in an outage: what a request that finds none need not lock for
-	mu         sync.Mutex
-	since      monotime.Reading // the outage's first failure
-	fails, oks int              // the claims asked since, failed and got through
-	run        int              // claims in a row that got through, probes while open
-	open       bool             // requests run on the guard's local records
-	probe      monotime.Reading // when one may ask the store again, while open
+	bad     atomic.Bool // in an outage: counting calls, or failed open
+	mu      sync.Mutex
+	buckets [shareBuckets]struct {
+		epoch      int64 // the second counted, since monotime's start
+		fails, oks int
+	}
+	failing bool             // at least half the window's calls failed, since since
+	since   monotime.Reading //
+	run     int              // calls in a row that got through
+	open    bool             // requests run on the guard's local records
+	probe   monotime.Reading // when one may ask the store again, while open
 }
 
 const (
 	// probeEvery is how often, while a guard runs its requests on its
 	// local records, one request asks the store first.
 	probeEvery = time.Second
-	// healthyRun is how many claims in a row (probes, while failed open)
+	// healthyRun is how many calls in a row (probes, while failed open)
 	// that the store answers end an outage.
 	healthyRun = 3
+	// shareBuckets is the seconds over which the share of failed calls
+	// is counted.
+	shareBuckets = 10
 )
 
-// ask reports whether a request should ask the store, and not go straight
-// to the guard's local records: always, unless the guard failed open, and
-// then for one request a probeEvery.
-func (o *outage) ask() bool {
+// count counts a call at now that failed or not, and reports whether at
+// least half of the calls of the last shareBuckets seconds failed; o.mu
+// is held.
+func (o *outage) count(now monotime.Reading, failed bool) (most bool) {
+	e := int64(now / monotime.Reading(time.Second))
+	if now < 0 && now%monotime.Reading(time.Second) != 0 {
+		e-- // a bubble's readings are negative: floor, not toward zero
+	}
+	b := &o.buckets[(e%shareBuckets+shareBuckets)%shareBuckets]
+	if b.epoch != e {
+		b.epoch, b.fails, b.oks = e, 0, 0
+	}
+	if failed {
+		b.fails++
+	} else {
+		b.oks++
+	}
+	fails, oks := 0, 0
+	for _, b := range o.buckets {
+		if e-b.epoch < shareBuckets {
+			fails, oks = fails+b.fails, oks+b.oks
+		}
+	}
+	return fails > 0 && fails >= oks
+}
+
+// note updates whether most calls fail, and since when; o.mu is held.
+func (o *outage) note(now monotime.Reading, most bool) {
+	switch {
+	case !most:
+		o.failing = false
+	case !o.failing:
+		o.failing, o.since = true, now
+	}
+}
+
+// turn reports whether the guard has failed open and it is a request's
+// turn, one a probeEvery, to ask the store.
+func (o *outage) turn() bool {
 	if !o.bad.Load() {
-		return true
+		return false
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.open {
-		return true
-	}
 	now := monotime.Now()
-	if now < o.probe {
+	if !o.open || now < o.probe {
 		return false
 	}
 	o.probe = now + monotime.Reading(probeEvery)
@@ -65,41 +106,45 @@ func (o *outage) isOpen() bool {
 	return o.open
 }
 
-// failed notes a claim that the store failed, and reports whether the
+// failed notes a call that the store failed, and reports whether the
 // requests are now to run on the local records, after after (never if
 // negative), and whether they just began to.
 func (o *outage) failed(after time.Duration) (open, began bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := monotime.Now()
-	if !o.bad.Load() {
-		o.since, o.fails, o.oks = now, 0, 0
-		o.bad.Store(true)
-	}
-	o.fails++
+	o.bad.Store(true)
 	o.run = 0
-	if !o.open && after >= 0 && time.Duration(now-o.since) >= after && o.fails >= o.oks {
+	o.note(now, o.count(now, true))
+	if !o.open && after >= 0 && o.failing && time.Duration(now-o.since) >= after {
 		o.open, began = true, true
 		o.probe = now + monotime.Reading(probeEvery)
 	}
 	return o.open, began
 }
 
-// succeeded notes a claim that got through, and reports whether that
-// ended the guard's running on its local records.
+// succeeded notes a call that got through, and reports whether that ended
+// the guard's running on its local records.
 func (o *outage) succeeded() (ended bool) {
 	if !o.bad.Load() {
 		return false
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.oks++
+	now := monotime.Now()
 	o.run++
-	if o.run < healthyRun {
-		return false
+	most := o.count(now, false)
+	if o.open {
+		if o.run < healthyRun {
+			return false
+		}
+		o.open, o.failing = false, false
+		o.bad.Store(false)
+		return true
 	}
-	ended = o.open
-	o.open = false
-	o.bad.Store(false)
-	return ended
+	o.note(now, most)
+	if !most && o.run >= healthyRun {
+		o.bad.Store(false)
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -235,5 +236,45 @@ func TestRepeatsOfLocalKeysProbeTheStore(t *testing.T) {
 		_, rec, err := g.Begin(ctx, "", "k", "fp")
 		require.NoError(t, err)
 		assert.Equal(t, "local", string(rec.Body), "and after")
+	})
+}
+
+// beginOutage is a store whose claims (Begin) fail while down; its other
+// calls get through.
+type beginOutage struct {
+	idempotency.Store
+	down atomic.Bool
+}
+
+func (s *beginOutage) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
+	if s.down.Load() {
+		return nil, errors.New("store down")
+	}
+	return s.Store.Begin(ctx, key, claim, lease)
+}
+
+// A request claimed on the store before the guard failed open, whose
+// result is saved there while it has, is replayed to its repeats to this
+// process, which meanwhile claim on the local records: not run again.
+func TestASaveOnTheStoreWhileFailedOpenIsReplayedLocally(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &beginOutage{Store: idempotency.NewMemoryStore(0)}
+		g := idempotency.NewGuard(store, idempotency.FailOpenAfter(time.Second), idempotency.WithLogger(slog.New(slog.DiscardHandler)))
+		ctx := context.Background()
+		c, _, err := g.Begin(ctx, "", "k", "fp")
+		require.NoError(t, err)
+		store.down.Store(true)
+		for i := range 3 { // other requests find the store down: the guard fails open
+			time.Sleep(600 * time.Millisecond)
+			other, _, err := g.Begin(ctx, "", fmt.Sprint("other-", i), "fp")
+			if err == nil {
+				require.NoError(t, other.Complete(ctx, idempotency.Record{Status: 201}))
+			}
+		}
+		require.NoError(t, c.Complete(ctx, idempotency.Record{Status: 201, Body: []byte("first")}), "saved on the store")
+		_, rec, err := g.Begin(ctx, "", "k", "fp")
+		require.NoError(t, err)
+		require.NotNil(t, rec, "replayed, not run again")
+		assert.Equal(t, "first", string(rec.Body))
 	})
 }

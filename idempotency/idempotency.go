@@ -47,9 +47,9 @@
 // refused (and an event), saving the result is retried while the lease
 // can be renewed, and a result that still could not be saved is reported
 // ([resilience.EventNotStored]) while the key stays claimed until its
-// lease runs out. A store that has failed for [FailOpenAfter] (10 s by
-// default) no longer fails requests: they run on this process's own
-// records until it answers again, at most once per process.
+// lease runs out. A store that has been failing for [FailOpenAfter]
+// (10 s by default) no longer fails requests: they run on this process's
+// own records until it answers again, at most once per process.
 //
 // The middleware sends a response once it is saved (or its key freed),
 // within the handler, so that a graceful shutdown (http.Server.Shutdown)
@@ -206,47 +206,52 @@ func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Cla
 }
 
 // claimOrLocal claims the key of c on the store, or on the guard's local
-// records: once the store has failed for FailOpenAfter (see outage), or
-// for a key that they hold (run while the guard had failed open, so that
-// its repeats to this process are answered as its first run was). A
+// records: once the guard has failed open (see outage; one request a
+// probeEvery then asks the store, with a claim of its own, whether it is
+// back), or for a key that they hold (run meanwhile, so that its repeats to
+// this process are answered as its first run was, then and after). A
 // store failure is reported.
 func (g *Guard) claimOrLocal(ctx context.Context, c *Claim) (*Record, monotime.Reading, error) {
 	if g.local != nil {
-		turn := g.out.ask() // healthy, or this request's turn to ask the store
-		switch held := g.usedLocal.Load() && g.local.has(c.Key); {
-		case !turn:
-			return g.claimLocal(ctx, c)
-		case held:
-			if g.out.isOpen() {
-				g.probe(ctx) // with a claim of its own: this request's key is the local records'
-			}
+		if g.out.turn() {
+			g.probe(ctx)
+		}
+		if g.out.isOpen() || g.usedLocal.Load() && g.local.has(c.Key) {
 			return g.claimLocal(ctx, c)
 		}
 	}
 	found, asked, err := g.claim(ctx, c)
+	if err != nil && !errors.Is(err, ErrFull) {
+		g.report(resilience.EventStoreFailed, c.Key, err)
+	}
 	if g.local == nil {
-		if err != nil && !errors.Is(err, ErrFull) {
-			g.report(resilience.EventStoreFailed, c.Key, err)
-		}
 		return found, asked, err
 	}
 	if err == nil {
-		if g.out.succeeded() {
-			g.report(resilience.EventSharedStateRestored, c.Key, nil)
-		}
+		g.storeAnswered()
 		return found, asked, nil
 	}
-	if !errors.Is(err, ErrFull) {
-		g.report(resilience.EventStoreFailed, c.Key, err)
-	}
-	open, began := g.out.failed(g.cfg.failOpen)
-	if !open {
+	if !g.storeFailed(err) {
 		return nil, asked, err
 	}
-	if began {
-		g.report(resilience.EventSharedStateUnavailable, c.Key, fmt.Errorf("%w: failing for %v, keyed requests run on this process's records", err, g.cfg.failOpen))
-	}
 	return g.claimLocal(ctx, c)
+}
+
+// storeAnswered notes a call to the store that got through.
+func (g *Guard) storeAnswered() {
+	if g.out.succeeded() {
+		g.report(resilience.EventSharedStateRestored, "", nil)
+	}
+}
+
+// storeFailed notes a call to the store that failed with err, and
+// reports whether the guard has failed open.
+func (g *Guard) storeFailed(err error) (open bool) {
+	open, began := g.out.failed(g.cfg.failOpen)
+	if began {
+		g.report(resilience.EventSharedStateUnavailable, "", fmt.Errorf("%w: the store failing, keyed requests run on this process's records", err))
+	}
+	return open
 }
 
 // probeKey is the key a guard that failed open claims, and frees, to learn
@@ -263,15 +268,13 @@ func (g *Guard) probe(ctx context.Context) {
 	found, err := g.store.Begin(sctx, probeKey, claim, g.cfg.storeTimeout)
 	if err != nil {
 		g.report(resilience.EventStoreFailed, probeKey, err)
-		g.out.failed(g.cfg.failOpen)
+		g.storeFailed(err)
 		return
 	}
 	if found == nil {
 		_ = g.store.Release(sctx, probeKey, claim) // or its lease runs out
 	}
-	if g.out.succeeded() {
-		g.report(resilience.EventSharedStateRestored, probeKey, nil)
-	}
+	g.storeAnswered()
 }
 
 // claimLocal claims the key of c on the guard's local records.

@@ -316,6 +316,8 @@ func (g *Guard) renew(ctx context.Context, c *Claim) (stop func()) {
 // lost, it reports it, cancels the request's context and marks c lost.
 func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 	wait := g.cfg.lease / 3
+	var failing monotime.Reading // the first of the renewals failed in a row
+	failed := false
 	for {
 		t := time.NewTimer(wait)
 		select {
@@ -329,6 +331,11 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 		}
 		start := monotime.Now()
 		err := g.renewOnce(ctx, c)
+		if err == nil || errors.Is(err, ErrNotOwner) {
+			failed = false
+		} else if !failed {
+			failing, failed = start, true
+		}
 		switch {
 		case err == nil:
 			c.held.Store(leaseEnd(start, g.cfg.lease))
@@ -341,7 +348,7 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 			g.report(resilience.EventStoreFailed, c.Key, err)
 			wait = min(g.cfg.lease/12, g.cfg.storeTimeout/2, max(c.left()/2, time.Millisecond)) // try again soon
 			continue
-		case g.moveLocal(c):
+		case g.moveLocal(c, time.Duration(monotime.Now()-failing)):
 			g.report(resilience.EventStoreFailed, c.Key, fmt.Errorf("renewal failed until the lease ran out, the guard failed open: the request goes on, held in this process's records: %w", err))
 			wait = g.cfg.lease / 3
 			continue
@@ -355,13 +362,30 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 	}
 }
 
-// moveLocal moves a claim on the store whose lease ran out, its renewals
-// failed, to the guard's local records if the guard has failed open (see
-// [FailOpenAfter]): the guard runs new requests there meanwhile, so the
-// one that was running goes on too, rather than be canceled. It reports
-// whether it did.
-func (g *Guard) moveLocal(c *Claim) bool {
+// keepLocal keeps a copy of done, the record of c just saved on the
+// store, in the guard's local records if the guard has failed open: its
+// repeats to this process are claimed there meanwhile, and are to be
+// replayed, not run again.
+func (g *Guard) keepLocal(c *Claim, done Record) {
 	if g.local == nil || c.store.Load() != &g.store || !g.out.isOpen() {
+		return
+	}
+	ctx, cancel := g.storeCtx(context.Background())
+	defer cancel()
+	if found, err := g.local.Begin(ctx, c.Key, c.Record, g.cfg.lease); err == nil && found == nil {
+		_ = g.local.Complete(ctx, c.Key, c.Record, done, g.cfg.ttl)
+		g.usedLocal.Store(true)
+	}
+}
+
+// moveLocal moves a claim on the store whose lease ran out, its renewals
+// failing for failing, to the guard's local records if the guard has
+// failed open or the renewals have failed for [FailOpenAfter]: the store
+// is then down for this request, as for a new one, which would run on the
+// local records; so it goes on, rather than be canceled. It reports
+// whether it did.
+func (g *Guard) moveLocal(c *Claim, failing time.Duration) bool {
+	if g.local == nil || c.store.Load() != &g.store || !g.out.isOpen() && (g.cfg.failOpen < 0 || failing < g.cfg.failOpen) {
 		return false
 	}
 	start := monotime.Now()
@@ -423,7 +447,11 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record, failed fu
 	budget := monotime.Reading(leaseEnd(monotime.Now(), g.cfg.lease)) // one lease of failed saves while the renewals get through
 	var err error
 	for {
-		if err = g.saveOnce(ctx, c, done); err == nil || errors.Is(err, ErrNotOwner) {
+		err = g.saveOnce(ctx, c, done)
+		if err == nil {
+			g.keepLocal(c, done)
+		}
+		if err == nil || errors.Is(err, ErrNotOwner) {
 			break
 		}
 		if failed != nil {
@@ -462,7 +490,7 @@ func (g *Guard) awaitNextSave(c *Claim, delay time.Duration) bool {
 			return false
 		}
 		left := c.left()
-		if left <= 0 && c.store.Load() == &g.store && g.out.isOpen() {
+		if left <= 0 && c.store.Load() == &g.store && g.local != nil {
 			time.Sleep(delay) // the renewals move the claim to the local records (moveLocal), or lose it
 			continue
 		}

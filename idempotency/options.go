@@ -147,24 +147,26 @@ func StoreTimeout(d time.Duration) Option {
 // FailOpenAfter sets how long the store may fail before keyed requests
 // run on this process's own records. A request whose claim the store
 // fails gets an error (503 over HTTP, UNAVAILABLE over gRPC), and the
-// handler does not run, until the store has been failing for d, at least
-// half of the claims asked of it since its first failure failed; from
-// then on, each keyed request is claimed, renewed and saved in this
-// process's memory ([MemoryStore]), so that it runs, and its repeats to
-// this process get 409, then its replay, then and after. A request that
-// was running with its claim on the store goes on too: once its lease
-// runs out, its renewals having failed, its claim moves to the process's
-// records rather than its context be canceled. One request a second asks
-// the store first (and may wait a [StoreTimeout] for it); three of those
-// in a row that it answers end this. Both are reported
+// handler does not run, until at least half of the guard's claims over
+// the last 10 s have failed, without a break, for d (d, and at most 5 s
+// more after a spell in which the store answered most claims); from then
+// on, each keyed request is claimed, renewed and saved in this process's
+// memory ([MemoryStore]), so that it runs, and its repeats to this
+// process get 409, then its replay, then and after. A request running
+// with its claim on the store whose renewals fail goes on too: once its
+// lease runs out, the guard failed open or its renewals failing for d,
+// its claim moves to the process's records rather than its context be
+// canceled. One request a second asks the store, with a claim of its own,
+// whether it is back; three answers in a row end this. Both are reported
 // ([resilience.EventSharedStateUnavailable], then
 // [resilience.EventSharedStateRestored]). Meanwhile a repeat sent to
 // another process, or of a request whose first run the store held, runs
 // again: the store's outage, not this toolkit, is then what costs exactly
 // once, rather than every keyed request failing until the store is back.
-// d < 0: never; every keyed request the store fails fails, for as long as
-// it does. Default 10 s. A [MemoryStore] guard has nothing to fail over
-// to. For the guard.
+// d < 0: never; every keyed request the store fails fails, and a request
+// whose renewals fail is canceled at its lease's end, as long as it
+// lasts. Default 10 s. A [MemoryStore] guard has nothing to fail over to.
+// For the guard.
 func FailOpenAfter(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.failOpen = d })
 }

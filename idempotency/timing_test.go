@@ -235,7 +235,8 @@ func TestASaveGivesUpWhenTheLeaseRunsOut(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				store := newCallClock()
 				ev := &events{}
-				g := idempotency.NewGuard(store, quiet(ev, idempotency.Lease(tc.lease), idempotency.StoreTimeout(tc.storeTimeout))...)
+				g := idempotency.NewGuard(store, quiet(ev, idempotency.Lease(tc.lease), idempotency.StoreTimeout(tc.storeTimeout),
+					idempotency.FailOpenAfter(-1))...) // else, renewals failing for 10 s, the claim goes on on the local records
 				claim, _, err := g.Begin(t.Context(), "", "k", "fp")
 				require.NoError(t, err)
 				store.downRenew.Store(true)
