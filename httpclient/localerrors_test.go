@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,11 +27,17 @@ import (
 type attemptCounter struct {
 	base http.RoundTripper
 	n    atomic.Int64
+	mu   sync.Mutex
+	errs []error // each attempt's, for the log
 }
 
 func (c *attemptCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
-	return c.base.RoundTrip(r)
+	resp, err := c.base.RoundTrip(r)
+	c.mu.Lock()
+	c.errs = append(c.errs, err)
+	c.mu.Unlock()
+	return resp, err
 }
 
 // failingReader returns one byte, then fails: a caller's body that breaks
@@ -148,7 +155,9 @@ func TestLocalErrorsAreNeitherRetriedNorCounted(t *testing.T) {
 
 			require.Error(t, err)
 			counts := b.Counts()
-			t.Logf("attempts %d, breaker %+v, class %v: %v", rt.n.Load(), counts, resilience.Classify(err), err)
+			rt.mu.Lock()
+			t.Logf("attempts %d %v, breaker %+v, class %v: %v", rt.n.Load(), rt.errs, counts, resilience.Classify(err), err)
+			rt.mu.Unlock()
 			assert.Equal(t, tc.wantAttempts, rt.n.Load(), "attempts")
 			assert.Equal(t, tc.wantClass, resilience.Classify(err), "class")
 			assert.False(t, resilience.IsPermanent(err) && tc.wantClass != resilience.ClassPermanent)
