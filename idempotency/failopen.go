@@ -8,13 +8,15 @@ import (
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 )
 
-// outage follows a failing store for a [Guard], from the calls the guard
-// makes to it: claims, renewals, saves and probes. The guard fails open,
+// outage follows a failing store for a [Guard], from the claims the
+// guard asks of it (its requests' and its probes'). The guard fails open,
 // its requests claimed on its local records, once at least half of those
-// calls over the last shareWindow have failed, without a break, for
-// [FailOpenAfter]: so neither a store that answers a few calls nor one
-// that answered well before it went down can refuse most requests for
-// longer. Failed open, one request a probeEvery asks the store with a
+// claims have failed, without a break, for [FailOpenAfter]: half as the
+// mean, over the seconds of the last shareBuckets that saw a claim, of
+// each second's share of failed claims, so that neither a store that
+// answers a few claims nor one that answered many before it went down
+// (whatever the rate of claims then and since) can refuse most requests
+// for longer than FailOpenAfter and half the window. Failed open, one request a probeEvery asks the store with a
 // claim of its own (probe); healthyRun answered in a row end it. Out of
 // an outage, a call that gets through costs one atomic load. It is safe
 // for concurrent use.
@@ -61,13 +63,14 @@ func (o *outage) count(now monotime.Reading, failed bool) (most bool) {
 	} else {
 		b.oks++
 	}
-	fails, oks := 0, 0
+	share, seconds := 0.0, 0
 	for _, b := range o.buckets {
-		if e-b.epoch < shareBuckets {
-			fails, oks = fails+b.fails, oks+b.oks
+		if e-b.epoch < shareBuckets && b.fails+b.oks > 0 {
+			share += float64(b.fails) / float64(b.fails+b.oks)
+			seconds++
 		}
 	}
-	return fails > 0 && fails >= oks
+	return share > 0 && share >= float64(seconds)/2
 }
 
 // note updates whether most calls fail, and since when; o.mu is held.
@@ -115,8 +118,11 @@ func (o *outage) failed(after time.Duration) (open, began bool) {
 	now := monotime.Now()
 	o.bad.Store(true)
 	o.run = 0
+	if o.open {
+		return true, false // a probe's: the window is for opening
+	}
 	o.note(now, o.count(now, true))
-	if !o.open && after >= 0 && o.failing && time.Duration(now-o.since) >= after {
+	if after >= 0 && o.failing && time.Duration(now-o.since) >= after {
 		o.open, began = true, true
 		o.probe = now + monotime.Reading(probeEvery)
 	}
@@ -133,15 +139,19 @@ func (o *outage) succeeded() (ended bool) {
 	defer o.mu.Unlock()
 	now := monotime.Now()
 	o.run++
-	most := o.count(now, false)
 	if o.open {
 		if o.run < healthyRun {
 			return false
 		}
 		o.open, o.failing = false, false
+		o.buckets = [shareBuckets]struct {
+			epoch      int64
+			fails, oks int
+		}{} // the next outage counts from its own first failure
 		o.bad.Store(false)
 		return true
 	}
+	most := o.count(now, false)
 	o.note(now, most)
 	if !most && o.run >= healthyRun {
 		o.bad.Store(false)

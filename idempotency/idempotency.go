@@ -180,18 +180,28 @@ func newGuard(store Store, cfg config) *Guard {
 func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Claim, *Record, error) {
 	c := &Claim{Key: scopeKey(scope, key), Record: Record{Fingerprint: fingerprint, Token: rand.Text()}, TTL: g.cfg.ttl, guard: g}
 	c.store.Store(&g.store)
-	if v, ok := g.inflight.Load(c.Key); ok { // held here: no need to ask the store, which may be down
+	// Held or being claimed here: no need to ask the store, which may be
+	// down, and no second claim of the key by this process, on the store or
+	// on its local records.
+	if v, held := g.inflight.LoadOrStore(c.Key, c); held {
 		if v.(*Claim).Record.Fingerprint != fingerprint {
 			return nil, nil, ErrKeyReused
 		}
 		return nil, nil, ErrInProgress
 	}
+	held := false
+	defer func() {
+		if !held { // a store that panicked too
+			g.inflight.CompareAndDelete(c.Key, c)
+		}
+	}()
 	found, asked, err := g.claimOrLocal(ctx, c)
 	switch {
 	case err != nil:
 		return nil, nil, err
 	case found == nil:
 		c.hold(ctx, asked)
+		held = true
 		return c, nil, nil
 	case found.Fingerprint != fingerprint:
 		return nil, nil, ErrKeyReused

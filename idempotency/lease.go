@@ -32,6 +32,7 @@ type Claim struct {
 	TTL time.Duration
 
 	abandoned, completed, ended, lost atomic.Bool
+	keeping                           atomic.Bool // its renewals run (keep), which may yet move it or lose it
 	// held is when the lease as last granted runs out, a monotonic
 	// reading (monotime): a step of the wall clock does not move it.
 	held atomic.Int64
@@ -301,8 +302,10 @@ func leaseEnd(start monotime.Reading, lease time.Duration) int64 {
 func (g *Guard) renew(ctx context.Context, c *Claim) (stop func()) {
 	done := make(chan struct{})
 	exited := make(chan struct{})
+	c.keeping.Store(true)
 	go func() {
 		defer close(exited)
+		defer c.keeping.Store(false)
 		g.keep(ctx, c, done)
 	}()
 	return sync.OnceFunc(func() {
@@ -490,7 +493,7 @@ func (g *Guard) awaitNextSave(c *Claim, delay time.Duration) bool {
 			return false
 		}
 		left := c.left()
-		if left <= 0 && c.store.Load() == &g.store && g.local != nil {
+		if left <= 0 && c.store.Load() == &g.store && g.local != nil && c.keeping.Load() {
 			time.Sleep(delay) // the renewals move the claim to the local records (moveLocal), or lose it
 			continue
 		}

@@ -147,9 +147,11 @@ func StoreTimeout(d time.Duration) Option {
 // FailOpenAfter sets how long the store may fail before keyed requests
 // run on this process's own records. A request whose claim the store
 // fails gets an error (503 over HTTP, UNAVAILABLE over gRPC), and the
-// handler does not run, until at least half of the guard's claims over
-// the last 10 s have failed, without a break, for d (d, and at most 5 s
-// more after a spell in which the store answered most claims); from then
+// handler does not run, until the store has failed at least half of the
+// guard's claims, without a break, for d (half as the mean, over the
+// seconds of the last 10 that saw a claim, of each second's share: so at
+// most 5 s more after a spell in which it answered most, whatever the
+// rate of claims); from then
 // on, each keyed request is claimed, renewed and saved in this process's
 // memory ([MemoryStore]), so that it runs, and its repeats to this
 // process get 409, then its replay, then and after. A request running
