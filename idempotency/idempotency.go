@@ -171,9 +171,11 @@ func newGuard(store Store, cfg config) *Guard {
 //     [ErrIncomplete], [ErrFull], or the store's failure, which it
 //     reports.
 //
-// A key that this guard holds itself is refused as in progress without
-// asking the store, so repeats on the holder's replica get ErrInProgress
-// even while the store is down.
+// A key that this guard holds itself, or is claiming for another Begin
+// at the same moment, is refused as in progress without asking the store,
+// so repeats on the holder's replica get ErrInProgress even while the
+// store is down, and a process never claims one key twice at once (on
+// the store and on its local records, see [FailOpenAfter]).
 //
 // Each store call is bounded by [StoreTimeout], whether or not ctx is
 // canceled. Begin is safe for concurrent use.
