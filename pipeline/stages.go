@@ -50,17 +50,17 @@ type call[T any] struct {
 	now   monotime.Reading // with spare, if config.attemptFollows
 	spare *lazyCtx
 
-	done     bool     // the listener wants EventCallDone
-	clock    bool     // and its Duration: the call is timed
-	attempts bool     // the listener wants EventAttempt
-	via      int8     // the first stage of each attempt, with attempts
-	n        int      // attempts told by this run of the retry stage, with attempts
-	ran      bool     // the breaker admitted the call: inside ran
-	stopped  error    // with WaitWhenOpen, the retry stage's stop by the breaker that the call waited out; nil if none
-	refused  error    // the breaker's refusal of the last attempt as it was about to be sent (reopened): not sent
-	res      T        // what inside leaves for through
-	race     *race[T] // for the call's first race, allocated with c.s; nil once used
-	shared   bool     // a race of the call may have let another goroutine have c.s
+	done     bool               // the listener wants EventCallDone
+	clock    bool               // and its Duration: the call is timed
+	attempts bool               // the listener wants EventAttempt
+	via      int8               // the first stage of each attempt, with attempts
+	n        int                // attempts told by this run of the retry stage, with attempts
+	ran      bool               // the breaker admitted the call: inside ran
+	stopped  *retrypolicy.Error // with WaitWhenOpen, the retry stage's stop by the breaker that the call waited out; nil if none
+	refused  error              // the breaker's refusal of the last attempt as it was about to be sent (reopened): not sent
+	res      T                  // what inside leaves for through
+	race     *race[T]           // for the call's first race, allocated with c.s; nil once used
+	shared   bool               // a race of the call may have let another goroutine have c.s
 }
 
 // hedged is the state of a hedged call with the memory of its first race,
@@ -273,8 +273,9 @@ func (c *call[T]) waitOpen(ctx context.Context, b *breaker.Breaker, err error) (
 			return res, err // no probe within the budget
 		}
 		if re, ok := err.(*retrypolicy.Error); ok && breaker.IsRejection(re.Reason) {
-			c.stopped = err // its retries stopped: they go on from there (retrypolicy.Resume)
+			c.stopped = re // its retries stopped: they go on from there (retrypolicy.Resume)
 		}
+		c.refused = nil
 		res, rejected, err = c.through(ctx, b)
 	}
 	return res, err
@@ -285,7 +286,7 @@ func (c *call[T]) waitOpen(ctx context.Context, b *breaker.Breaker, err error) (
 // closed makes one attempt. Each attempt starts at the first of the
 // stages inside this one that does something for it.
 func (c *call[T]) retry(ctx context.Context) (T, error) {
-	c.probe, c.refused = c.b.Check() != nil, nil
+	c.probe = c.b.Check() != nil
 	if c.p.cfg.retry == nil || c.opts.single || c.probe {
 		return c.once(ctx)
 	}
@@ -334,10 +335,10 @@ func (c *call[T]) resume(ctx context.Context, guard func() error, via int8) (T, 
 // made returns the attempts the retry stage made before the breaker
 // stopped it, for a call that waited since; 0 for any other.
 func (c *call[T]) made() int {
-	if re, ok := c.stopped.(*retrypolicy.Error); ok {
-		return re.Attempts
+	if c.stopped == nil {
+		return 0
 	}
-	return 0
+	return c.stopped.Attempts
 }
 
 // told runs an attempt of the retry stage, from the stage retry chose for
