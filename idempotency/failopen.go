@@ -16,22 +16,25 @@ import (
 // each second's share of failed claims, so that neither a store that
 // answers a few claims nor one that answered many before it went down
 // (whatever the rate of claims then and since) can refuse most requests
-// for longer than FailOpenAfter and half the window. Failed open, one request a probeEvery asks the store with a
-// claim of its own (probe); healthyRun answered in a row end it. Out of
-// an outage, a call that gets through costs one atomic load. It is safe
-// for concurrent use.
+// for longer than FailOpenAfter and half the window. Failed open, one
+// request a probeEvery asks the store with a claim of its own (probe);
+// healthyRun answered in a row end it. Out of an outage, a call that gets
+// through costs one atomic load. It is safe for concurrent use.
 type outage struct {
 	bad     atomic.Bool // in an outage: counting calls, or failed open
 	mu      sync.Mutex
-	buckets [shareBuckets]struct {
-		epoch      int64 // the second counted, since monotime's start
-		fails, oks int
-	}
+	buckets [shareBuckets]second
 	failing bool             // at least half the window's calls failed, since since
 	since   monotime.Reading //
 	run     int              // calls in a row that got through
 	open    bool             // requests run on the guard's local records
 	probe   monotime.Reading // when one may ask the store again, while open
+}
+
+// second counts the claims of one second.
+type second struct {
+	epoch      int64 // the second counted, since monotime's start
+	fails, oks int
 }
 
 const (
@@ -144,10 +147,7 @@ func (o *outage) succeeded() (ended bool) {
 			return false
 		}
 		o.open, o.failing = false, false
-		o.buckets = [shareBuckets]struct {
-			epoch      int64
-			fails, oks int
-		}{} // the next outage counts from its own first failure
+		o.buckets = [shareBuckets]second{} // the next outage counts from its own first failure
 		o.bad.Store(false)
 		return true
 	}

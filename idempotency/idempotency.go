@@ -124,7 +124,6 @@ var ErrIncomplete = errors.New("result under idempotency key incomplete: its cli
 type Guard struct {
 	store     Store
 	local     *MemoryStore // the records a request is kept on once the store has failed for FailOpenAfter; nil if none
-	onLocal   Store        // local as a Store, for Claim.store
 	usedLocal atomic.Bool  // a request was claimed on local: its repeats are answered from there
 	out       outage
 	cfg       config
@@ -135,8 +134,9 @@ type Guard struct {
 // NewGuard returns a Guard that keeps its records in store; a nil store
 // means a [MemoryStore] of default size. It takes the options [TTL],
 // [Lease], [StoreTimeout], [FailOpenAfter], [MaxResponse],
-// [ReleaseStatus], [WithListener] and [WithLogger]. It panics if the lease is under three store timeouts,
-// or names the option if given one of [Middleware]'s ([Required],
+// [ReleaseStatus], [WithListener] and [WithLogger]. It panics if the
+// lease is under three store timeouts, or names the option if given one
+// of [Middleware]'s ([Required],
 // [Methods], [MaxBody], [Scope], [SharedKeys], [ReplayExclude]), which
 // would have no effect: a Guard's caller, such as package grpcidempotency,
 // has its own.
@@ -155,7 +155,6 @@ func newGuard(store Store, cfg config) *Guard {
 	g := &Guard{store: store, cfg: cfg}
 	if _, mem := store.(*MemoryStore); !mem && cfg.failOpen >= 0 {
 		g.local = NewMemoryStore(0)
-		g.onLocal = g.local
 	}
 	return g
 }
@@ -181,7 +180,6 @@ func newGuard(store Store, cfg config) *Guard {
 // canceled. Begin is safe for concurrent use.
 func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Claim, *Record, error) {
 	c := &Claim{Key: scopeKey(scope, key), Record: Record{Fingerprint: fingerprint, Token: rand.Text()}, TTL: g.cfg.ttl, guard: g}
-	c.store.Store(&g.store)
 	// Held or being claimed here: no need to ask the store, which may be
 	// down, and no second claim of the key by this process, on the store or
 	// on its local records.
@@ -291,7 +289,7 @@ func (g *Guard) probe(ctx context.Context) {
 
 // claimLocal claims the key of c on the guard's local records.
 func (g *Guard) claimLocal(ctx context.Context, c *Claim) (*Record, monotime.Reading, error) {
-	c.store.Store(&g.onLocal)
+	c.local.Store(true)
 	g.usedLocal.Store(true)
 	return g.claim(ctx, c)
 }
@@ -306,7 +304,7 @@ func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, monotime.Reading,
 		found, err := c.on().Begin(sctx, c.Key, c.Record, g.cfg.lease)
 		cancel()
 		if err != nil {
-			if c.store.Load() == &g.store {
+			if !c.local.Load() {
 				g.orphan(c.Key, c.Record)
 			}
 			return nil, asked, err

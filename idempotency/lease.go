@@ -33,12 +33,12 @@ type Claim struct {
 
 	abandoned, completed, ended, lost atomic.Bool
 	keeping                           atomic.Bool // its renewals run (keep), which may yet move it or lose it
+	local                             atomic.Bool // claimed on the guard's local records (failed open), not its store
 	// held is when the lease as last granted runs out, a monotonic
 	// reading (monotime): a step of the wall clock does not move it.
 	held atomic.Int64
 
 	guard  *Guard
-	store  atomic.Pointer[Store] // the guard's store, or its local records (failed open)
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stop   func()
@@ -268,7 +268,12 @@ func (c *Claim) finish() {
 }
 
 // on returns the store c is claimed on.
-func (c *Claim) on() Store { return *c.store.Load() }
+func (c *Claim) on() Store {
+	if c.local.Load() {
+		return c.guard.local
+	}
+	return c.guard.store
+}
 
 // heldUntil returns when the lease as last granted runs out.
 func (c *Claim) heldUntil() monotime.Reading { return monotime.Reading(c.held.Load()) }
@@ -370,14 +375,13 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 // repeats to this process are claimed there meanwhile, and are to be
 // replayed, not run again.
 func (g *Guard) keepLocal(c *Claim, done Record) {
-	if g.local == nil || c.store.Load() != &g.store || !g.out.isOpen() {
+	if g.local == nil || c.local.Load() || !g.out.isOpen() {
 		return
 	}
 	ctx, cancel := g.storeCtx(context.Background())
 	defer cancel()
-	if found, err := g.local.Begin(ctx, c.Key, c.Record, g.cfg.lease); err == nil && found == nil {
+	if g.takeLocal(ctx, c) {
 		_ = g.local.Complete(ctx, c.Key, c.Record, done, g.cfg.ttl)
-		g.usedLocal.Store(true)
 	}
 }
 
@@ -388,17 +392,27 @@ func (g *Guard) keepLocal(c *Claim, done Record) {
 // local records; so it goes on, rather than be canceled. It reports
 // whether it did.
 func (g *Guard) moveLocal(c *Claim, failing time.Duration) bool {
-	if g.local == nil || c.store.Load() != &g.store || !g.out.isOpen() && (g.cfg.failOpen < 0 || failing < g.cfg.failOpen) {
+	if g.local == nil || c.local.Load() || !g.out.isOpen() && (g.cfg.failOpen < 0 || failing < g.cfg.failOpen) {
 		return false
 	}
 	start := monotime.Now()
 	ctx, cancel := g.storeCtx(context.Background())
 	defer cancel()
-	if found, err := g.local.Begin(ctx, c.Key, c.Record, g.cfg.lease); err != nil || found != nil {
+	if !g.takeLocal(ctx, c) {
 		return false
 	}
 	c.held.Store(leaseEnd(start, g.cfg.lease))
-	c.store.Store(&g.onLocal)
+	c.local.Store(true)
+	return true
+}
+
+// takeLocal claims c's key, with c's claim, on the guard's local records,
+// and reports whether it got it.
+func (g *Guard) takeLocal(ctx context.Context, c *Claim) bool {
+	found, err := g.local.Begin(ctx, c.Key, c.Record, g.cfg.lease)
+	if err != nil || found != nil {
+		return false
+	}
 	g.usedLocal.Store(true)
 	return true
 }
@@ -493,7 +507,7 @@ func (g *Guard) awaitNextSave(c *Claim, delay time.Duration) bool {
 			return false
 		}
 		left := c.left()
-		if left <= 0 && c.store.Load() == &g.store && g.local != nil && c.keeping.Load() {
+		if left <= 0 && !c.local.Load() && g.local != nil && c.keeping.Load() {
 			time.Sleep(delay) // the renewals move the claim to the local records (moveLocal), or lose it
 			continue
 		}

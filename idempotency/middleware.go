@@ -24,12 +24,11 @@ const ReplayedHeader = "Idempotent-Replayed"
 // store means a [MemoryStore] of default size. When the store fails, the
 // request gets 503 and the handler does not run, until the store has
 // failed for [FailOpenAfter]: then requests run on this process's own
-// records. Keys are namespaced by
-// who the caller is, and the middleware does not guess it: it panics
-// unless given [Scope] (per caller) or [SharedKeys] (one namespace); a
-// keyed request whose Scope is "" gets 401, never a shared namespace. It
-// panics too if the lease is under three store timeouts. The middleware
-// is safe for concurrent use.
+// records. Keys are namespaced by who the caller is, and the middleware
+// does not guess it: it panics unless given [Scope] (per caller) or
+// [SharedKeys] (one namespace); a keyed request whose Scope is "" gets
+// 401, never a shared namespace. It panics too if the lease is under
+// three store timeouts. The middleware is safe for concurrent use.
 func Middleware(store Store, opts ...Option) func(http.Handler) http.Handler {
 	cfg := newConfig(opts)
 	if cfg.scope == nil {

@@ -151,10 +151,10 @@ func StoreTimeout(d time.Duration) Option {
 // guard's claims, without a break, for d (half as the mean, over the
 // seconds of the last 10 that saw a claim, of each second's share: so at
 // most 5 s more after a spell in which it answered most, whatever the
-// rate of claims); from then
-// on, each keyed request is claimed, renewed and saved in this process's
-// memory ([MemoryStore]), so that it runs, and its repeats to this
-// process get 409, then its replay, then and after. A request running
+// rate of claims); from then on, each keyed request is claimed, renewed
+// and saved in this process's memory ([MemoryStore]), so that it runs,
+// and its repeats to this process get 409, then its replay, then and
+// after. A request running
 // with its claim on the store whose renewals fail goes on too: once its
 // lease runs out, the guard failed open or its renewals failing for d,
 // its claim moves to the process's records rather than its context be

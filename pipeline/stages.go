@@ -311,6 +311,11 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.op)
 }
 
+// unsent reports whether err, an attempt's, is the breaker's refusal of
+// it as it was about to be sent (it opened again as the attempt waited for
+// a slot): an attempt not made, neither counted nor told.
+func (c *call[T]) unsent(err error) bool { return err != nil && err == c.refused }
+
 // guard is the retry stage's check between attempts: the breaker's, or
 // its refusal of the attempt just made, which was then not sent.
 func (c *call[T]) guard() error {
@@ -349,8 +354,8 @@ func (c *call[T]) made() int {
 // (safe.Listener.TellsNoAttempts).
 func (c *call[T]) told(ctx context.Context) (T, error) {
 	res, err := c.from(ctx, c.via)
-	if err != nil && err == c.refused {
-		return res, err // not sent
+	if c.unsent(err) {
+		return res, err
 	}
 	c.n++
 	c.p.cfg.listener.Attempted(c.n, err)
@@ -412,8 +417,8 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	}()
 	res, err = c.from(ctx, c.firstInside())
 	returned = true
-	if err != nil && err == c.refused {
-		return res, err // not sent: the breaker opened again as it waited for a slot
+	if c.unsent(err) {
+		return res, err
 	}
 	l.Count(n, err)
 	if c.attempts {
