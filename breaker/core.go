@@ -3,6 +3,7 @@ package breaker
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
@@ -43,7 +44,18 @@ type core struct {
 	age     uint64           // the current bucket, counted from start
 	win     Counts           // the sum of buckets
 	buckets []Counts         // indexed by age modulo their number
+
+	// took is how long the calls that the dependency answered took, from
+	// their admission, averaged over one in timeEvery (see cutShort); 0
+	// until one is timed. timed counts those answers.
+	took  atomic.Int64
+	timed uint32
 }
+
+// timeEvery is how many answered calls a breaker times one of: the first,
+// then every timeEvery-th, so that a success seldom reads the clock as it
+// ends.
+const timeEvery = 16
 
 // verdict is what admit says of a call.
 type verdict uint8
@@ -79,9 +91,9 @@ func newCore(maxRequests uint32, timeout, window time.Duration, n int, readyToTr
 }
 
 // admit decides whether a call may go, and returns the generation and
-// bucket its outcome counts in.
-func (c *core) admit() (v verdict, gen, age uint64) {
-	now := monotime.Now()
+// bucket its outcome counts in, and when it was admitted.
+func (c *core) admit() (v verdict, gen, age uint64, now monotime.Reading) {
+	now = monotime.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock() // a state change is reported under it, and may panic
 	st := c.current(now)
@@ -107,7 +119,7 @@ func (c *core) admit() (v verdict, gen, age uint64) {
 			c.probeAt = now
 		}
 	}
-	return v, c.gen, c.age
+	return v, c.gen, c.age, now
 }
 
 // overdueProbe is how many open timeouts a half-open breaker waits for
@@ -131,10 +143,15 @@ func (c *core) busy() bool {
 	return c.win.Requests-min(c.win.TotalExclusions+c.overdue, c.win.Requests) >= c.maxRequests
 }
 
-// done counts the outcome of a call that admit let go.
-func (c *core) done(gen, age uint64, o outcome) {
+// done counts the outcome of a call that admit let go at at.
+func (c *core) done(gen, age uint64, o outcome, at monotime.Reading) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if o == counted {
+		if c.timed++; c.timed%timeEvery == 1 {
+			c.time(at)
+		}
+	}
 	if c.state == resilience.StateClosed && c.period > 0 && (o == failed || c.win.ConsecutiveFailures > 0 || len(c.buckets) == 1) {
 		// An outcome that may trip the breaker, or break a run of
 		// failures, is judged on the window as it is now; with one
@@ -180,6 +197,31 @@ func (c *core) done(gen, age uint64, o outcome) {
 			c.set(resilience.StateOpen, monotime.Now())
 		}
 	}
+}
+
+// time averages, for cutShort, how long a call admitted at at and
+// answered now took; c.mu is held. A call slower than twice the average
+// counts as twice the average, so that one slow answer moves it by an
+// eighth at most, and a dependency that has slowed for good moves it by
+// an eighth each time.
+func (c *core) time(at monotime.Reading) {
+	took := int64(max(monotime.Since(at), 1))
+	avg := c.took.Load()
+	if avg == 0 {
+		c.took.Store(took)
+		return
+	}
+	took = min(took, 2*avg)
+	c.took.Store(max(avg+(took-avg)/8, 1))
+}
+
+// cutShort reports whether a call admitted at at, which the caller's
+// deadline ended, had less time than the calls the dependency answers
+// take on average: the caller's budget was too short for an answer, which
+// says nothing of the dependency. Before any answer is timed, none is.
+func (c *core) cutShort(at monotime.Reading) bool {
+	avg := c.took.Load()
+	return avg > 0 && int64(monotime.Since(at)) < avg
 }
 
 // State returns the state at now, moving from open to half-open once the

@@ -70,14 +70,14 @@ func TestCoreAgreesWithGobreaker(t *testing.T) {
 					var calls []inflight
 					end := func(i int) {
 						k := rnd.IntN(3)
-						c.done(calls[i].gen, calls[i].age, []outcome{counted, failed, excluded}[k])
+						c.done(calls[i].gen, calls[i].age, []outcome{counted, failed, excluded}[k], 0)
 						calls[i].done([]error{nil, errFail, errExcl}[k])
 						calls = append(calls[:i], calls[i+1:]...)
 					}
 					for step := range 400 {
 						switch r := rnd.IntN(10); {
 						case r < 4:
-							v, gen, age := c.admit()
+							v, gen, age, _ := c.admit()
 							done, err := gb.Allow()
 							want := map[error]verdict{nil: admitted, gobreaker.ErrOpenState: refusedOpen, gobreaker.ErrTooManyRequests: refusedBusy}[err]
 							require.Equal(t, want, v, "step %d: verdict", step)

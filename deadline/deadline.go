@@ -8,18 +8,15 @@
 // stops working on a request that nobody is waiting for any more.
 //
 // The budget is the caller's to choose, and [Middleware] takes it from
-// any caller: one that sends a budget shorter than the dependency's
-// latency makes this service's calls to it run out of time, and its
-// breaker counts each as the dependency's failure, as it counts any
-// deadline that runs out (a client cannot tell a deadline too short from
-// a dependency too slow): in a review, five requests with a budget of
-// 5 ms, to a service whose dependency answers in 30 ms, opened its
-// default breaker, which then failed that service's other calls for the
-// open timeout; a throttle (package throttle) counts them as refusals
-// too. Not counting a caller's deadline would hide a dependency that
-// hangs, or answers 503 to everything, from every breaker whose callers
-// have deadlines (a review of an attempt at it). Put Middleware only
-// behind callers trusted to send the budgets they have.
+// any caller. One that sends a budget shorter than the dependency's
+// latency makes this service's calls to it run out of time; a breaker
+// (package breaker) leaves such a call out, as the caller's doing, when it
+// had less time than the dependency's answers take on average, in its one
+// attempt, and counts the others, so that a dependency that hangs still
+// opens it through the calls with time enough. A throttle (package
+// throttle) counts each call that runs out of time as a refusal, whatever
+// the budget: put Middleware only behind callers trusted to send the
+// budgets they have, where a pipeline throttles.
 package deadline
 
 import (
