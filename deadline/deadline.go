@@ -13,10 +13,9 @@
 // (package breaker) leaves such a call out, as the caller's doing, when it
 // had less time than the dependency's answers take on average, in its one
 // attempt, and counts the others, so that a dependency that hangs still
-// opens it through the calls with time enough. A throttle (package
-// throttle) counts each call that runs out of time as a refusal, whatever
-// the budget: put Middleware only behind callers trusted to send the
-// budgets they have, where a pipeline throttles.
+// opens it through the calls with time enough. A pipeline's throttle and
+// adaptive concurrency limit learn nothing from an attempt that a budget
+// ended.
 package deadline
 
 import (

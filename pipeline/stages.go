@@ -555,10 +555,14 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 // gates, its span (end, if not nil) and the call's state. One whose
 // operation panicked or called runtime.Goexit (returned false) teaches the
 // gates nothing: the caller's bug says nothing of the dependency's load.
+// Nor does one that the call's deadline ended (the caller's, or the time
+// budget's; not the attempt timeout): a budget too short for an answer
+// is the caller's doing, as grpc-go's retry throttling does not count a
+// deadline either.
 func (c *call[T]) attemptEnded(ctx context.Context, err error, returned bool, held tickets, end func(error)) {
 	outcome := attemptOutcome(ctx, err, returned)
 	learned := outcome
-	if !returned {
+	if !returned || err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		learned = context.Canceled
 	}
 	release(c.p.cfg.gates, held, learned)

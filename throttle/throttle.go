@@ -39,7 +39,8 @@
 // throttle.
 //
 // In a pipeline (see pipeline.WithThrottle) the throttle guards each
-// attempt, retries and hedges included, inside the retry stage. A refused
+// attempt, retries and hedges included, inside the retry stage; an
+// attempt that the call's deadline ended is taken back, as a canceled one. A refused
 // attempt's error is of class [resilience.ClassRejected]: not retried, not
 // counted by the breaker.
 package throttle
