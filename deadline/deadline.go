@@ -14,8 +14,9 @@
 // had less time than the dependency's answers take on average, in its one
 // attempt, and counts the others, so that a dependency that hangs still
 // opens it through the calls with time enough. A pipeline's throttle and
-// adaptive concurrency limit learn nothing from an attempt that a budget
-// ended.
+// adaptive concurrency limit learn nothing from an attempt that a
+// caller's budget ended; the pipeline's own attempt timeout and time
+// budget teach them.
 package deadline
 
 import (

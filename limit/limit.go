@@ -19,7 +19,11 @@
 // when the dependency turns slower than the callers' budgets, and such a
 // timeout may be all it hears of it; so after an outage, a dependency
 // slower than a fifth of the callers' budget may be held below what it
-// could serve for a while.
+// could serve for a while. In a pipeline, the timeouts that teach it are
+// the pipeline's own (its attempt timeout, its time budget): an attempt
+// that the caller's deadline ended teaches it nothing, since a caller's
+// budget too short for an answer says nothing of the dependency
+// (pipeline.WithLimit).
 //
 // An adaptive limit starts at [Initial] and moves by additive increase,
 // multiplicative decrease (AIMD), as TCP's congestion window does: an

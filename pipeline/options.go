@@ -105,10 +105,10 @@ func WithListener(l resilience.Listener) Option {
 // shared by every pipeline calling the same dependency: while the
 // dependency refuses work, attempts are refused locally with an error
 // matching [throttle.ErrThrottled], of class [resilience.ClassRejected],
-// and reported as [resilience.EventThrottled]. An attempt that the call's
-// deadline ended (the caller's or the time budget's, not the attempt
-// timeout) is taken back, as one the caller canceled: a budget too short
-// for an answer says nothing of the dependency. Default none; nil means
+// and reported as [resilience.EventThrottled]. An attempt that the
+// caller's deadline ended is taken back, as one the caller canceled: a
+// budget too short for an answer says nothing of the dependency (the
+// attempt timeout's and the time budget's count). Default none; nil means
 // none.
 func WithThrottle(t *throttle.Throttle) Option {
 	return optionFunc(func(c *config) { c.throttle = t })
@@ -119,8 +119,9 @@ func WithThrottle(t *throttle.Throttle) Option {
 // refused with an error matching [limit.ErrLimited], of class
 // [resilience.ClassRejected] and reported as [resilience.EventLimited], or
 // waits for a slot within the time budget if l lets it. An adaptive l
-// learns nothing from an attempt that the call's deadline ended (the
-// caller's or the time budget's), as [WithThrottle]. Default none; nil
+// learns nothing from an attempt that the caller's deadline ended, as
+// [WithThrottle]: give the pipeline an attempt timeout or a time budget,
+// so that it learns of a dependency that turns slow. Default none; nil
 // means none.
 func WithLimit(l *limit.Limiter) Option {
 	return optionFunc(func(c *config) { c.limit = l })

@@ -18,8 +18,8 @@ import (
 // Callers whose deadlines are shorter than a healthy dependency's answers
 // (30 ms): their attempts run out of time, and neither the throttle nor
 // an adaptive limit learns from them, so that the callers with time enough
-// are neither refused nor queued. The attempt timeout's expiries still
-// count.
+// are neither refused nor queued. The expiries of the pipeline's own
+// attempt timeout and time budget still count.
 func TestShortDeadlinesTeachTheGatesNothing(t *testing.T) {
 	answer := func(ctx context.Context) (int, error) {
 		select {
@@ -49,10 +49,23 @@ func TestShortDeadlinesTeachTheGatesNothing(t *testing.T) {
 		}
 
 		// The attempt timeout is the pipeline's own: its expiries count.
+		th, l = throttle.New(), limit.NewAIMD(limit.Initial(4), limit.Min(1))
 		p = pipeline.New(pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1))), pipeline.WithThrottle(th),
 			pipeline.WithLimit(l), pipeline.WithAttemptTimeout(5*time.Millisecond))
-		for range 20 {
-			require.ErrorIs(t, call(p, time.Second), pipeline.ErrAttemptTimeout) // before the throttle refuses
+		for range 10 { // the throttle refuses nothing before 10 answers
+			require.ErrorIs(t, call(p, time.Second), pipeline.ErrAttemptTimeout)
+		}
+		assert.Positive(t, th.RejectProbability())
+		assert.Equal(t, 1, l.Limit())
+	})
+	// So are the time budget's.
+	synctest.Test(t, func(t *testing.T) {
+		th := throttle.New()
+		l := limit.NewAIMD(limit.Initial(4), limit.Min(1))
+		p := pipeline.New(pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1))), pipeline.WithThrottle(th),
+			pipeline.WithLimit(l), pipeline.WithTimeBudget(5*time.Millisecond))
+		for range 10 {
+			require.ErrorIs(t, call(p, time.Second), context.DeadlineExceeded)
 		}
 		assert.Positive(t, th.RejectProbability())
 		assert.Equal(t, 1, l.Limit())

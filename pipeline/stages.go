@@ -56,6 +56,7 @@ type call[T any] struct {
 	via      int8               // the first stage of each attempt, with attempts
 	n        int                // attempts told by this run of the retry stage, with attempts
 	ran      bool               // the breaker admitted the call: inside ran
+	budgeted bool               // the time budget, not the caller, set the call's deadline
 	stopped  *retrypolicy.Error // with WaitWhenOpen, the retry stage's stop by the breaker that the call waited out; nil if none
 	refused  error              // the breaker's refusal of the last attempt as it was about to be sent (reopened): not sent
 	res      T                  // what inside leaves for through
@@ -182,6 +183,7 @@ func (c *call[T]) withBudget(ctx context.Context) (context.Context, *lazyCtx) {
 		bc = new(lazyCtx)
 	}
 	bc.set(ctx, now, cfg.budget, false)
+	c.budgeted = true
 	if c.k != nil {
 		c.k.budget = bc.end
 		return bc, nil
@@ -555,14 +557,14 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 // gates, its span (end, if not nil) and the call's state. One whose
 // operation panicked or called runtime.Goexit (returned false) teaches the
 // gates nothing: the caller's bug says nothing of the dependency's load.
-// Nor does one that the call's deadline ended (the caller's, or the time
-// budget's; not the attempt timeout): a budget too short for an answer
-// is the caller's doing, as grpc-go's retry throttling does not count a
-// deadline either.
+// Nor does one that the caller's deadline ended: a budget too short for
+// an answer is the caller's doing (grpc-go's retry throttling does not
+// count a deadline either). The pipeline's own limits, the attempt
+// timeout and the time budget, teach them as failures.
 func (c *call[T]) attemptEnded(ctx context.Context, err error, returned bool, held tickets, end func(error)) {
 	outcome := attemptOutcome(ctx, err, returned)
 	learned := outcome
-	if !returned || err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if !returned || err != nil && !c.budgeted && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		learned = context.Canceled
 	}
 	release(c.p.cfg.gates, held, learned)

@@ -40,7 +40,8 @@
 //
 // In a pipeline (see pipeline.WithThrottle) the throttle guards each
 // attempt, retries and hedges included, inside the retry stage; an
-// attempt that the call's deadline ended is taken back, as a canceled one. A refused
+// attempt that the caller's deadline ended is taken back, as a canceled
+// one (the pipeline's attempt timeout and time budget count). A refused
 // attempt's error is of class [resilience.ClassRejected]: not retried, not
 // counted by the breaker.
 package throttle
