@@ -17,16 +17,19 @@
 // failure, and [IgnoreIf] leaves out more.
 //
 // A call that its context's deadline ended (the caller's, or a budget an
-// upstream sent) is left out too if it had less time than the calls the
-// dependency answered took on average, from their admission, and made one
-// attempt (a call that a retry policy ran more than once had failed
-// before): a budget too short for an answer is the caller's doing. The
-// average is of one answer in 16, each weighed an eighth, one slower than
-// twice the average taken as twice; until the first answer, every call
-// that runs out of time counts. A dependency that hangs thus opens the
-// breaker through the calls that had the time its answers took; if every
-// caller's deadline is shorter than that, it does not, and each call
-// waits out its deadline.
+// upstream sent) in its one attempt says nothing of the dependency if the
+// dependency answered another call meanwhile, or if the call had less
+// time than the slowest answer of the last minute: it is left out then,
+// as the caller's doing. The breaker times, from their admission, the
+// first 16 answers of every 10 s and one in 16 after them, drawn at
+// random, and keeps the slowest of each 10 s for a minute; until it has
+// timed one, it takes 100 ms for an answer. A call that a retry policy ran
+// more than once had failed before: it counts. So a budget cut short
+// while the dependency answers others, or shorter than its slowest recent
+// answer, never counts; and a dependency that hangs (no answer meanwhile)
+// opens the breaker through the calls that had the time of its slowest
+// recent answer, and through every call once that answer is over a
+// minute old.
 //
 // One Breaker serves every call to its dependency, whatever the result
 // type, and is safe for concurrent use. The zero Breaker is always closed:
@@ -39,6 +42,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
@@ -268,7 +272,7 @@ func (b *Breaker) executeNormal(ctx context.Context, op func(ctx context.Context
 // runtime.Goexit in op as a failure, and returns how the call counted (a
 // refusal's is never read) and op's error.
 func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) error) (outcome, error) {
-	v, gen, age, at := b.cb.admit()
+	v, a := b.cb.admit()
 	switch v {
 	case refusedOpen:
 		return failed, b.reject(b.errOpen)
@@ -278,19 +282,13 @@ func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) er
 	returned := false
 	defer func() {
 		if !returned {
-			b.cb.done(gen, age, failed, at) // a panic or Goexit, which goes on
+			b.cb.done(a, failed) // a panic or Goexit, which goes on
 		}
 	}()
 	err := op(ctx)
-	out := counted
-	if err != nil {
-		out = b.judge(ctx, err) // may panic (a FailIf's, an Unwrap's): a failure, as a panic in op
-		if out == failed && b.cutShort(ctx, err, at) {
-			out = excluded
-		}
-	}
+	out := b.count(ctx, err, a) // may panic (a FailIf's, an Unwrap's): a failure, as a panic in op
 	returned = true
-	b.cb.done(gen, age, out, at)
+	b.cb.done(a, out)
 	if out == excluded {
 		b.probeIgnored()
 	}
@@ -306,17 +304,39 @@ func (b *Breaker) reject(err error) error {
 	return err
 }
 
-// cutShort reports whether a call admitted at at, which failed with err,
-// was ended by the deadline of its context ctx before it had the time that
-// the calls the dependency answers take on average, in its one attempt. A
+// count says how a call admitted as a that ended with err counts.
+func (b *Breaker) count(ctx context.Context, err error, a admission) outcome {
+	if err == nil {
+		return counted
+	}
+	out := b.judge(ctx, err)
+	if out == failed && b.cutShort(ctx, err, a) {
+		return excluded
+	}
+	return out
+}
+
+// cutShort reports whether a call admitted as a, which failed with err,
+// was ended by its caller's deadline (that of ctx) in a way that says
+// nothing of the dependency (see core.cutShort), in its one attempt: a
 // call that a retry policy ran more than once had a failure of the
-// dependency's before the deadline came: it counts.
-func (b *Breaker) cutShort(ctx context.Context, err error, at monotime.Reading) bool {
-	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !b.cb.cutShort(at) {
+// dependency's before the deadline came.
+func (b *Breaker) cutShort(ctx context.Context, err error, a admission) bool {
+	dl, ok := ctx.Deadline()
+	if !ok {
 		return false
 	}
-	var re *retrypolicy.Error
-	return !errors.As(err, &re) || re.Attempts <= 1
+	// Passed by the clock, whether or not ctx has heard of it yet: a hop
+	// told the caller's budget (package deadline, grpc-timeout) may answer
+	// as it runs out, a moment before the caller's timer fires.
+	left := time.Until(dl)
+	if left > 0 && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return false
+	}
+	if re := (*retrypolicy.Error)(nil); errors.As(err, &re) && re.Attempts > 1 {
+		return false
+	}
+	return b.cb.cutShort(a, left+monotime.Since(a.at))
 }
 
 // judge says how a call that ended with err counts.

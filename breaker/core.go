@@ -3,7 +3,6 @@ package breaker
 import (
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
@@ -45,17 +44,45 @@ type core struct {
 	win     Counts           // the sum of buckets
 	buckets []Counts         // indexed by age modulo their number
 
-	// took is how long the calls that the dependency answered took, from
-	// their admission, averaged over one in timeEvery (see cutShort); 0
-	// until one is timed. timed counts those answers.
-	took  atomic.Int64
-	timed uint32
+	// What tells a call that its caller's deadline ended from one the
+	// dependency failed (see cutShort): answers counts the calls it
+	// answered, and slow keeps, per slowSpan of admission time, the
+	// slowest of those timed (the first of each span, then one in
+	// timeOneIn at random, drawn from rnd).
+	answers uint64
+	slow    [slowSpans]slowest
+	rnd     uint64
 }
 
-// timeEvery is how many answered calls a breaker times one of: the first,
-// then every timeEvery-th, so that a success seldom reads the clock as it
-// ends.
-const timeEvery = 16
+// slowest is the slowest answer timed among the calls admitted in the
+// span of index span, of timed answers.
+type slowest struct {
+	span  int64
+	took  time.Duration
+	timed int
+}
+
+// A breaker times, among the calls the dependency answered, the first
+// timeFirst of every slowSpan of admission time and then one in timeOneIn
+// at random, so that a success seldom reads the clock as it ends; it keeps
+// the slowest of each span for slowSpans spans (a minute). Until it has
+// timed an answer, it takes coldAnswer for the time an answer takes.
+const (
+	slowSpan   = 10 * time.Second
+	slowSpans  = 6
+	timeFirst  = 16
+	timeOneIn  = 16
+	coldAnswer = 100 * time.Millisecond
+)
+
+// admission is what admit tells of a call it lets go: the generation and
+// bucket its outcome counts in, when it was admitted, and how many calls
+// the dependency had answered then.
+type admission struct {
+	gen, age uint64
+	at       monotime.Reading
+	answers  uint64
+}
 
 // verdict is what admit says of a call.
 type verdict uint8
@@ -87,13 +114,25 @@ func newCore(maxRequests uint32, timeout, window time.Duration, n int, readyToTr
 	}
 	c.buckets = make([]Counts, n)
 	c.start = monotime.Now()
+	c.rnd = uint64(c.start) | 1
+	for i := range c.slow {
+		c.slow[i].span = math.MinInt64 // none timed
+	}
 	return c
 }
 
-// admit decides whether a call may go, and returns the generation and
-// bucket its outcome counts in, and when it was admitted.
-func (c *core) admit() (v verdict, gen, age uint64, now monotime.Reading) {
-	now = monotime.Now()
+// mark returns what done and cutShort need of a call that starts now
+// outside the state machine (a forced mode's).
+func (c *core) mark() admission {
+	now := monotime.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return admission{at: now, answers: c.answers}
+}
+
+// admit decides whether a call may go, and what its outcome needs.
+func (c *core) admit() (v verdict, a admission) {
+	now := monotime.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock() // a state change is reported under it, and may panic
 	st := c.current(now)
@@ -119,7 +158,7 @@ func (c *core) admit() (v verdict, gen, age uint64, now monotime.Reading) {
 			c.probeAt = now
 		}
 	}
-	return v, c.gen, c.age, now
+	return v, admission{gen: c.gen, age: c.age, at: now, answers: c.answers}
 }
 
 // overdueProbe is how many open timeouts a half-open breaker waits for
@@ -143,14 +182,13 @@ func (c *core) busy() bool {
 	return c.win.Requests-min(c.win.TotalExclusions+c.overdue, c.win.Requests) >= c.maxRequests
 }
 
-// done counts the outcome of a call that admit let go at at.
-func (c *core) done(gen, age uint64, o outcome, at monotime.Reading) {
+// done counts the outcome of a call that admit let go as a.
+func (c *core) done(a admission, o outcome) {
+	gen, age := a.gen, a.age
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if o == counted {
-		if c.timed++; c.timed%timeEvery == 1 {
-			c.time(at)
-		}
+		c.answered(a.at)
 	}
 	if c.state == resilience.StateClosed && c.period > 0 && (o == failed || c.win.ConsecutiveFailures > 0 || len(c.buckets) == 1) {
 		// An outcome that may trip the breaker, or break a run of
@@ -199,29 +237,51 @@ func (c *core) done(gen, age uint64, o outcome, at monotime.Reading) {
 	}
 }
 
-// time averages, for cutShort, how long a call admitted at at and
-// answered now took; c.mu is held. A call slower than twice the average
-// counts as twice the average, so that one slow answer moves it by an
-// eighth at most, and a dependency that has slowed for good moves it by
-// an eighth each time.
-func (c *core) time(at monotime.Reading) {
-	took := int64(max(monotime.Since(at), 1))
-	avg := c.took.Load()
-	if avg == 0 {
-		c.took.Store(took)
-		return
-	}
-	took = min(took, 2*avg)
-	c.took.Store(max(avg+(took-avg)/8, 1))
+// answer counts an answer of the dependency, outside the state machine,
+// to a call marked at at.
+func (c *core) answer(at monotime.Reading) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.answered(at)
 }
 
-// cutShort reports whether a call admitted at at, which the caller's
-// deadline ended, had less time than the calls the dependency answers
-// take on average: the caller's budget was too short for an answer, which
-// says nothing of the dependency. Before any answer is timed, none is.
-func (c *core) cutShort(at monotime.Reading) bool {
-	avg := c.took.Load()
-	return avg > 0 && int64(monotime.Since(at)) < avg
+// answered counts an answer of the dependency to a call admitted at at,
+// and times it if it is among the first timeFirst of its span, or drawn;
+// c.mu is held.
+func (c *core) answered(at monotime.Reading) {
+	c.answers++
+	span := int64(at) / int64(slowSpan)
+	sl := &c.slow[(span%slowSpans+slowSpans)%slowSpans] // a reading may be negative (in a synctest bubble)
+	if sl.span != span {
+		*sl = slowest{span: span}
+	}
+	c.rnd ^= c.rnd << 13 // xorshift64
+	c.rnd ^= c.rnd >> 7
+	c.rnd ^= c.rnd << 17
+	if sl.timed < timeFirst || c.rnd%timeOneIn == 0 {
+		sl.took = max(sl.took, monotime.Since(at), 1)
+		sl.timed++
+	}
+}
+
+// cutShort reports whether a call admitted as a, which its caller's
+// deadline ended after it had had time had, says nothing of the
+// dependency: it answered another call meanwhile, or the call had less
+// time than the slowest answer timed in the last slowSpans spans (or than
+// coldAnswer, if it has answered none yet).
+func (c *core) cutShort(a admission, had time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.answers != a.answers || c.answers == 0 && had < coldAnswer {
+		return true
+	}
+	span := int64(a.at) / int64(slowSpan)
+	for _, sl := range c.slow {
+		if sl.span > span-slowSpans && had < sl.took {
+			return true
+		}
+	}
+	return false
 }
 
 // State returns the state at now, moving from open to half-open once the

@@ -62,27 +62,27 @@ func TestCoreAgreesWithGobreaker(t *testing.T) {
 					}
 					gb := gobreaker.NewTwoStepCircuitBreaker[struct{}](st)
 					type inflight struct {
-						gen, age uint64
-						done     func(error)
-						at       time.Time
-						probe    bool // admitted half-open
+						a     admission
+						done  func(error)
+						at    time.Time
+						probe bool // admitted half-open
 					}
 					var calls []inflight
 					end := func(i int) {
 						k := rnd.IntN(3)
-						c.done(calls[i].gen, calls[i].age, []outcome{counted, failed, excluded}[k], 0)
+						c.done(calls[i].a, []outcome{counted, failed, excluded}[k])
 						calls[i].done([]error{nil, errFail, errExcl}[k])
 						calls = append(calls[:i], calls[i+1:]...)
 					}
 					for step := range 400 {
 						switch r := rnd.IntN(10); {
 						case r < 4:
-							v, gen, age, _ := c.admit()
+							v, a := c.admit()
 							done, err := gb.Allow()
 							want := map[error]verdict{nil: admitted, gobreaker.ErrOpenState: refusedOpen, gobreaker.ErrTooManyRequests: refusedBusy}[err]
 							require.Equal(t, want, v, "step %d: verdict", step)
 							if v == admitted {
-								calls = append(calls, inflight{gen, age, done, time.Now(), c.State() == resilience.StateHalfOpen})
+								calls = append(calls, inflight{a, done, time.Now(), c.State() == resilience.StateHalfOpen})
 							}
 						case r < 7 && len(calls) > 0:
 							if inOrder {

@@ -80,7 +80,8 @@ func TestWhichCallsEndedByTheirDeadlineCount(t *testing.T) {
 	}{
 		{"shorter than the answers", true, 20 * time.Millisecond, hang, false},
 		{"longer than the answers", true, 40 * time.Millisecond, hang, true},
-		{"before any answer", false, 5 * time.Millisecond, hang, true},
+		{"before any answer, under 100 ms", false, 99 * time.Millisecond, hang, false},
+		{"before any answer, 100 ms", false, 100 * time.Millisecond, hang, true},
 		{"an error of the dependency's, not the deadline", true, 5 * time.Millisecond, func(context.Context) error { return errUnavailable }, true},
 		{"a retry policy's one attempt", true, 20 * time.Millisecond, func(ctx context.Context) error {
 			return retried(ctx, 1)
@@ -116,17 +117,31 @@ func retried(ctx context.Context, n int) error {
 	return &retrypolicy.Error{Attempts: n, Last: ctx.Err(), Reason: retrypolicy.ErrOutOfTime}
 }
 
-// One slow answer moves the average by an eighth at most: the calls that
-// had the time the dependency's answers take still count.
-func TestOneSlowAnswerHidesNothing(t *testing.T) {
+// A call cut short while the dependency answered another is left out,
+// whatever time it had: the dependency was answering.
+func TestACallCutShortWhileAnotherWasAnsweredDoesNotCount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := breaker.New("dep", breaker.ConsecutiveFailures(1))
-		require.NoError(t, within(b, time.Minute, answerIn(30*time.Millisecond)))
-		for range 15 {
-			require.NoError(t, within(b, time.Minute, answerIn(time.Millisecond)))
-		}
-		require.NoError(t, within(b, time.Minute, answerIn(10*time.Second))) // the 17th: timed
-		require.Error(t, within(b, 40*time.Millisecond, hang))
-		assert.Equal(t, resilience.StateOpen, b.State(), "the average is under 34 ms")
+		require.NoError(t, within(b, time.Second, answerIn(30*time.Millisecond)))
+		go func() { _ = within(b, time.Second, answerIn(200*time.Millisecond)) }()
+		require.ErrorIs(t, within(b, 500*time.Millisecond, hang), context.DeadlineExceeded) // 500 ms: more than any answer
+		assert.Equal(t, resilience.StateClosed, b.State())
+		assert.EqualValues(t, 1, b.Counts().TotalExclusions)
+		require.ErrorIs(t, within(b, 500*time.Millisecond, hang), context.DeadlineExceeded) // no answer meanwhile
+		assert.Equal(t, resilience.StateOpen, b.State())
+	})
+}
+
+// The slowest answer of the last minute is what a call's time is compared
+// with: once it is older, a call with less time counts.
+func TestTheSlowestAnswerCountsForAMinute(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := breaker.New("dep", breaker.ConsecutiveFailures(1))
+		require.NoError(t, within(b, time.Minute, answerIn(2*time.Second)))
+		require.Error(t, within(b, time.Second, hang))
+		assert.Equal(t, resilience.StateClosed, b.State(), "1 s is less than the 2 s answer")
+		time.Sleep(70 * time.Second)
+		require.Error(t, within(b, time.Second, hang))
+		assert.Equal(t, resilience.StateOpen, b.State(), "the 2 s answer is over a minute old")
 	})
 }

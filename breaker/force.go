@@ -138,7 +138,7 @@ type forcing struct {
 	fleet  bool
 	reject error // for ForcedOpen: the breaker's error
 	// Counted under ForcedClosed, for Snapshot.
-	requests, failures atomic.Uint64
+	requests, failures, exclusions atomic.Uint64
 }
 
 // farFuture is what the wait queue takes for the opening time of a
@@ -399,10 +399,16 @@ func (b *Breaker) executeForced(ctx context.Context, f *forcing, op func(ctx con
 	case ForcedOpen:
 		return b.reject(f.reject)
 	case ForcedClosed:
+		a := b.cb.mark()
 		err := op(ctx)
 		f.requests.Add(1)
-		if b.judge(ctx, err) == failed {
+		switch b.count(ctx, err, a) {
+		case failed:
 			f.failures.Add(1)
+		case excluded:
+			f.exclusions.Add(1)
+		default:
+			b.cb.answer(a.at)
 		}
 		return err
 	}

@@ -166,8 +166,8 @@ func (b *Breaker) Snapshot() Snapshot {
 		Transitions: b.history.list(),
 	}
 	if f := b.force.Load(); f != nil && f.Mode == ForcedClosed {
-		req, fail := f.requests.Load(), f.failures.Load()
-		s.Counts = Counts{Requests: uint32(req), TotalFailures: uint32(fail), TotalSuccesses: uint32(req - fail)}
+		req, fail, excl := f.requests.Load(), f.failures.Load(), f.exclusions.Load()
+		s.Counts = Counts{Requests: uint32(req), TotalFailures: uint32(fail), TotalExclusions: uint32(excl), TotalSuccesses: uint32(req - fail - excl)}
 	}
 	if done := s.Counts.TotalSuccesses + s.Counts.TotalFailures; done > 0 {
 		s.FailureRate = float64(s.Counts.TotalFailures) / float64(done)

@@ -10,10 +10,14 @@
 // The budget is the caller's to choose, and [Middleware] takes it from
 // any caller. One that sends a budget shorter than the dependency's
 // latency makes this service's calls to it run out of time; a breaker
-// (package breaker) leaves such a call out, as the caller's doing, when it
-// had less time than the dependency's answers take on average, in its one
-// attempt, and counts the others, so that a dependency that hangs still
-// opens it through the calls with time enough. A pipeline's throttle and
+// (package breaker) leaves such a call out, as the caller's doing, when
+// the dependency answered other calls meanwhile or the call had less time
+// than its slowest recent answer, and counts the others, so that a
+// dependency that hangs still opens it through the calls with time
+// enough. Inject rounds the budget up, so that the hop it is sent to
+// runs out of time after its caller, not before: its 504 would come back
+// while the caller's own deadline has not passed, as a failure of the
+// hop's. A pipeline's throttle and
 // adaptive concurrency limit learn nothing from an attempt that a
 // caller's budget ended; the pipeline's own attempt timeout and time
 // budget teach them.
@@ -39,7 +43,8 @@ const maxDigits = 9
 const MaxBudget = 999_999_999 * time.Millisecond
 
 // Inject sets h's [Header] to the time left before ctx's deadline, rounded
-// down to whole milliseconds and at most [MaxBudget], and reports whether
+// up to whole milliseconds (as grpc-go rounds grpc-timeout up) and at most
+// [MaxBudget], and reports whether
 // ctx has a deadline. It removes any [Header] from h when ctx has none, so
 // a stale value is never forwarded: also one under a key of another case
 // (set as h["request-timeout-ms"], which http.Header's methods do not
@@ -56,7 +61,7 @@ func Inject(ctx context.Context, h http.Header) bool {
 		return false
 	}
 	left := min(max(time.Until(d), 0), MaxBudget)
-	h.Set(Header, strconv.FormatInt(int64(left/time.Millisecond), 10))
+	h.Set(Header, strconv.FormatInt(int64((left+time.Millisecond-1)/time.Millisecond), 10))
 	return true
 }
 

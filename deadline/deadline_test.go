@@ -77,7 +77,10 @@ func FuzzInjectParse(f *testing.F) {
 			require.True(t, deadline.Inject(ctx, h))
 			back, ok := deadline.Parse(h.Get(deadline.Header))
 			require.True(t, ok, "Parse reads %q", h.Get(deadline.Header))
-			want := min(max(time.Until(time.Now().Add(time.Duration(left))), 0), deadline.MaxBudget).Truncate(time.Millisecond)
+			want := min(max(time.Until(time.Now().Add(time.Duration(left))), 0), deadline.MaxBudget)
+			if want%time.Millisecond != 0 {
+				want = want.Truncate(time.Millisecond) + time.Millisecond // rounded up
+			}
 			assert.Equal(t, want, back)
 		})
 	})
@@ -93,7 +96,7 @@ func TestInject(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 1234567*time.Microsecond)
 		defer cancel()
 		assert.True(t, deadline.Inject(ctx, h))
-		assert.Equal(t, "1234", h.Get(deadline.Header), "rounded down")
+		assert.Equal(t, "1235", h.Get(deadline.Header), "rounded up")
 
 		time.Sleep(2 * time.Second)
 		deadline.Inject(ctx, h)
