@@ -286,7 +286,10 @@ func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) er
 		}
 	}()
 	err := op(ctx)
-	out := b.count(ctx, err, a) // may panic (a FailIf's, an Unwrap's): a failure, as a panic in op
+	out := counted
+	if err != nil {
+		out = b.count(ctx, err, a) // may panic (a FailIf's, an Unwrap's): a failure, as a panic in op
+	}
 	returned = true
 	b.cb.done(a, out)
 	if out == excluded {

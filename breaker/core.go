@@ -47,9 +47,12 @@ type core struct {
 	// What tells a call that its caller's deadline ended from one the
 	// dependency failed (see cutShort): answers counts the calls it
 	// answered, and slow keeps, per slowSpan of admission time, the
-	// slowest of those timed (the first of each span, then one in
-	// timeOneIn at random, drawn from rnd).
+	// slowest of those timed (the first timeFirst of each span, then one
+	// in timeOneIn at random). skip answers admitted before spanEnd go
+	// untimed before the next is timed; rnd draws skip.
 	answers uint64
+	skip    uint32
+	spanEnd monotime.Reading
 	slow    [slowSpans]slowest
 	rnd     uint64
 }
@@ -249,18 +252,34 @@ func (c *core) answer(at monotime.Reading) {
 // and times it if it is among the first timeFirst of its span, or drawn;
 // c.mu is held.
 func (c *core) answered(at monotime.Reading) {
-	c.answers++
+	if c.answers++; c.skip > 0 && at < c.spanEnd {
+		c.skip-- // not timed
+		return
+	}
+	c.timeAnswer(at)
+}
+
+// timeAnswer times an answer to a call admitted at at, and draws how
+// many go untimed next; c.mu is held.
+func (c *core) timeAnswer(at monotime.Reading) {
 	span := int64(at) / int64(slowSpan)
 	sl := &c.slow[(span%slowSpans+slowSpans)%slowSpans] // a reading may be negative (in a synctest bubble)
-	if sl.span != span {
+	if sl.span < span {
 		*sl = slowest{span: span}
 	}
-	c.rnd ^= c.rnd << 13 // xorshift64
-	c.rnd ^= c.rnd >> 7
-	c.rnd ^= c.rnd << 17
-	if sl.timed < timeFirst || c.rnd%timeOneIn == 0 {
+	if sl.span == span {
 		sl.took = max(sl.took, monotime.Since(at), 1)
 		sl.timed++
+	}
+	if end := monotime.Reading((span + 1) * int64(slowSpan)); end > c.spanEnd {
+		c.spanEnd = end
+	}
+	c.skip = 0
+	if sl.timed >= timeFirst {
+		c.rnd ^= c.rnd << 13 // xorshift64
+		c.rnd ^= c.rnd >> 7
+		c.rnd ^= c.rnd << 17
+		c.skip = uint32(c.rnd % (2*timeOneIn - 1)) // 0 to 30: one in 16 on average
 	}
 }
 
