@@ -17,19 +17,19 @@
 // failure, and [IgnoreIf] leaves out more.
 //
 // A call that its context's deadline ended (the caller's, or a budget an
-// upstream sent) in its one attempt says nothing of the dependency if the
-// dependency answered another call meanwhile, or if the call had less
-// time than the slowest answer of the last minute: it is left out then,
-// as the caller's doing. The breaker times, from their admission, the
-// first 16 answers of every 10 s and one in 16 after them, drawn at
-// random, and keeps the slowest of each 10 s for a minute; until it has
-// timed one, it takes 100 ms for an answer. A call that a retry policy ran
-// more than once had failed before: it counts. So a budget cut short
-// while the dependency answers others, or shorter than its slowest recent
-// answer, never counts; and a dependency that hangs (no answer meanwhile)
-// opens the breaker through the calls that had the time of its slowest
-// recent answer, and through every call once that answer is over a
-// minute old.
+// upstream sent) in its one attempt is left out too, as the caller's
+// doing, if it had less time than the dependency's answers may take: the
+// slowest answer of the last minute, and 100 ms at least. The breaker
+// times, from their admission, the first 16 answers of every 10 s and one
+// in 16 after them, drawn at random, and keeps the slowest of each 10 s
+// for a minute. A call that a retry policy ran more than once counts: the
+// dependency failed before the deadline (even where [IgnoreIf] left that
+// failure out). So a budget under 100 ms, or under the slowest recent
+// answer, never opens the breaker by running out; a dependency that hangs
+// opens it through the calls that had more, and, once its slowest answer
+// is over a minute old, through every call that had 100 ms. One breaker
+// for calls of very different lengths (a long poll beside short reads)
+// takes the short calls' budgets by the long ones'.
 //
 // One Breaker serves every call to its dependency, whatever the result
 // type, and is safe for concurrent use. The zero Breaker is always closed:
@@ -339,7 +339,7 @@ func (b *Breaker) cutShort(ctx context.Context, err error, a admission) bool {
 	if re := (*retrypolicy.Error)(nil); errors.As(err, &re) && re.Attempts > 1 {
 		return false
 	}
-	return b.cb.cutShort(a, left+monotime.Since(a.at))
+	return b.cb.cutShort(a.at, left+monotime.Since(a.at))
 }
 
 // judge says how a call that ended with err counts.

@@ -45,12 +45,10 @@ type core struct {
 	buckets []Counts         // indexed by age modulo their number
 
 	// What tells a call that its caller's deadline ended from one the
-	// dependency failed (see cutShort): answers counts the calls it
-	// answered, and slow keeps, per slowSpan of admission time, the
-	// slowest of those timed (the first timeFirst of each span, then one
-	// in timeOneIn at random). skip answers admitted before spanEnd go
-	// untimed before the next is timed; rnd draws skip.
-	answers uint64
+	// dependency failed (see cutShort): slow keeps, per slowSpan of
+	// admission time, the slowest answer timed (the first timeFirst of
+	// each span, then one in timeOneIn at random). skip answers admitted
+	// before spanEnd go untimed before the next is timed; rnd draws skip.
 	skip    uint32
 	spanEnd monotime.Reading
 	slow    [slowSpans]slowest
@@ -68,23 +66,21 @@ type slowest struct {
 // A breaker times, among the calls the dependency answered, the first
 // timeFirst of every slowSpan of admission time and then one in timeOneIn
 // at random, so that a success seldom reads the clock as it ends; it keeps
-// the slowest of each span for slowSpans spans (a minute). Until it has
-// timed an answer, it takes coldAnswer for the time an answer takes.
+// the slowest of each span for slowSpans spans (a minute). It takes no
+// less than minAnswer for the time an answer may take.
 const (
-	slowSpan   = 10 * time.Second
-	slowSpans  = 6
-	timeFirst  = 16
-	timeOneIn  = 16
-	coldAnswer = 100 * time.Millisecond
+	slowSpan  = 10 * time.Second
+	slowSpans = 6
+	timeFirst = 16
+	timeOneIn = 16
+	minAnswer = 100 * time.Millisecond
 )
 
 // admission is what admit tells of a call it lets go: the generation and
-// bucket its outcome counts in, when it was admitted, and how many calls
-// the dependency had answered then.
+// bucket its outcome counts in, and when it was admitted.
 type admission struct {
 	gen, age uint64
 	at       monotime.Reading
-	answers  uint64
 }
 
 // verdict is what admit says of a call.
@@ -124,15 +120,6 @@ func newCore(maxRequests uint32, timeout, window time.Duration, n int, readyToTr
 	return c
 }
 
-// mark returns what done and cutShort need of a call that starts now
-// outside the state machine (a forced mode's).
-func (c *core) mark() admission {
-	now := monotime.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return admission{at: now, answers: c.answers}
-}
-
 // admit decides whether a call may go, and what its outcome needs.
 func (c *core) admit() (v verdict, a admission) {
 	now := monotime.Now()
@@ -161,7 +148,7 @@ func (c *core) admit() (v verdict, a admission) {
 			c.probeAt = now
 		}
 	}
-	return v, admission{gen: c.gen, age: c.age, at: now, answers: c.answers}
+	return v, admission{gen: c.gen, age: c.age, at: now}
 }
 
 // overdueProbe is how many open timeouts a half-open breaker waits for
@@ -252,7 +239,7 @@ func (c *core) answer(at monotime.Reading) {
 // and times it if it is among the first timeFirst of its span, or drawn;
 // c.mu is held.
 func (c *core) answered(at monotime.Reading) {
-	if c.answers++; c.skip > 0 && at < c.spanEnd {
+	if c.skip > 0 && at < c.spanEnd {
 		c.skip-- // not timed
 		return
 	}
@@ -283,18 +270,17 @@ func (c *core) timeAnswer(at monotime.Reading) {
 	}
 }
 
-// cutShort reports whether a call admitted as a, which its caller's
-// deadline ended after it had had time had, says nothing of the
-// dependency: it answered another call meanwhile, or the call had less
-// time than the slowest answer timed in the last slowSpans spans (or than
-// coldAnswer, if it has answered none yet).
-func (c *core) cutShort(a admission, had time.Duration) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.answers != a.answers || c.answers == 0 && had < coldAnswer {
+// cutShort reports whether a call admitted at at, which its caller's
+// deadline ended after it had had time had, had less time than the
+// dependency's answers may take: the slowest answer timed in the last
+// slowSpans spans, and minAnswer at least.
+func (c *core) cutShort(at monotime.Reading, had time.Duration) bool {
+	if had < minAnswer {
 		return true
 	}
-	span := int64(a.at) / int64(slowSpan)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	span := int64(at) / int64(slowSpan)
 	for _, sl := range c.slow {
 		if sl.span > span-slowSpans && had < sl.took {
 			return true

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -399,7 +400,7 @@ func (b *Breaker) executeForced(ctx context.Context, f *forcing, op func(ctx con
 	case ForcedOpen:
 		return b.reject(f.reject)
 	case ForcedClosed:
-		a := b.cb.mark()
+		a := admission{at: monotime.Now()}
 		err := op(ctx)
 		f.requests.Add(1)
 		switch b.count(ctx, err, a) {

@@ -10,11 +10,10 @@
 // The budget is the caller's to choose, and [Middleware] takes it from
 // any caller. One that sends a budget shorter than the dependency's
 // latency makes this service's calls to it run out of time; a breaker
-// (package breaker) leaves such a call out, as the caller's doing, when
-// the dependency answered other calls meanwhile or the call had less time
-// than its slowest recent answer, and counts the others, so that a
-// dependency that hangs still opens it through the calls with time
-// enough. Inject rounds the budget up, so that the hop it is sent to
+// (package breaker) leaves such a call out, as the caller's doing, when it
+// had less time than the dependency's slowest recent answer, or 100 ms,
+// and counts the others, so that a dependency that hangs still opens it
+// through the calls with time enough. Inject rounds the budget up, so that the hop it is sent to
 // runs out of time after its caller, not before: its 504 would come back
 // while the caller's own deadline has not passed, as a failure of the
 // hop's. A pipeline's throttle and

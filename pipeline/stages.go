@@ -57,6 +57,7 @@ type call[T any] struct {
 	n        int                // attempts told by this run of the retry stage, with attempts
 	ran      bool               // the breaker admitted the call: inside ran
 	budgeted bool               // the time budget, not the caller, set the call's deadline
+	caller   context.Context    // with WaitWhenOpen and budgeted, the caller's context, for the breaker
 	stopped  *retrypolicy.Error // with WaitWhenOpen, the retry stage's stop by the breaker that the call waited out; nil if none
 	refused  error              // the breaker's refusal of the last attempt as it was about to be sent (reopened): not sent
 	res      T                  // what inside leaves for through
@@ -147,9 +148,13 @@ func (c *call[T]) ended(err error, took time.Duration) {
 // no timer, and the budget, which a rejection takes nothing of, is the same.
 func (c *call[T]) budget(ctx context.Context) (T, error) {
 	if c.p.cfg.budget > 0 && !c.p.cfg.budgetBehindBreaker() {
+		caller := ctx
 		var end *lazyCtx
 		if ctx, end = c.withBudget(ctx); end != nil {
 			defer end.end()
+		}
+		if c.budgeted {
+			c.caller = caller
 		}
 	}
 	return c.breaker(ctx)
@@ -212,7 +217,14 @@ func (c *call[T]) breaker(ctx context.Context) (T, error) {
 // retry stage. Only a call that failed pays for telling which.
 func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejected bool, err error) {
 	c.ran = false
-	err = b.Execute(ctx, c.inside)
+	if c.caller != nil {
+		// The budget, set before the breaker so that a wait is within it,
+		// is the pipeline's own limit: the breaker is given the caller's
+		// context, whose deadline alone is the caller's doing.
+		err = b.Execute(c.caller, func(context.Context) error { return c.inside(ctx) })
+	} else {
+		err = b.Execute(ctx, c.inside)
+	}
 	res, c.res = c.res, res
 	if w, ok := err.(*waitedOut); ok {
 		err = w.err
