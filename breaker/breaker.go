@@ -21,15 +21,19 @@
 // doing, if it had less time than the dependency's answers may take: the
 // slowest answer of the last minute, and 100 ms at least. The breaker
 // times, from their admission, the first 16 answers of every 10 s and one
-// in 16 after them, drawn at random, and keeps the slowest of each 10 s
-// for a minute. A call that a retry policy ran more than once counts: the
-// dependency failed before the deadline (even where [IgnoreIf] left that
-// failure out). So a budget under 100 ms, or under the slowest recent
-// answer, never opens the breaker by running out; a dependency that hangs
-// opens it through the calls that had more, and, once its slowest answer
-// is over a minute old, through every call that had 100 ms. One breaker
-// for calls of very different lengths (a long poll beside short reads)
-// takes the short calls' budgets by the long ones'.
+// in 16 after them, drawn at random; it takes each other answer to have
+// lasted until the latest admission; it keeps the slowest of each 10 s
+// for 60 to 80 s. A call canceled within 10 ms of its deadline is taken
+// for one its deadline ended (a caller upstream, told its budget rounded
+// up, hangs up a moment before this hop's deadline). A call that a retry
+// policy ran more than once counts: the dependency failed before the
+// deadline (even where [IgnoreIf] left that failure out). So a budget
+// under 100 ms, or under the slowest recent answer, never opens the
+// breaker by running out; a dependency that hangs opens it through the
+// calls that had more, and, once its slowest answer is over 80 s old,
+// through every call that had 100 ms. One breaker for calls of very
+// different lengths (a long poll beside short reads) takes the short
+// calls' budgets by the long ones'.
 //
 // One Breaker serves every call to its dependency, whatever the result
 // type, and is safe for concurrent use. The zero Breaker is always closed:
@@ -313,10 +317,35 @@ func (b *Breaker) count(ctx context.Context, err error, a admission) outcome {
 		return counted
 	}
 	out := b.judge(ctx, err)
-	if out == failed && b.cutShort(ctx, err, a) {
-		return excluded
+	switch {
+	case out == excluded && b.hungUp(ctx, err):
+		// A caller upstream that hung up as its deadline came: told the
+		// budget rounded up (package deadline), this hop's deadline comes
+		// a moment after, and the hang-up first. As the deadline.
+		out = failed
+		if b.cutShort(ctx, err, a, hopMargin) {
+			out = excluded
+		}
+	case out == failed && b.cutShort(ctx, err, a, 0):
+		out = excluded
 	}
 	return out
+}
+
+// hopMargin is how long before its deadline a call canceled by its
+// caller is taken for one its deadline ended: the budget a hop is told is
+// rounded up to the millisecond, and the request took time to come.
+const hopMargin = 10 * time.Millisecond
+
+// hungUp reports whether a call that ended with err was canceled (not by
+// IgnoreIf) within hopMargin of its context's deadline.
+func (b *Breaker) hungUp(ctx context.Context, err error) bool {
+	if !errors.Is(ctx.Err(), context.Canceled) && resilience.Classify(err) != resilience.ClassCanceled ||
+		b.cfg.ignoreIf != nil && b.cfg.ignoreIf(err) {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) <= hopMargin
 }
 
 // cutShort reports whether a call admitted as a, which failed with err,
@@ -324,22 +353,23 @@ func (b *Breaker) count(ctx context.Context, err error, a admission) outcome {
 // nothing of the dependency (see core.cutShort), in its one attempt: a
 // call that a retry policy ran more than once had a failure of the
 // dependency's before the deadline came.
-func (b *Breaker) cutShort(ctx context.Context, err error, a admission) bool {
+func (b *Breaker) cutShort(ctx context.Context, err error, a admission, margin time.Duration) bool {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return false
 	}
-	// Passed by the clock, whether or not ctx has heard of it yet: a hop
-	// told the caller's budget (package deadline, grpc-timeout) may answer
-	// as it runs out, a moment before the caller's timer fires.
+	// Passed by the clock (within margin), whether or not ctx has heard
+	// of it yet: a hop told the caller's budget (package deadline,
+	// grpc-timeout) may answer as it runs out, a moment before the
+	// caller's timer fires.
 	left := time.Until(dl)
-	if left > 0 && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if left > margin && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return false
 	}
 	if re := (*retrypolicy.Error)(nil); errors.As(err, &re) && re.Attempts > 1 {
 		return false
 	}
-	return b.cb.cutShort(a.at, left+monotime.Since(a.at))
+	return b.cb.cutShort(a.at, max(left, 0)+monotime.Since(a.at))
 }
 
 // judge says how a call that ended with err counts.

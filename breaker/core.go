@@ -53,6 +53,7 @@ type core struct {
 	spanEnd monotime.Reading
 	slow    [slowSpans]slowest
 	rnd     uint64
+	latest  monotime.Reading // the latest admission's reading: an untimed answer took at least latest-at
 }
 
 // slowest is the slowest answer timed among the calls admitted in the
@@ -65,12 +66,14 @@ type slowest struct {
 
 // A breaker times, among the calls the dependency answered, the first
 // timeFirst of every slowSpan of admission time and then one in timeOneIn
-// at random, so that a success seldom reads the clock as it ends; it keeps
-// the slowest of each span for slowSpans spans (a minute). It takes no
-// less than minAnswer for the time an answer may take.
+// at random, so that a success seldom reads the clock as it ends; the
+// others are taken to have lasted until the latest admission, which reads
+// the clock anyway. It keeps the slowest of each span for slowSpans spans
+// (so every answer of the last minute), and takes no less than minAnswer
+// for the time an answer may take.
 const (
 	slowSpan  = 10 * time.Second
-	slowSpans = 6
+	slowSpans = 8
 	timeFirst = 16
 	timeOneIn = 16
 	minAnswer = 100 * time.Millisecond
@@ -113,6 +116,7 @@ func newCore(maxRequests uint32, timeout, window time.Duration, n int, readyToTr
 	}
 	c.buckets = make([]Counts, n)
 	c.start = monotime.Now()
+	c.latest = c.start
 	c.rnd = uint64(c.start) | 1
 	for i := range c.slow {
 		c.slow[i].span = math.MinInt64 // none timed
@@ -148,6 +152,7 @@ func (c *core) admit() (v verdict, a admission) {
 			c.probeAt = now
 		}
 	}
+	c.latest = max(c.latest, now)
 	return v, admission{gen: c.gen, age: c.age, at: now}
 }
 
@@ -240,17 +245,26 @@ func (c *core) answer(at monotime.Reading) {
 // c.mu is held.
 func (c *core) answered(at monotime.Reading) {
 	if c.skip > 0 && at < c.spanEnd {
-		c.skip-- // not timed
+		c.skip-- // not timed: lasted until the latest admission at least
+		if sl := &c.slow[c.slot(at)]; c.latest-at > monotime.Reading(sl.took) && sl.span == int64(at)/int64(slowSpan) {
+			sl.took = time.Duration(c.latest - at)
+		}
 		return
 	}
 	c.timeAnswer(at)
+}
+
+// slot returns the index in c.slow of the span of at.
+func (c *core) slot(at monotime.Reading) int64 {
+	span := int64(at) / int64(slowSpan)
+	return (span%slowSpans + slowSpans) % slowSpans // a reading may be negative (in a synctest bubble)
 }
 
 // timeAnswer times an answer to a call admitted at at, and draws how
 // many go untimed next; c.mu is held.
 func (c *core) timeAnswer(at monotime.Reading) {
 	span := int64(at) / int64(slowSpan)
-	sl := &c.slow[(span%slowSpans+slowSpans)%slowSpans] // a reading may be negative (in a synctest bubble)
+	sl := &c.slow[c.slot(at)]
 	if sl.span < span {
 		*sl = slowest{span: span}
 	}
@@ -272,8 +286,8 @@ func (c *core) timeAnswer(at monotime.Reading) {
 
 // cutShort reports whether a call admitted at at, which its caller's
 // deadline ended after it had had time had, had less time than the
-// dependency's answers may take: the slowest answer timed in the last
-// slowSpans spans, and minAnswer at least.
+// dependency's answers may take: the slowest answer of the last slowSpans
+// spans, and minAnswer at least.
 func (c *core) cutShort(at monotime.Reading, had time.Duration) bool {
 	if had < minAnswer {
 		return true

@@ -57,8 +57,8 @@ func shortCalls(b *breaker.Breaker, n int, budget time.Duration, op func(context
 }
 
 // opensWithinAMinute makes calls that hang with budget, one after the
-// other, until b opens, and asserts that it opened within a minute and
-// one span of the last answer (the slowest answer of the last minute is
+// other, until b opens, and asserts that it opened within 80 s of the
+// last answer (the slowest answer of the last minute, kept 60 to 80 s, is
 // what a budget is compared with; past it, every call cut short counts).
 func opensWithinAMinute(t *testing.T, b *breaker.Breaker, budget time.Duration) {
 	t.Helper()
@@ -68,7 +68,7 @@ func opensWithinAMinute(t *testing.T, b *breaker.Breaker, budget time.Duration) 
 	}
 	t.Logf("opened %v after the dependency hung (calls with %v each)", time.Since(start), budget)
 	assert.Equal(t, resilience.StateOpen, b.State())
-	assert.Less(t, time.Since(start), 70*time.Second+budget, "hidden for a minute at most")
+	assert.Less(t, time.Since(start), 80*time.Second+budget, "hidden for 80 s at most")
 }
 
 // Harm: the first answer a breaker times is its whole average, and the
