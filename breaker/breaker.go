@@ -23,9 +23,9 @@
 // times, from their admission, the first 16 answers of every 10 s and one
 // in 16 after them, drawn at random; it takes each other answer to have
 // lasted until the latest admission; it keeps the slowest of each 10 s
-// for 60 to 80 s. A call canceled within 10 ms of its deadline is taken
-// for one its deadline ended (a caller upstream, told its budget rounded
-// up, hangs up a moment before this hop's deadline). A call that a retry
+// for 60 to 80 s. A call canceled that ends within 10 ms of its deadline
+// is taken for one its deadline ended (a caller upstream, told its budget
+// rounded up, hangs up a moment before this hop's deadline). A call that a retry
 // policy ran more than once counts: the dependency failed before the
 // deadline (even where [IgnoreIf] left that failure out). So a budget
 // under 100 ms, or under the slowest recent answer, never opens the
@@ -332,20 +332,23 @@ func (b *Breaker) count(ctx context.Context, err error, a admission) outcome {
 	return out
 }
 
-// hopMargin is how long before its deadline a call canceled by its
-// caller is taken for one its deadline ended: the budget a hop is told is
+// hopMargin is how near its deadline a call canceled by its caller must
+// end to be taken for one its deadline ended: the budget a hop is told is
 // rounded up to the millisecond, and the request took time to come.
 const hopMargin = 10 * time.Millisecond
 
 // hungUp reports whether a call that ended with err was canceled (not by
-// IgnoreIf) within hopMargin of its context's deadline.
+// IgnoreIf) and ended within hopMargin of its context's deadline, before
+// or after: an operation returns as soon as it is canceled, and one that
+// ends far from its deadline was canceled before it came.
 func (b *Breaker) hungUp(ctx context.Context, err error) bool {
 	if !errors.Is(ctx.Err(), context.Canceled) && resilience.Classify(err) != resilience.ClassCanceled ||
 		b.cfg.ignoreIf != nil && b.cfg.ignoreIf(err) {
 		return false
 	}
 	dl, ok := ctx.Deadline()
-	return ok && time.Until(dl) <= hopMargin
+	left := time.Until(dl)
+	return ok && left <= hopMargin && left >= -hopMargin
 }
 
 // cutShort reports whether a call admitted as a, which failed with err,

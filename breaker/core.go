@@ -275,6 +275,9 @@ func (c *core) timeAnswer(at monotime.Reading) {
 	if end := monotime.Reading((span + 1) * int64(slowSpan)); end > c.spanEnd {
 		c.spanEnd = end
 	}
+	if at < c.spanEnd-monotime.Reading(slowSpan) {
+		return // of a span before the current one: the current one's count of skips is not its own
+	}
 	c.skip = 0
 	if sl.timed >= timeFirst {
 		c.rnd ^= c.rnd << 13 // xorshift64
