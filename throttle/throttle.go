@@ -73,6 +73,7 @@ type Throttle struct {
 	clock            *window.Clock
 	requests, accept window.Ring
 	failed           window.Ring  // the dependency's failures, of the answered attempts
+	refused          window.Ring  // the throttle's own refusals, also counted in requests
 	out              atomic.Int64 // admitted, not yet Done
 }
 
@@ -146,7 +147,9 @@ func (t *Throttle) Admit() (Ticket, error) {
 		return 0, nil
 	}
 	if p := t.RejectProbability(); p > 0 && rand.Float64() < p {
-		t.requests.Add(t.clock.Epoch()) // the clock was just read
+		e := t.clock.Epoch() // the clock was just read
+		t.requests.Add(e)
+		t.refused.Add(e)
 		return 0, ErrThrottled
 	}
 	t.out.Add(1)
@@ -196,9 +199,14 @@ func (t *Throttle) RejectProbability() float64 {
 const minAnswers = 10
 
 func (t *Throttle) probability(e int64) float64 {
+	failed := float64(t.failed.Sum(e))
+	if failed == 0 && t.refused.Sum(e) == 0 {
+		// The common case, read first: then every request in the window
+		// was accepted or is still out, and the formula below is 0.
+		return 0
+	}
 	req, acc := float64(t.requests.Sum(e)), float64(t.accept.Sum(e))
 	out := min(max(0, float64(t.out.Load())), req)
-	failed := float64(t.failed.Sum(e))
 	if acc+failed < minAnswers {
 		return 0 // too few answers to tell an overload from a blip
 	}
