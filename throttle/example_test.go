@@ -12,7 +12,7 @@ import (
 // A dependency that refuses every attempt: after a while the throttle
 // refuses most attempts itself, before they are sent, at no cost to it.
 func Example() {
-	th := throttle.New() // K = 2, a 1 minute window
+	th := throttle.New() // K = 2, a 10 s window
 	p := pipeline.New(pipeline.WithThrottle(th))
 	sent := 0
 	refuse := func(context.Context) (int, error) { sent++; return 0, errors.New("503 overloaded") }
