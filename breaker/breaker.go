@@ -372,7 +372,7 @@ func (b *Breaker) cutShort(ctx context.Context, err error, a admission, margin t
 	if re := (*retrypolicy.Error)(nil); errors.As(err, &re) && re.Attempts > 1 {
 		return false
 	}
-	return b.cb.cutShort(a.at, max(left, 0)+monotime.Since(a.at))
+	return b.cb.cutShort(a.at, left+monotime.Since(a.at)) // its budget, however late the operation returned
 }
 
 // judge says how a call that ended with err counts.

@@ -288,9 +288,9 @@ func (c *core) timeAnswer(at monotime.Reading) {
 }
 
 // cutShort reports whether a call admitted at at, which its caller's
-// deadline ended after it had had time had, had less time than the
-// dependency's answers may take: the slowest answer of the last slowSpans
-// spans, and minAnswer at least.
+// deadline ended, had less time than the dependency's answers may take
+// (had: its budget, from its admission to its deadline): the slowest
+// answer of the last slowSpans spans, and minAnswer at least.
 func (c *core) cutShort(at monotime.Reading, had time.Duration) bool {
 	if had < minAnswer {
 		return true
