@@ -22,25 +22,6 @@ import (
 // were then changed to the promise of the second (the slowest answer of
 // the last minute): a hang is hidden for a minute at most.
 
-// answersIn is a healthy dependency that answers in d, as a plain client
-// sees it: it honours its context.
-func answersIn(d time.Duration) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d):
-			return nil
-		}
-	}
-}
-
-// hangs is a dependency that never answers.
-func hangs(ctx context.Context) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
 // shortCalls makes n calls of op, each with a budget of budget (as an
 // upstream sends through deadline.Middleware), and returns how many ran
 // out of time.
@@ -64,7 +45,7 @@ func opensWithinAMinute(t *testing.T, b *breaker.Breaker, budget time.Duration) 
 	t.Helper()
 	start := time.Now()
 	for b.State() == resilience.StateClosed && time.Since(start) < 2*time.Minute {
-		shortCalls(b, 1, budget, hangs)
+		shortCalls(b, 1, budget, hang)
 	}
 	t.Logf("opened %v after the dependency hung (calls with %v each)", time.Since(start), budget)
 	assert.Equal(t, resilience.StateOpen, b.State())
@@ -85,19 +66,19 @@ func TestReview32FastFirstAnswerLetsShortBudgetsOpen(t *testing.T) {
 		ctx := context.Background()
 
 		// A warm-up ping, answered in 100 µs.
-		require.NoError(t, b.Execute(ctx, answersIn(100*time.Microsecond)))
+		require.NoError(t, b.Execute(ctx, answerIn(100*time.Microsecond)))
 		// Then 200 ordinary answers of 30 ms: the dependency is healthy.
 		for range 200 {
-			require.NoError(t, b.Execute(ctx, answersIn(30*time.Millisecond)))
+			require.NoError(t, b.Execute(ctx, answerIn(30*time.Millisecond)))
 		}
 
 		// The scenario: five requests with a 5 ms budget.
-		require.Equal(t, 5, shortCalls(b, 5, 5*time.Millisecond, answersIn(30*time.Millisecond)))
+		require.Equal(t, 5, shortCalls(b, 5, 5*time.Millisecond, answerIn(30*time.Millisecond)))
 		c := b.Counts()
 		t.Logf("after five 5 ms budgets: state %v, counts %+v", b.State(), c)
 
 		// A call with all the time it needs, which a plain client completes.
-		err := b.Execute(ctx, answersIn(30*time.Millisecond))
+		err := b.Execute(ctx, answerIn(30*time.Millisecond))
 		assert.NoError(t, err, "a plain client completes this call: the 5 ms budgets were the caller's doing, "+
 			"and the dependency answered 200 calls in 30 ms")
 		assert.Equal(t, resilience.StateClosed, b.State())
@@ -117,14 +98,14 @@ func TestReview32SamplingAliasesOnPeriodicTraffic(t *testing.T) {
 		var total time.Duration
 		for range 200 {
 			start := time.Now()
-			require.NoError(t, b.Execute(ctx, answersIn(time.Millisecond)))    // the check
-			require.NoError(t, b.Execute(ctx, answersIn(30*time.Millisecond))) // the read
+			require.NoError(t, b.Execute(ctx, answerIn(time.Millisecond)))    // the check
+			require.NoError(t, b.Execute(ctx, answerIn(30*time.Millisecond))) // the read
 			total += time.Since(start)
 		}
 		t.Logf("the dependency's answers took %v on average", total/400)
 
-		require.Equal(t, 5, shortCalls(b, 5, 10*time.Millisecond, answersIn(30*time.Millisecond)))
-		err := b.Execute(ctx, answersIn(30*time.Millisecond))
+		require.Equal(t, 5, shortCalls(b, 5, 10*time.Millisecond, answerIn(30*time.Millisecond)))
+		err := b.Execute(ctx, answerIn(30*time.Millisecond))
 		assert.NoError(t, err, "10 ms is less than the 15.5 ms the dependency's answers took on average: "+
 			"those calls were the caller's doing, and this one a plain client completes")
 	})
@@ -140,7 +121,7 @@ func TestReview32CallersBadRequestsSkewAverage(t *testing.T) {
 		b := breaker.New("dep")
 		ctx := context.Background()
 		for range 64 {
-			require.NoError(t, b.Execute(ctx, answersIn(30*time.Millisecond)))
+			require.NoError(t, b.Execute(ctx, answerIn(30*time.Millisecond)))
 		}
 		badRequest := func(ctx context.Context) error {
 			time.Sleep(200 * time.Microsecond)
@@ -151,8 +132,8 @@ func TestReview32CallersBadRequestsSkewAverage(t *testing.T) {
 		}
 		require.Equal(t, resilience.StateClosed, b.State())
 
-		require.Equal(t, 5, shortCalls(b, 5, 10*time.Millisecond, answersIn(30*time.Millisecond)))
-		err := b.Execute(ctx, answersIn(30*time.Millisecond))
+		require.Equal(t, 5, shortCalls(b, 5, 10*time.Millisecond, answerIn(30*time.Millisecond)))
+		err := b.Execute(ctx, answerIn(30*time.Millisecond))
 		assert.NoError(t, err, "a caller's bad requests and another's short budgets are no fault of the dependency")
 	})
 }
@@ -163,8 +144,8 @@ func TestReview32CallersBadRequestsSkewAverage(t *testing.T) {
 func TestReview32ColdStartShortBudgetsOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := breaker.New("dep")
-		require.Equal(t, 5, shortCalls(b, 5, 5*time.Millisecond, answersIn(30*time.Millisecond)))
-		err := b.Execute(context.Background(), answersIn(30*time.Millisecond))
+		require.Equal(t, 5, shortCalls(b, 5, 5*time.Millisecond, answerIn(30*time.Millisecond)))
+		err := b.Execute(context.Background(), answerIn(30*time.Millisecond))
 		assert.NoError(t, err, "the issue's scenario, on a service that just started")
 	})
 }
@@ -179,14 +160,14 @@ func TestReview32LateReturnIsNotTheTimeItHad(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := breaker.New("dep")
 		ctx := context.Background()
-		require.NoError(t, b.Execute(ctx, answersIn(30*time.Millisecond))) // the average: 30 ms
+		require.NoError(t, b.Execute(ctx, answerIn(30*time.Millisecond))) // the average: 30 ms
 
 		lateReturn := func(ctx context.Context) error {
 			time.Sleep(35 * time.Millisecond) // a step that does not watch ctx
 			return ctx.Err()
 		}
 		require.Equal(t, 5, shortCalls(b, 5, 5*time.Millisecond, lateReturn))
-		err := b.Execute(ctx, answersIn(30*time.Millisecond))
+		err := b.Execute(ctx, answerIn(30*time.Millisecond))
 		assert.NoError(t, err, "each call had 5 ms, less than the 30 ms average")
 	})
 }
@@ -203,9 +184,9 @@ func TestReview32SlowFirstAnswerHidesHang(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := breaker.New("dep")
 		ctx := context.Background()
-		require.NoError(t, b.Execute(ctx, answersIn(300*time.Millisecond)))
+		require.NoError(t, b.Execute(ctx, answerIn(300*time.Millisecond)))
 		for range 31 {
-			require.NoError(t, b.Execute(ctx, answersIn(time.Millisecond)))
+			require.NoError(t, b.Execute(ctx, answerIn(time.Millisecond)))
 		}
 
 		// The dependency hangs; every caller has 100 ms, less than the
@@ -230,7 +211,7 @@ func TestReview32SlowEndpointHidesHang(t *testing.T) {
 			if rnd.IntN(2) == 0 {
 				d = 5 * time.Second
 			}
-			require.NoError(t, b.Execute(ctx, answersIn(d)))
+			require.NoError(t, b.Execute(ctx, answerIn(d)))
 		}
 		opensWithinAMinute(t, b, time.Second)
 	})
@@ -242,12 +223,12 @@ func TestReview32SlowEndpointHidesHang(t *testing.T) {
 func TestReview32FastFirstAnswerRealClock(t *testing.T) {
 	b := breaker.New("dep")
 	ctx := context.Background()
-	require.NoError(t, b.Execute(ctx, answersIn(50*time.Microsecond)))
+	require.NoError(t, b.Execute(ctx, answerIn(50*time.Microsecond)))
 	for range 20 {
-		require.NoError(t, b.Execute(ctx, answersIn(30*time.Millisecond)))
+		require.NoError(t, b.Execute(ctx, answerIn(30*time.Millisecond)))
 	}
-	require.Equal(t, 5, shortCalls(b, 5, 5*time.Millisecond, answersIn(30*time.Millisecond)))
-	err := b.Execute(ctx, answersIn(30*time.Millisecond))
+	require.Equal(t, 5, shortCalls(b, 5, 5*time.Millisecond, answerIn(30*time.Millisecond)))
+	err := b.Execute(ctx, answerIn(30*time.Millisecond))
 	assert.NoError(t, err)
 }
 
@@ -268,7 +249,7 @@ func TestReview32ColdStartBurstFewShortBudgets(t *testing.T) {
 					ctx, cancel = context.WithTimeout(ctx, 5*time.Millisecond)
 					defer cancel()
 				}
-				done <- b.Execute(ctx, answersIn(30*time.Millisecond))
+				done <- b.Execute(ctx, answerIn(30*time.Millisecond))
 			}()
 		}
 		ok := 0
@@ -278,7 +259,7 @@ func TestReview32ColdStartBurstFewShortBudgets(t *testing.T) {
 			}
 		}
 		t.Logf("burst: %d of 100 answered; state %v", ok, b.State())
-		err := b.Execute(context.Background(), answersIn(30*time.Millisecond))
+		err := b.Execute(context.Background(), answerIn(30*time.Millisecond))
 		assert.NoError(t, err, "95 of 100 callers had the time, and the dependency answered them all")
 	})
 }
@@ -298,10 +279,10 @@ func TestReview32BimodalBudgetAboveMean(t *testing.T) {
 			if rnd.IntN(2) == 0 {
 				d = 30 * time.Millisecond
 			}
-			require.NoError(t, b.Execute(ctx, answersIn(d)))
+			require.NoError(t, b.Execute(ctx, answerIn(d)))
 		}
-		require.Equal(t, 5, shortCalls(b, 5, 20*time.Millisecond, answersIn(30*time.Millisecond)))
-		err := b.Execute(ctx, answersIn(time.Millisecond))
+		require.Equal(t, 5, shortCalls(b, 5, 20*time.Millisecond, answerIn(30*time.Millisecond)))
+		err := b.Execute(ctx, answerIn(time.Millisecond))
 		assert.NoError(t, err, "the dependency answered 400 calls of 400")
 	})
 }
@@ -318,8 +299,8 @@ func TestReview32ForcedClosedSnapshotCountsCutShort(t *testing.T) {
 		forced := breaker.New("forced")
 		require.NoError(t, forced.SetMode(ctx, breaker.ForcedClosed, "operator"))
 		for _, b := range []*breaker.Breaker{normal, forced} {
-			require.NoError(t, b.Execute(ctx, answersIn(30*time.Millisecond)))
-			require.Equal(t, 4, shortCalls(b, 4, 5*time.Millisecond, answersIn(30*time.Millisecond)))
+			require.NoError(t, b.Execute(ctx, answerIn(30*time.Millisecond)))
+			require.Equal(t, 4, shortCalls(b, 4, 5*time.Millisecond, answerIn(30*time.Millisecond)))
 		}
 		n, f := normal.Snapshot(), forced.Snapshot()
 		t.Logf("normal: %+v rate %.2f; forced closed: %+v rate %.2f", n.Counts, n.FailureRate, f.Counts, f.FailureRate)
@@ -338,8 +319,8 @@ func TestReview32SamplingAliasesHidesHang(t *testing.T) {
 		b := breaker.New("dep")
 		ctx := context.Background()
 		for range 200 {
-			require.NoError(t, b.Execute(ctx, answersIn(300*time.Millisecond)))
-			require.NoError(t, b.Execute(ctx, answersIn(30*time.Millisecond)))
+			require.NoError(t, b.Execute(ctx, answerIn(300*time.Millisecond)))
+			require.NoError(t, b.Execute(ctx, answerIn(30*time.Millisecond)))
 		}
 		opensWithinAMinute(t, b, 200*time.Millisecond)
 	})

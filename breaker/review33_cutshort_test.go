@@ -19,30 +19,8 @@ import (
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
-// r33slow is a healthy dependency that answers in d, or returns the
-// caller's context error if the caller gives up first (as any client).
-func r33slow(d time.Duration) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
 // r33fast answers at once.
 func r33fast(context.Context) error { return nil }
-
-// r33budget runs op through b within a caller's budget d.
-func r33budget(b *breaker.Breaker, d time.Duration, op func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	return b.Execute(ctx, op)
-}
 
 // The scenario (five requests with a 5 ms budget to a service
 // whose dependency answers in 30 ms), except that the dependency answered
@@ -62,7 +40,7 @@ func TestReview33FastAnswerThenShortBudgetsOpen(t *testing.T) {
 				require.NoError(t, b.Execute(context.Background(), r33fast))
 			}
 			for range 5 {
-				err := r33budget(b, 5*time.Millisecond, r33slow(30*time.Millisecond))
+				err := within(b, 5*time.Millisecond, answerIn(30*time.Millisecond))
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 			}
 			// The service's other call, to the same healthy dependency.
@@ -87,7 +65,7 @@ func TestReview33FastThenSlowPerRequestFailureRate(t *testing.T) {
 			assert.NoError(t, err, "the /fast call of a request was rejected against a healthy dependency (counts %+v)", b.Counts())
 			return
 		}
-		err = b.Execute(ctx, r33slow(30*time.Millisecond))
+		err = b.Execute(ctx, answerIn(30*time.Millisecond))
 		cancel()
 		if breaker.IsRejection(err) {
 			assert.NoError(t, err, "rejected (counts %+v)", b.Counts())
@@ -107,13 +85,13 @@ func TestReview33IdleMinuteThenShortBudgetsOpen(t *testing.T) {
 		t.Run(idle.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := breaker.New("dep")
-				require.NoError(t, b.Execute(context.Background(), r33slow(30*time.Millisecond)))
+				require.NoError(t, b.Execute(context.Background(), answerIn(30*time.Millisecond)))
 				time.Sleep(idle)
 				for range 5 {
-					err := r33budget(b, 5*time.Millisecond, r33slow(30*time.Millisecond))
+					err := within(b, 5*time.Millisecond, answerIn(30*time.Millisecond))
 					require.ErrorIs(t, err, context.DeadlineExceeded)
 				}
-				err := b.Execute(context.Background(), r33slow(30*time.Millisecond))
+				err := b.Execute(context.Background(), answerIn(30*time.Millisecond))
 				assert.NoError(t, err, "idle %v: a caller's 5 ms budget opened the breaker against a dependency answering in 30 ms (counts %+v)", idle, b.Counts())
 			})
 		})
@@ -137,13 +115,13 @@ func TestReview33ColdHangUnder100msNeverOpens(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := breaker.New("dep")
 				if answeredOnce {
-					require.NoError(t, b.Execute(context.Background(), r33slow(30*time.Millisecond)))
+					require.NoError(t, b.Execute(context.Background(), answerIn(30*time.Millisecond)))
 				}
-				hang := r33slow(time.Hour)
+				hang := answerIn(time.Hour)
 				start := time.Now()
 				var opened time.Duration = -1
 				for time.Since(start) < 2*time.Minute {
-					err := r33budget(b, 50*time.Millisecond, hang)
+					err := within(b, 50*time.Millisecond, hang)
 					if breaker.IsRejection(err) || b.State().String() != "closed" {
 						opened = time.Since(start)
 						break
@@ -186,7 +164,7 @@ func r33trickle(t *testing.T, every int64) {
 	for range 16 {
 		wg.Go(func() {
 			for time.Now().Before(stop) {
-				err := r33budget(b, 200*time.Millisecond, op)
+				err := within(b, 200*time.Millisecond, op)
 				switch {
 				case breaker.IsRejection(err):
 					rejected.Add(1)
@@ -221,7 +199,7 @@ func TestReview33HealthEndpointHidesHang(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for time.Now().Before(stop) {
-				err := r33budget(b, 300*time.Millisecond, r33slow(time.Hour))
+				err := within(b, 300*time.Millisecond, answerIn(time.Hour))
 				if breaker.IsRejection(err) {
 					rejected.Add(1)
 					time.Sleep(10 * time.Millisecond)
@@ -243,13 +221,13 @@ func TestReview33IdleMinuteRealClock(t *testing.T) {
 		t.Skip("61 s on the real clock: R33_REAL=1")
 	}
 	b := breaker.New("dep")
-	require.NoError(t, b.Execute(context.Background(), r33slow(30*time.Millisecond)))
+	require.NoError(t, b.Execute(context.Background(), answerIn(30*time.Millisecond)))
 	time.Sleep(61 * time.Second)
 	for range 5 {
-		err := r33budget(b, 5*time.Millisecond, r33slow(30*time.Millisecond))
+		err := within(b, 5*time.Millisecond, answerIn(30*time.Millisecond))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 	}
-	err := b.Execute(context.Background(), r33slow(30*time.Millisecond))
+	err := b.Execute(context.Background(), answerIn(30*time.Millisecond))
 	assert.NoError(t, err, "after 61 s idle, a caller's 5 ms budget opened the breaker (counts %+v)", b.Counts())
 }
 
@@ -296,7 +274,7 @@ func TestReview33StressModesPanicsDeadlines(t *testing.T) {
 						case 2:
 							return errors.New("boom-classifier")
 						case 3:
-							return r33slow(2 * time.Millisecond)(ctx)
+							return answerIn(2 * time.Millisecond)(ctx)
 						}
 						return nil
 					})

@@ -2,7 +2,6 @@ package breaker_test
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -14,22 +13,6 @@ import (
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
-
-// review34Dependency is a healthy dependency: it answers a fast request in
-// 10 ms and a slow one (a cache miss, a report) in 400 ms, every time;
-// a caller's deadline cuts it short, as a plain client's would.
-func review34Dependency(d time.Duration) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
 
 // review34SampledTrial runs, in a synctest bubble, a minute of traffic to
 // a healthy dependency through one default breaker: a fast request every
@@ -58,7 +41,7 @@ func review34SampledTrial(t *testing.T, slowEvery time.Duration) (opened, reject
 				case <-stop:
 					return
 				case <-tk.C:
-					wg.Go(func() { _ = b.Execute(ctx, review34Dependency(10*time.Millisecond)) })
+					wg.Go(func() { _ = b.Execute(ctx, answerIn(10*time.Millisecond)) })
 				}
 			}
 		})
@@ -71,7 +54,7 @@ func review34SampledTrial(t *testing.T, slowEvery time.Duration) (opened, reject
 					return
 				case <-tk.C:
 					wg.Go(func() {
-						if err := b.Execute(ctx, review34Dependency(400*time.Millisecond)); err != nil {
+						if err := b.Execute(ctx, answerIn(400*time.Millisecond)); err != nil {
 							t.Errorf("slow call without deadline failed during warm-up: %v", err)
 						}
 					})
@@ -89,12 +72,12 @@ func review34SampledTrial(t *testing.T, slowEvery time.Duration) (opened, reject
 			burst.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 				defer cancel()
-				_ = b.Execute(cctx, review34Dependency(400*time.Millisecond))
+				_ = b.Execute(cctx, answerIn(400*time.Millisecond))
 			})
 		}
 		burst.Wait()
 		opened = b.State() != resilience.StateClosed
-		err := b.Execute(ctx, review34Dependency(400*time.Millisecond))
+		err := b.Execute(ctx, answerIn(400*time.Millisecond))
 		rejected = breaker.IsRejection(err)
 		wg.Wait()
 	})
@@ -128,8 +111,6 @@ func TestReview34SampledBarMissesTheSlowAnswers(t *testing.T) {
 	}
 }
 
-var _ = errors.Is
-
 // TestReview34BarForgetsWithinAMinute: the doc says the bar is "the
 // slowest answer of the last minute" and that the breaker "keeps the
 // slowest of each 10 s for a minute". One slow answer (400 ms, a call
@@ -147,14 +128,14 @@ func TestReview34BarForgetsWithinAMinute(t *testing.T) {
 			b := breaker.New("dep")
 			ctx := context.Background()
 			time.Sleep(time.Duration(rand.Int64N(int64(10 * time.Second))))
-			assert.NoError(t, b.Execute(ctx, review34Dependency(400*time.Millisecond)))
+			assert.NoError(t, b.Execute(ctx, answerIn(400*time.Millisecond)))
 			time.Sleep(52*time.Second - 400*time.Millisecond)
 			var burst sync.WaitGroup
 			for range 5 {
 				burst.Go(func() {
 					cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 					defer cancel()
-					_ = b.Execute(cctx, review34Dependency(400*time.Millisecond))
+					_ = b.Execute(cctx, answerIn(400*time.Millisecond))
 				})
 			}
 			burst.Wait()
