@@ -25,9 +25,9 @@
 // lasted until the latest admission; it keeps the slowest of each 10 s
 // for 60 to 80 s. A call canceled that ends within 10 ms of its deadline
 // is taken for one its deadline ended (a caller upstream, told its budget
-// rounded up, hangs up a moment before this hop's deadline). A call that a retry
-// policy ran more than once counts: the dependency failed before the
-// deadline (even where [IgnoreIf] left that failure out). So a budget
+// rounded up, hangs up a moment before this hop's deadline). A call that
+// a retry policy ran more than once counts: the dependency failed before
+// the deadline (even where [IgnoreIf] left that failure out). So a budget
 // under 100 ms, or under the slowest recent answer, never opens the
 // breaker by running out; a dependency that hangs opens it through the
 // calls that had more, and, once its slowest answer is over 80 s old,
@@ -313,9 +313,6 @@ func (b *Breaker) reject(err error) error {
 
 // count says how a call admitted as a that ended with err counts.
 func (b *Breaker) count(ctx context.Context, err error, a admission) outcome {
-	if err == nil {
-		return counted
-	}
 	out := b.judge(ctx, err)
 	switch {
 	case out == excluded && b.hungUp(ctx, err):

@@ -246,7 +246,8 @@ func (c *core) answer(at monotime.Reading) {
 func (c *core) answered(at monotime.Reading) {
 	if c.skip > 0 && at < c.spanEnd {
 		c.skip-- // not timed: lasted until the latest admission at least
-		if sl := &c.slow[c.slot(at)]; c.latest-at > monotime.Reading(sl.took) && sl.span == int64(at)/int64(slowSpan) {
+		span := spanOf(at)
+		if sl := &c.slow[slot(span)]; sl.span == span && c.latest-at > monotime.Reading(sl.took) {
 			sl.took = time.Duration(c.latest - at)
 		}
 		return
@@ -254,17 +255,19 @@ func (c *core) answered(at monotime.Reading) {
 	c.timeAnswer(at)
 }
 
-// slot returns the index in c.slow of the span of at.
-func (c *core) slot(at monotime.Reading) int64 {
-	span := int64(at) / int64(slowSpan)
+// spanOf returns the index of the span of slowSpan that at falls in.
+func spanOf(at monotime.Reading) int64 { return int64(at) / int64(slowSpan) }
+
+// slot returns the index in core.slow of span.
+func slot(span int64) int64 {
 	return (span%slowSpans + slowSpans) % slowSpans // a reading may be negative (in a synctest bubble)
 }
 
 // timeAnswer times an answer to a call admitted at at, and draws how
 // many go untimed next; c.mu is held.
 func (c *core) timeAnswer(at monotime.Reading) {
-	span := int64(at) / int64(slowSpan)
-	sl := &c.slow[c.slot(at)]
+	span := spanOf(at)
+	sl := &c.slow[slot(span)]
 	if sl.span < span {
 		*sl = slowest{span: span}
 	}
@@ -297,7 +300,7 @@ func (c *core) cutShort(at monotime.Reading, had time.Duration) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	span := int64(at) / int64(slowSpan)
+	span := spanOf(at)
 	for _, sl := range c.slow {
 		if sl.span > span-slowSpans && had < sl.took {
 			return true

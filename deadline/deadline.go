@@ -13,13 +13,12 @@
 // (package breaker) leaves such a call out, as the caller's doing, when it
 // had less time than the dependency's slowest recent answer, or 100 ms,
 // and counts the others, so that a dependency that hangs still opens it
-// through the calls with time enough. Inject rounds the budget up, so that the hop it is sent to
-// runs out of time after its caller, not before: its 504 would come back
-// while the caller's own deadline has not passed, as a failure of the
-// hop's. A pipeline's throttle and
-// adaptive concurrency limit learn nothing from an attempt that a
-// caller's budget ended; the pipeline's own attempt timeout and time
-// budget teach them.
+// through the calls with time enough. Inject rounds the budget up, so
+// that the hop it is sent to runs out of time after its caller, not
+// before: its 504 would come back while the caller's own deadline has not
+// passed, as a failure of the hop's. A pipeline's throttle and adaptive
+// concurrency limit learn nothing from an attempt that a caller's budget
+// ended; the pipeline's own attempt timeout and time budget teach them.
 package deadline
 
 import (
@@ -43,11 +42,11 @@ const MaxBudget = 999_999_999 * time.Millisecond
 
 // Inject sets h's [Header] to the time left before ctx's deadline, rounded
 // up to whole milliseconds (as grpc-go rounds grpc-timeout up) and at most
-// [MaxBudget], and reports whether
-// ctx has a deadline. It removes any [Header] from h when ctx has none, so
-// a stale value is never forwarded: also one under a key of another case
-// (set as h["request-timeout-ms"], which http.Header's methods do not
-// see, but which is sent). A deadline already past is sent as 0.
+// [MaxBudget], and reports whether ctx has a deadline. It removes any
+// [Header] from h when ctx has none, so a stale value is never forwarded:
+// also one under a key of another case (set as h["request-timeout-ms"],
+// which http.Header's methods do not see, but which is sent). A deadline
+// already past is sent as 0.
 func Inject(ctx context.Context, h http.Header) bool {
 	for k := range h {
 		if k != Header && len(k) == len(Header) && strings.EqualFold(k, Header) {
