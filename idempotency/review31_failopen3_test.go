@@ -2,7 +2,6 @@ package idempotency_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -18,14 +17,14 @@ import (
 	"github.com/resiliencekit/resiliencekit/idempotency"
 )
 
-var errR31Down = errors.New("r31: store down")
-
-// r31Store delegates to a MemoryStore; beginHook, if set, decides each Begin.
+// r31Store is r29Store (a MemoryStore behind a switch) whose beginHook,
+// if set, decides each Begin first.
 type r31Store struct {
-	mem       *idempotency.MemoryStore
+	*r29Store
 	beginHook func(ctx context.Context, key string) error // nil: pass through
-	down      atomic.Bool                                 // every op fails
 }
+
+func newR31Store() *r31Store { return &r31Store{r29Store: newR29Store()} }
 
 func (s *r31Store) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
 	if s.beginHook != nil {
@@ -33,28 +32,7 @@ func (s *r31Store) Begin(ctx context.Context, key string, claim idempotency.Reco
 			return nil, err
 		}
 	}
-	if s.down.Load() {
-		return nil, errR31Down
-	}
-	return s.mem.Begin(ctx, key, claim, lease)
-}
-func (s *r31Store) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
-	if s.down.Load() {
-		return errR31Down
-	}
-	return s.mem.Renew(ctx, key, claim, lease)
-}
-func (s *r31Store) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) error {
-	if s.down.Load() {
-		return errR31Down
-	}
-	return s.mem.Complete(ctx, key, claim, rec, ttl)
-}
-func (s *r31Store) Release(ctx context.Context, key string, claim idempotency.Record) error {
-	if s.down.Load() {
-		return errR31Down
-	}
-	return s.mem.Release(ctx, key, claim)
+	return s.r29Store.Begin(ctx, key, claim, lease)
 }
 
 var r31Quiet = slog.New(slog.DiscardHandler)
@@ -65,7 +43,7 @@ var r31Quiet = slog.New(slog.DiscardHandler)
 // before the guard opened). Both run, concurrently, on one process.
 func TestReview31_OpenTransitionSameKeyRunsTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &r31Store{mem: idempotency.NewMemoryStore(0)}
+		s := newR31Store()
 		g := idempotency.NewGuard(s, idempotency.WithLogger(r31Quiet)) // FailOpenAfter default 10 s
 		// The store fails every claim for 9 s: refused, not yet open.
 		s.down.Store(true)
@@ -86,7 +64,7 @@ func TestReview31_OpenTransitionSameKeyRunsTwice(t *testing.T) {
 			if n.Add(1) == 1 {
 				close(firstIn)
 				<-secondDone // the store answers the second request first
-				return errR31Down
+				return errR29Down
 			}
 			return nil
 		}
@@ -124,12 +102,12 @@ func TestReview31_OpenTransitionSameKeyRunsTwice(t *testing.T) {
 // the 10 s window.
 func TestReview31_RefusalsOutlastDPlus5AfterBusySpell(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &r31Store{mem: idempotency.NewMemoryStore(0)}
+		s := newR31Store()
 		g := idempotency.NewGuard(s, idempotency.WithLogger(r31Quiet), idempotency.FailOpenAfter(time.Second))
 		var n atomic.Int64
 		s.beginHook = func(context.Context, string) error {
 			if n.Add(1)%4 == 1 {
-				return errR31Down
+				return errR29Down
 			}
 			return nil
 		}
@@ -173,7 +151,7 @@ func itoaR31(i int) string { return strconv.Itoa(i) }
 // records that no renewal will make: does Complete ever return?
 func TestReview31_CompletedDuringSaveLoopNeverEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &r31Store{mem: idempotency.NewMemoryStore(0)}
+		s := newR31Store()
 		g := idempotency.NewGuard(s, idempotency.WithLogger(r31Quiet), idempotency.Lease(3*time.Second),
 			idempotency.StoreTimeout(200*time.Millisecond))
 		c, _, err := g.Begin(context.Background(), "s", "K", "fp")
