@@ -342,7 +342,7 @@ func TestWaitWhenOpenPacesTheBacklog(t *testing.T) {
 	}
 	ok, peak, over := run(true)
 	t.Logf("paced: %d calls ok, at most %d in flight, %d overloads", ok, peak, over)
-	assert.GreaterOrEqual(t, ok, 470, "every call succeeds but those that opened the breaker, its probes in the outage, and a few overloaded ones")
+	assert.GreaterOrEqual(t, ok, 460, "every call succeeds but those that opened the breaker, its probes in the outage, and a few overloaded ones (467 to 487 in 160 runs)")
 	assert.LessOrEqual(t, peak, int64(50), "the backlog goes at the pace of the dependency (20 to 35 in 80 runs)")
 	assert.Less(t, over, int64(250), "some overloads while the limit finds the capacity (up to 160 in 80 runs)")
 
