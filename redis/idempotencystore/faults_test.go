@@ -220,14 +220,7 @@ func TestRedisFrozenLongerThanFailOpenAfter(t *testing.T) {
 // refuses the claim: the request gets 503 and the failure is reported.
 func TestFullRedisIsA503(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
-	c := srv.Client()
-	ctx := context.Background()
-	for i := 0; ; i++ { // fill it
-		if err := c.Set(ctx, fmt.Sprint("ballast-", i), strings.Repeat("x", 64<<10), 0).Err(); err != nil {
-			break
-		}
-		require.Less(t, i, 1000, "maxmemory not enforced")
-	}
+	fill(t, srv, "ballast-")
 	var runs, failed atomic.Int64
 	rec := resilience.ListenerFunc(func(e resilience.Event) {
 		if e.Kind == resilience.EventStoreFailed {
@@ -239,6 +232,132 @@ func TestFullRedisIsA503(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Zero(t, runs.Load())
 	assert.EqualValues(t, 1, failed.Load())
+}
+
+// fill fills srv to its maxmemory with keys named prefix: large ones, then
+// small ones to the last byte (a write refused for a large value leaves
+// room for small ones).
+func fill(t *testing.T, srv *redistest.Server, prefix string) {
+	c := srv.Client()
+	ctx := context.Background()
+	for _, size := range []int{64 << 10, 1} {
+		for i := 0; ; i++ {
+			if err := c.Set(ctx, fmt.Sprint(prefix, size, "-", i), strings.Repeat("x", size), 0).Err(); err != nil {
+				require.ErrorContains(t, err, "OOM")
+				break
+			}
+			require.Less(t, i, 1<<20, "maxmemory not enforced")
+		}
+	}
+}
+
+// TestRedisFullAsTheHandlerRuns: the server (noeviction) fills up while a
+// handler runs, after its claim, and its result cannot be saved. The
+// answer goes out, and the save is tried again while the lease can be
+// renewed (renewals need no memory): repeats get 409 meanwhile. Full for a
+// moment, the server takes the result once it has room, and repeats get
+// the replay: one run. Full for longer than a lease, the failure is
+// reported (EventNotStored) and the key stays claimed until the lease runs
+// out (409), then repeats get 503 while the server is full: no second run
+// while the first one's effect may stand and the store cannot say so. Once
+// the server has room, a repeat runs the request again: the documented
+// limit, as with a store down for longer than a lease.
+func TestRedisFullAsTheHandlerRuns(t *testing.T) {
+	const lease = 2 * time.Second
+	for _, tc := range []struct {
+		name   string
+		full   time.Duration // how long the server is kept full after the handler's end
+		runs   int64         // once the server has room again
+		replay string
+	}{
+		{"for a moment", 500 * time.Millisecond, 1, "true"},
+		{"longer than a lease", lease + time.Second, 2, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")
+			var runs, notStored atomic.Int64
+			rec := resilience.ListenerFunc(func(e resilience.Event) {
+				if e.Kind == resilience.EventNotStored {
+					notStored.Add(1)
+				}
+			})
+			filled := make(chan struct{})
+			store := idempotencystore.New(srv.Client(), "faults:")
+			h := idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.Lease(lease), idempotency.WithListener(rec),
+				idempotency.WithLogger(slog.New(slog.DiscardHandler)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := runs.Add(1)
+				if n == 1 {
+					<-filled
+				}
+				w.WriteHeader(http.StatusCreated)
+				_, _ = fmt.Fprintf(w, `{"order":%d}`, n)
+			}))
+			rep := httptest.NewServer(h)
+			t.Cleanup(rep.Close)
+			first := make(chan int, 1)
+			go func() { code, _, _ := post(t, rep.URL, "k"); first <- code }()
+			require.Eventually(t, func() bool { return runs.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
+			fill(t, srv, "ballast-")
+			stop, kept := make(chan struct{}), make(chan struct{})
+			go func() { // keep it full: what the server frees of its own buffers is taken again
+				defer close(kept)
+				c := srv.Client()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if c.Set(context.Background(), fmt.Sprint("grit-", i), "x", 0).Err() != nil {
+						time.Sleep(time.Millisecond)
+					}
+				}
+			}()
+			close(filled)
+			start := time.Now()
+			assert.Equal(t, http.StatusCreated, <-first, "the answer goes out")
+			var codes []int
+			for time.Since(start) < tc.full {
+				code, _, _ := post(t, rep.URL, "k")
+				codes = append(codes, code)
+				time.Sleep(200 * time.Millisecond)
+			}
+			close(stop)
+			<-kept
+			t.Logf("repeats while full: %v; runs %d", codes, runs.Load())
+			assert.EqualValues(t, 1, runs.Load(), "no second run while the server is full")
+			assert.Equal(t, http.StatusConflict, codes[0], "the key stays claimed")
+			assert.NotContains(t, codes, http.StatusCreated)
+			if tc.full > lease {
+				assert.EqualValues(t, 1, notStored.Load(), "the result not saved is reported")
+				assert.Equal(t, http.StatusServiceUnavailable, codes[len(codes)-1], "then a full store refuses the claim")
+			}
+
+			// room again: the ballast goes, the store's keys stay
+			c := srv.Client()
+			for _, pattern := range []string{"ballast-*", "grit-*"} {
+				keys, err := c.Keys(context.Background(), pattern).Result()
+				require.NoError(t, err)
+				for len(keys) > 0 {
+					n := min(len(keys), 1000)
+					require.NoError(t, c.Del(context.Background(), keys[:n]...).Err())
+					keys = keys[n:]
+				}
+			}
+			var code int
+			var replay string
+			require.Eventually(t, func() bool {
+				code, replay, _ = post(t, rep.URL, "k")
+				return code != http.StatusConflict
+			}, 2*lease, 100*time.Millisecond, "the key is free once its lease ran out")
+			assert.Equal(t, http.StatusCreated, code)
+			assert.Equal(t, tc.replay, replay)
+			assert.Equal(t, tc.runs, runs.Load())
+			if tc.full < lease {
+				assert.Zero(t, notStored.Load(), "saved within the lease")
+			}
+		})
+	}
 }
 
 // TestRedisDownAsTheHandlerStarts: the server is killed (SIGKILL) as the
