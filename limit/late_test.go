@@ -48,34 +48,36 @@ func backlog(l *limit.Limiter) int64 {
 // TestABacklogIsServedBeforeItsDeadlines: a second of waiters queued
 // behind a dependency that was down, then back with the capacity to
 // answer them as fast as they came. Their deadlines pass as fast as the
-// limiter can serve them: served newest first, it meets the oldest still
-// waiting halfway (200 of 400); served oldest first among those with time
-// enough for an answer, only those that waited four fifths of their budget
-// are left out (319). Twice, 10 s apart: the time the queue was empty
-// tells nothing of how fast the dependency answers.
+// limiter can serve them: served newest first once the oldest is late
+// (the default), it meets the oldest still waiting halfway (200 of 400);
+// with OldestOnTime, served oldest first among those with time enough for
+// an answer, only those that waited four fifths of their budget are left
+// out (319), twice, 10 s apart.
 func TestABacklogIsServedBeforeItsDeadlines(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := limit.NewFixed(4, limit.MaxWaiting(1000))
+		l := limit.NewFixed(4, limit.MaxWaiting(1000), limit.OldestOnTime())
 		first := backlog(l)
 		time.Sleep(10 * time.Second)
 		second := backlog(l)
-		t.Logf("granted of 400: %d, then %d", first, second)
+		newest := backlog(limit.NewFixed(4, limit.MaxWaiting(1000)))
+		t.Logf("granted of 400: %d, then %d; newest first: %d", first, second, newest)
 		assert.GreaterOrEqual(t, first, int64(300))
 		assert.GreaterOrEqual(t, second, int64(300))
+		assert.InDelta(t, 200, newest, 10)
 	})
 }
 
 // TestASlowDependencyIsServedInTimeFromAStandingQueue: a bulkhead of 10
 // in front of a dependency that answers in 300 ms (33 a second), called
 // 100 times a second with a budget of 1 s: the queue stands at the whole
-// budget. A waiter that has a quarter of its wait left is not late by
-// that rule alone, but sent with 200 ms left it runs out before its
-// answer, and so would every one after it: the limiter serves only
-// waiters with twice the answer time left, which it measures, so that
-// nearly every attempt it sends is answered in time.
+// budget. With OldestOnTime, a waiter that has a quarter of its wait left
+// is not late by that rule alone, but sent with 200 ms left it runs out
+// before its answer, and so would every one after it: the limiter serves
+// only waiters with more time left than the answers take, which it
+// measures, so that nearly every attempt it sends is answered in time.
 func TestASlowDependencyIsServedInTimeFromAStandingQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := limit.NewFixed(10, limit.MaxWaiting(1000))
+		l := limit.NewFixed(10, limit.MaxWaiting(1000), limit.OldestOnTime())
 		var sent, answered atomic.Int64
 		var wg sync.WaitGroup
 		for range 2000 { // 20 s

@@ -100,25 +100,34 @@ func TestABurstOfFailuresDecreasesOnce(t *testing.T) {
 
 // TestWaitersOrder: a free slot goes to the oldest waiter, with a
 // deadline or without; once the oldest has waited four times as long as
-// it has left (it is late), to the oldest that is not; with every waiter
-// late, to the newest. A waiter whose deadline passes gives up.
+// it has left (it is late), to the newest, or with OldestOnTime to the
+// oldest that is not late, and with every waiter late, to the newest. A
+// waiter whose deadline passes gives up.
 func TestWaitersOrder(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
+		oldest    bool            // OldestOnTime
 		timeouts  []time.Duration // of the waiters, which come 1 ms apart; 0: none
 		releaseAt time.Duration
 		want      []int // who got a slot, in order; -1-i: waiter i gave up
 	}{
-		{"first come first served", []time.Duration{time.Second, 0, 300 * time.Millisecond}, 10 * time.Millisecond, []int{0, 1, 2}},
-		{"the oldest is late: the next on time", []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second}, 85 * time.Millisecond, []int{1, -1, 2}},
-		{"the oldest is late: the next on time, without a deadline", []time.Duration{100 * time.Millisecond, 0, time.Second}, 85 * time.Millisecond, []int{1, -1, 2}},
-		{"the two oldest are late: the third", []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, time.Second}, 85 * time.Millisecond, []int{2, -1, -2}},
-		{"all are late: the newest", []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 104 * time.Millisecond}, 85 * time.Millisecond, []int{2, -1, -2}},
-		{"all are late: the newest, then the newest left", []time.Duration{100 * time.Millisecond, 105 * time.Millisecond, 104 * time.Millisecond}, 85 * time.Millisecond, []int{2, -1, 1}},
+		{"first come first served", false, []time.Duration{time.Second, 0, 300 * time.Millisecond}, 10 * time.Millisecond, []int{0, 1, 2}},
+		{"the oldest is late: the newest, without a deadline", false, []time.Duration{100 * time.Millisecond, time.Second, 0}, 85 * time.Millisecond, []int{2, -1, 1}},
+		{"the oldest is late: the newest, with one", false, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second}, 85 * time.Millisecond, []int{2, -1, 1}},
+		{"OldestOnTime: first come first served", true, []time.Duration{time.Second, 0, 300 * time.Millisecond}, 10 * time.Millisecond, []int{0, 1, 2}},
+		{"OldestOnTime: the oldest is late: the next on time", true, []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second}, 85 * time.Millisecond, []int{1, -1, 2}},
+		{"OldestOnTime: the oldest is late: the next on time, without a deadline", true, []time.Duration{100 * time.Millisecond, 0, time.Second}, 85 * time.Millisecond, []int{1, -1, 2}},
+		{"OldestOnTime: the two oldest are late: the third", true, []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, time.Second}, 85 * time.Millisecond, []int{2, -1, -2}},
+		{"OldestOnTime: all are late: the newest", true, []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 104 * time.Millisecond}, 85 * time.Millisecond, []int{2, -1, -2}},
+		{"OldestOnTime: all are late: the newest, then the newest left", true, []time.Duration{100 * time.Millisecond, 105 * time.Millisecond, 104 * time.Millisecond}, 85 * time.Millisecond, []int{2, -1, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l := limit.NewFixed(1, limit.MaxWaiting(len(tc.timeouts)))
+				opts := []limit.Option{limit.MaxWaiting(len(tc.timeouts))}
+				if tc.oldest {
+					opts = append(opts, limit.OldestOnTime())
+				}
+				l := limit.NewFixed(1, opts...)
 				first := acquire(t, l)
 				var order []int
 				var mu sync.Mutex

@@ -44,7 +44,7 @@ func (c *config) buildGates() []gate {
 		// unsent. Halving once a round trip, as TCP does, sheds a backlog
 		// that overshoots a dependency coming back within a few round
 		// trips.
-		c.pacer = &pacer{limit: limit.NewAIMD(limit.MaxWaiting(math.MaxInt), limit.Backoff(0.5))}
+		c.pacer = &pacer{limit: limit.NewAIMD(limit.MaxWaiting(math.MaxInt), limit.Backoff(0.5), limit.OldestOnTime())}
 		gs = append(gs, c.pacer)
 	}
 	if c.throttle != nil {

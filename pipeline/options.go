@@ -166,9 +166,10 @@ func WithHedging(h *hedge.Policy) Option {
 // The backlog of calls that waited must not reach a dependency that has
 // just come back all at once. So the attempts of the calls that waited go
 // through an adaptive concurrency limit of the pipeline's own
-// (limit.NewAIMD, attempts beyond it queued within their budget), which
-// paces the backlog to what the dependency answers, doubling each round
-// trip while it keeps up. Calls that never waited are never queued there:
+// (limit.NewAIMD, attempts beyond it queued within their budget, the
+// oldest that still has time for an answer first: limit.OldestOnTime),
+// which paces the backlog to what the dependency answers, doubling each
+// round trip while it keeps up. Calls that never waited are never queued there:
 // while a call that waited is not over, their attempts count in that
 // limit (past it if need be), so the backlog yields to them; with nothing
 // waiting, the limit is not used at all. An attempt admitted once the

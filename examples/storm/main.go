@@ -74,7 +74,7 @@ func parseArgs(args []string) (options, error) {
 	seed := fs.Uint64("seed", 1, "the seed of every random draw")
 	svgDir := fs.String("svgdir", "", "write a goodput chart per scenario, storm-<scenario>.svg, to this directory")
 	extra := fs.Bool("extra", false, "add the default pipeline with the former 30 s open timeout, and the recommended one with a retry quota")
-	wait := fs.Bool("wait", false, "add the recommended pipeline with WaitWhenOpen (its outage row moves by up to 8% from run to run)")
+	wait := fs.Bool("wait", false, "add the recommended pipeline with WaitWhenOpen (its outage row moves by several percent from run to run)")
 	contention := fs.Bool("contention", false, "run Brooker's contention model instead")
 	chain := fs.Bool("chain", false, "run the flapping chain A -> B -> C -> D, without and with the \"don't retry\" signal, instead")
 	only2 := fs.String("strategies", "", "the strategies to run, comma-separated (fewer keep a real-time run on schedule): "+strings.Join(slices.Sorted(maps.Keys(strategyKeys)), ", "))

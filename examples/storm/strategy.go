@@ -315,7 +315,7 @@ const (
 )
 
 // waitStrategy is the recommended pipeline with WaitWhenOpen (-wait). It is
-// apart from the others: its outage row moves by up to 8% from run
+// apart from the others: its outage row moves by several percent from run
 // to run in virtual time (it depends on the order in which waiting
 // goroutines run), so docs/storm.md quotes none.
 var waitStrategy = pipelineStrategy(waitName, func(sc *scenario, retry newRetry) []pipeline.Option {
