@@ -61,6 +61,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -124,8 +125,12 @@ func ticket(round uint64) Ticket { return slot | Ticket(uint32(round)) }
 // timedTicket returns the Ticket of an attempt sent in round from the
 // queue at now.
 func (l *Limiter) timedTicket(round uint64, now time.Time) Ticket {
-	ms := Ticket(now.Sub(l.start)/time.Millisecond) & (1<<msBits - 1)
-	return ticket(round) | timed | ms<<32
+	return ticket(round) | timed | l.ms(now)<<32
+}
+
+// ms returns the time of now in a timed Ticket's bits.
+func (l *Limiter) ms(now time.Time) Ticket {
+	return Ticket(now.Sub(l.start)/time.Millisecond) & (1<<msBits - 1)
 }
 
 // Option configures a [Limiter]. [MaxWaiting] configures both kinds;
@@ -332,15 +337,9 @@ func (l *Limiter) leave(w *waiter) {
 		l.grant(time.Time{})
 		return
 	}
-	for i, q := range l.queue {
-		if q == w {
-			l.queue = append(l.queue[:i], l.queue[i+1:]...)
-			return
-		}
-	}
-	for i, q := range l.late {
-		if q == w {
-			l.late = append(l.late[:i], l.late[i+1:]...)
+	for _, q := range [...]*[]*waiter{&l.queue, &l.late} {
+		if i := slices.Index(*q, w); i >= 0 {
+			*q = slices.Delete(*q, i, i+1)
 			return
 		}
 	}
@@ -359,11 +358,9 @@ func (l *Limiter) Release(tk Ticket, err error) {
 	if l.adaptive {
 		l.learn(uint32(tk), resilience.Classify(err))
 	}
-	var now time.Time
-	if tk&timed != 0 || len(l.queue) > 0 || len(l.late) > 0 {
-		now = time.Now()
-	}
+	var now time.Time // read by grant if need be
 	if tk&timed != 0 && err == nil {
+		now = time.Now()
 		l.answered(tk, now)
 	}
 	l.inFlight--
@@ -399,8 +396,7 @@ func (l *Limiter) learn(round uint32, c resilience.Class) {
 // have enough.
 func (l *Limiter) answered(tk Ticket, now time.Time) {
 	sent := tk >> 32 & (1<<msBits - 1)
-	ms := Ticket(now.Sub(l.start)/time.Millisecond) & (1<<msBits - 1)
-	d := time.Duration((ms-sent)&(1<<msBits-1)) * time.Millisecond
+	d := time.Duration((l.ms(now)-sent)&(1<<msBits-1)) * time.Millisecond
 	if l.answer == 0 {
 		l.answer = d
 	} else {
@@ -422,24 +418,14 @@ func (l *Limiter) grant(now time.Time) {
 			now = time.Now()
 		}
 		for len(l.queue) > 0 && overdue(l.queue[0], now) {
-			l.late = append(l.late, l.queue[0])
-			l.queue[0] = nil
-			l.queue = l.queue[1:]
+			l.late = append(l.late, l.take(0))
 		}
 		var w *waiter
-		switch i := l.onTime(now); {
-		case len(l.late) == 0: // the oldest is on time: first come first served
-			w = l.queue[0]
-			l.queue[0] = nil
-			l.queue = l.queue[1:]
-		case !l.oldestOnTime: // the oldest is late: the newest
-			w = l.newest()
-		case i >= 0: // the oldest with time enough; those before it keep their place
-			w = l.queue[i]
-			copy(l.queue[1:i+1], l.queue[:i])
-			l.queue[0] = nil
-			l.queue = l.queue[1:]
-		default: // none with time enough: the newest
+		if len(l.late) == 0 { // the oldest is on time: first come first served
+			w = l.take(0)
+		} else if i := l.onTime(now); i >= 0 { // with OldestOnTime, the oldest with time enough
+			w = l.take(i)
+		} else { // the newest
 			w = l.newest()
 		}
 		w.granted = true
@@ -451,6 +437,16 @@ func (l *Limiter) grant(now time.Time) {
 		l.inFlight++
 		close(w.ready)
 	}
+}
+
+// take takes waiter i out of the queue; those before it keep their
+// place; l.mu is held.
+func (l *Limiter) take(i int) *waiter {
+	w := l.queue[i]
+	copy(l.queue[1:i+1], l.queue[:i])
+	l.queue[0] = nil
+	l.queue = l.queue[1:]
+	return w
 }
 
 // newest takes the newest waiter out of the queue, or with none there,
@@ -466,12 +462,12 @@ func (l *Limiter) newest() *waiter {
 	return w
 }
 
-// onTime returns the index of the first waiter in l.queue, among the
-// first maxScan, with more time left than the answer time and not
-// overdue, or -1; l.mu is held.
+// onTime returns, with OldestOnTime, the index of the first waiter in
+// l.queue, among the first maxScan, with more time left than the answer
+// time and not overdue; else -1; l.mu is held.
 func (l *Limiter) onTime(now time.Time) int {
-	if len(l.late) == 0 || !l.oldestOnTime {
-		return -1 // not needed
+	if !l.oldestOnTime {
+		return -1
 	}
 	for i, w := range l.queue[:min(len(l.queue), maxScan)] {
 		if w.deadline.IsZero() || w.deadline.Sub(now) > l.answer && !overdue(w, now) {
