@@ -25,19 +25,6 @@ func r33hang(ctx context.Context) (int, error) {
 	return 0, ctx.Err()
 }
 
-func r33answer(d time.Duration) func(ctx context.Context) (int, error) {
-	return func(ctx context.Context) (int, error) {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return 1, nil
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-}
-
 // The pipeline's own time budget is not the caller's deadline: the
 // package doc of breaker leaves out "a call that its context's deadline
 // ended (the caller's, or a budget an upstream sent)", and the gates
@@ -85,7 +72,7 @@ func TestReview33WaitWhenOpenHungProbesNeverReopen(t *testing.T) {
 		}
 	})))
 	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WaitWhenOpen())
-	_, err := pipeline.Do(context.Background(), p, r33answer(30*time.Millisecond))
+	_, err := pipeline.Do(context.Background(), p, answerIn(30*time.Millisecond))
 	require.NoError(t, err)
 
 	var sent, probesLeftOut atomic.Int64
@@ -146,7 +133,7 @@ func TestReview33GatesIgnoreCallerBudgets(t *testing.T) {
 		wg.Go(func() {
 			for time.Now().Before(stop) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-				_, _ = pipeline.Do(ctx, p, r33answer(30*time.Millisecond))
+				_, _ = pipeline.Do(ctx, p, answerIn(30*time.Millisecond))
 				cancel()
 			}
 		})
@@ -157,7 +144,7 @@ func TestReview33GatesIgnoreCallerBudgets(t *testing.T) {
 	assert.GreaterOrEqual(t, lim.Limit(), before, "the adaptive limit shrank on callers' budgets")
 	assert.Zero(t, th.RejectProbability())
 	assert.Equal(t, resilience.StateClosed, b.State())
-	_, err := pipeline.Do(context.Background(), p, r33answer(30*time.Millisecond))
+	_, err := pipeline.Do(context.Background(), p, answerIn(30*time.Millisecond))
 	assert.NoError(t, err)
 }
 
@@ -182,7 +169,7 @@ func TestReview33IgnoredThenCutRetryCounts(t *testing.T) {
 			if n.Add(1) == 1 {
 				return 0, r33tooMany
 			}
-			return r33answer(30 * time.Millisecond)(ctx)
+			return answerIn(30 * time.Millisecond)(ctx)
 		})
 		cancel()
 		require.Error(t, err)
@@ -191,6 +178,6 @@ func TestReview33IgnoredThenCutRetryCounts(t *testing.T) {
 	// Left open, documented (breaker package doc: "even where IgnoreIf
 	// left that failure out"): the breaker sees only the call's last
 	// error, and a retried call counts.
-	_, err := pipeline.Do(context.Background(), p, r33answer(30*time.Millisecond))
+	_, err := pipeline.Do(context.Background(), p, answerIn(30*time.Millisecond))
 	assert.True(t, breaker.IsRejection(err), "counts %+v", b.Counts())
 }

@@ -20,16 +20,10 @@ import (
 // review35Dep is a healthy dependency that answers in d, or when its
 // caller's context ends.
 func review35Dep(d time.Duration, sent *atomic.Int64) resilience.Operation[int] {
+	answer := answerIn(d)
 	return func(ctx context.Context) (int, error) {
 		sent.Add(1)
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return 1, nil
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
+		return answer(ctx)
 	}
 }
 

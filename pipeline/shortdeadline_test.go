@@ -21,14 +21,7 @@ import (
 // are neither refused nor queued. The expiries of the pipeline's own
 // attempt timeout and time budget still count.
 func TestShortDeadlinesTeachTheGatesNothing(t *testing.T) {
-	answer := func(ctx context.Context) (int, error) {
-		select {
-		case <-time.After(30 * time.Millisecond):
-			return 1, nil
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
+	answer := answerIn(30 * time.Millisecond)
 	call := func(p *pipeline.Pipeline, d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
@@ -70,4 +63,19 @@ func TestShortDeadlinesTeachTheGatesNothing(t *testing.T) {
 		assert.Positive(t, th.RejectProbability())
 		assert.Equal(t, 1, l.Limit())
 	})
+}
+
+// answerIn is a healthy dependency that answers in d, or when its
+// caller's context ends.
+func answerIn(d time.Duration) func(ctx context.Context) (int, error) {
+	return func(ctx context.Context) (int, error) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return 1, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 }
