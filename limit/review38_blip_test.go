@@ -1,6 +1,7 @@
 package limit_test
 
 import (
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -27,7 +28,7 @@ func r38Blip(t *testing.T) (ok, failed int64) {
 			}
 			return end.Sub(sent)
 		}
-		var g r38Group
+		var g sync.WaitGroup
 		for range n + 2*n { // n in flight, 2n queued
 			g.Go(func() { r38Call(l, &s, time.Second, serve) })
 		}

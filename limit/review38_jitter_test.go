@@ -40,7 +40,7 @@ func r38JitterIn(t *testing.T, in func(*testing.T, func(*testing.T)), n, q int, 
 			}
 			return end.Sub(sent)
 		}
-		var g r38Group
+		var g sync.WaitGroup
 		for range q {
 			g.Go(func() { r38Call(l, &st, budget, serve) })
 		}

@@ -25,7 +25,7 @@ func r38Mixed(t *testing.T, n int, s time.Duration, rateLong, rateShort float64,
 			defer mu.Unlock()
 			return s - s/10 + time.Duration(rng.Int64N(int64(s/5)+1))
 		}
-		var g r38Group
+		var g sync.WaitGroup
 		start := time.Now()
 		var wg sync.WaitGroup
 		for i, c := range []struct {
@@ -92,7 +92,7 @@ func r38Jump(t *testing.T, n int, from, to time.Duration, rate float64, budget t
 			defer mu.Unlock()
 			return s - s/10 + time.Duration(rng.Int64N(int64(s/5)+1))
 		}
-		var g r38Group
+		var g sync.WaitGroup
 		for i := 1; time.Duration(float64(i)/rate*float64(time.Second)) < 3*time.Second; i++ {
 			time.Sleep(start.Add(time.Duration(float64(i) / rate * float64(time.Second))).Sub(time.Now()))
 			g.Go(func() { r38Call(l, &st, budget, serve) })

@@ -9,7 +9,6 @@ package limit_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,9 +60,3 @@ func r38Call(l *limit.Limiter, s *r38Stats, budget time.Duration, serve func(sen
 		l.Release(tk, context.DeadlineExceeded)
 	}
 }
-
-// r38Group runs calls and waits for them all.
-type r38Group struct{ wg sync.WaitGroup }
-
-func (g *r38Group) Go(f func()) { g.wg.Go(f) }
-func (g *r38Group) Wait()       { g.wg.Wait() }

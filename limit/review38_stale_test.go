@@ -22,7 +22,7 @@ func r38Stale(t *testing.T) (ok, failed int64) {
 	synctest.Test(t, func(t *testing.T) {
 		l := r38Fixed(10, 1<<20)
 		// The hang.
-		var g r38Group
+		var g sync.WaitGroup
 		hang := func(time.Time) time.Duration { return 5 * time.Second }
 		quick := func(time.Time) time.Duration { return time.Millisecond }
 		g.Go(func() { r38Call(l, &st, 0, quick) })
