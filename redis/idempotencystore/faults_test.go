@@ -25,11 +25,16 @@ import (
 // replica is one service process: a middleware with a store of its own
 // on the shared server, in front of a handler that takes d.
 func replica(t *testing.T, srv *redistest.Server, runs *atomic.Int64, d time.Duration, opts ...idempotency.Option) *httptest.Server {
+	return replicaHeld(t, srv, runs, func(int64) { time.Sleep(d) }, opts...)
+}
+
+// replicaHeld is replica whose handler's run n holds for hold(n).
+func replicaHeld(t *testing.T, srv *redistest.Server, runs *atomic.Int64, hold func(n int64), opts ...idempotency.Option) *httptest.Server {
 	store := idempotencystore.New(srv.Client(), "faults:")
 	opts = append(opts, idempotency.WithLogger(slog.New(slog.DiscardHandler)))
 	h := idempotency.Middleware(store, append([]idempotency.Option{idempotency.SharedKeys()}, opts...)...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := runs.Add(1)
-		time.Sleep(d)
+		hold(n)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = fmt.Fprintf(w, `{"order":%d}`, n)
 	}))
@@ -282,18 +287,11 @@ func TestRedisFullAsTheHandlerRuns(t *testing.T) {
 				}
 			})
 			filled := make(chan struct{})
-			store := idempotencystore.New(srv.Client(), "faults:")
-			h := idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.Lease(lease), idempotency.WithListener(rec),
-				idempotency.WithLogger(slog.New(slog.DiscardHandler)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				n := runs.Add(1)
+			rep := replicaHeld(t, srv, &runs, func(n int64) {
 				if n == 1 {
 					<-filled
 				}
-				w.WriteHeader(http.StatusCreated)
-				_, _ = fmt.Fprintf(w, `{"order":%d}`, n)
-			}))
-			rep := httptest.NewServer(h)
-			t.Cleanup(rep.Close)
+			}, idempotency.Lease(lease), idempotency.WithListener(rec))
 			first := make(chan int, 1)
 			go func() { code, _, _ := post(t, rep.URL, "k"); first <- code }()
 			require.Eventually(t, func() bool { return runs.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
