@@ -165,54 +165,87 @@ func newGuard(store Store, cfg config) *Guard {
 //   - a claim: the request is the key's first and is to run, under
 //     [Claim.Context], its lease renewed until it ends by [Claim.Complete]
 //     or [Claim.Release], one of which must be called;
-//   - the stored result of the key's first request, to replay;
+//   - the stored result of the key's first request, to replay (its Header
+//     and Body may be shared with other repeats' and the store's: they are
+//     to be read, not modified);
 //   - an error: [ErrInProgress], [ErrKeyReused], [ErrNotReplayable],
 //     [ErrIncomplete], [ErrFull], or the store's failure, which it
 //     reports.
 //
-// A key that this guard holds itself, or is claiming for another Begin
-// at the same moment, is refused as in progress without asking the store,
-// so repeats on the holder's replica get ErrInProgress even while the
-// store is down, and a process never claims one key twice at once (on
-// the store and on its local records, see [FailOpenAfter]).
+// A key that this guard holds itself is refused as in progress without
+// asking the store, so repeats on the holder's replica get ErrInProgress
+// even while the store is down. A Begin for a key that another Begin of
+// this guard is claiming at that moment waits for that one's answer and
+// gives its own from it: the stored result to replay, ErrInProgress if the
+// other got the claim, or the store's failure. So a process never claims
+// one key twice at once (on the store and on its local records, see
+// [FailOpenAfter]), and simultaneous repeats of a request that has ended
+// are all replayed, not refused.
 //
 // Each store call is bounded by [StoreTimeout], whether or not ctx is
 // canceled. Begin is safe for concurrent use.
 func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Claim, *Record, error) {
-	c := &Claim{Key: scopeKey(scope, key), Record: Record{Fingerprint: fingerprint, Token: rand.Text()}, TTL: g.cfg.ttl, guard: g}
+	c := &Claim{Key: scopeKey(scope, key), Record: Record{Fingerprint: fingerprint, Token: rand.Text()}, TTL: g.cfg.ttl, guard: g, settled: make(chan struct{})}
 	// Held or being claimed here: no need to ask the store, which may be
 	// down, and no second claim of the key by this process, on the store or
 	// on its local records.
-	if v, held := g.inflight.LoadOrStore(c.Key, c); held {
-		if v.(*Claim).Record.Fingerprint != fingerprint {
+	for {
+		v, busy := g.inflight.LoadOrStore(c.Key, c)
+		if !busy {
+			break
+		}
+		other := v.(*Claim)
+		if other.Record.Fingerprint != fingerprint {
 			return nil, nil, ErrKeyReused
 		}
-		return nil, nil, ErrInProgress
+		<-other.settled // bounded: the other's store calls are
+		switch {
+		case other.err != nil:
+			return nil, nil, other.err
+		case other.found != nil:
+			rec := *other.found
+			stored, err := replayable(&rec, fingerprint)
+			return nil, stored, err
+		case other.claimed:
+			return nil, nil, ErrInProgress
+		} // its store panicked: ask it again
 	}
-	held := false
 	defer func() {
-		if !held { // a store that panicked too
+		if !c.claimed { // a store that panicked too
 			g.inflight.CompareAndDelete(c.Key, c)
 		}
+		close(c.settled)
 	}()
 	found, asked, err := g.claimOrLocal(ctx, c)
 	switch {
 	case err != nil:
+		c.err = err
 		return nil, nil, err
 	case found == nil:
 		c.hold(ctx, asked)
-		held = true
+		c.claimed = true
 		return c, nil, nil
-	case found.Fingerprint != fingerprint:
-		return nil, nil, ErrKeyReused
-	case !found.Done:
-		return nil, nil, ErrInProgress
-	case found.Truncated:
-		return nil, nil, ErrNotReplayable
-	case found.Incomplete:
-		return nil, nil, ErrIncomplete
 	}
-	return nil, found, nil
+	c.found = found
+	stored, err := replayable(found, fingerprint)
+	return nil, stored, err
+}
+
+// replayable returns found, the record that Begin found under a key for
+// a request of the given fingerprint, if it is to be replayed, or why
+// not.
+func replayable(found *Record, fingerprint string) (*Record, error) {
+	switch {
+	case found.Fingerprint != fingerprint:
+		return nil, ErrKeyReused
+	case !found.Done:
+		return nil, ErrInProgress
+	case found.Truncated:
+		return nil, ErrNotReplayable
+	case found.Incomplete:
+		return nil, ErrIncomplete
+	}
+	return found, nil
 }
 
 // claimOrLocal claims the key of c on the store, or on the guard's local

@@ -38,7 +38,15 @@ type Claim struct {
 	// reading (monotime): a step of the wall clock does not move it.
 	held atomic.Int64
 
-	guard  *Guard
+	guard *Guard
+	// settled is closed once Begin has its answer for the key: claimed,
+	// found (the store's record) or err. Another Begin of the key waits
+	// for it.
+	settled chan struct{}
+	claimed bool
+	found   *Record
+	err     error
+
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stop   func()

@@ -1,0 +1,130 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/idempotency"
+)
+
+// gatedBegin is a store whose Begin waits until open is closed, so that
+// the Begins of one key that come meanwhile find it being claimed; it
+// fails with fail, or panics once if panics is set.
+type gatedBegin struct {
+	idempotency.Store
+	open   chan struct{}
+	asked  atomic.Int64
+	fail   error
+	panics atomic.Bool
+}
+
+func (s *gatedBegin) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
+	s.asked.Add(1)
+	<-s.open
+	if s.panics.CompareAndSwap(true, false) {
+		panic("store")
+	}
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	return s.Store.Begin(ctx, key, claim, lease)
+}
+
+// TestBeginsOfAKeyBeingClaimedGetItsAnswer: Begins of one key at the same
+// moment in one process ask the store once, and each answers from what
+// it found: simultaneous repeats of a request that ended are all
+// replayed, not refused as in progress; of a free key, one runs and the
+// others are in progress; a store failure is every one's; a store that
+// panics leaves the key to the next of them.
+func TestBeginsOfAKeyBeingClaimedGetItsAnswer(t *testing.T) {
+	boom := errors.New("store down")
+	tests := []struct {
+		name     string
+		ended    bool  // the key's request ended before
+		fail     error // the store's answer to the Begins
+		panics   bool
+		replays  int
+		claims   int
+		progress int
+		failed   int
+		asked    int64
+	}{
+		{name: "ended", ended: true, replays: 20, asked: 1},
+		{name: "free", claims: 1, progress: 19, asked: 1},
+		{name: "store failing", fail: boom, failed: 20, asked: 1},
+		{name: "store panicking", panics: true, claims: 1, progress: 18, asked: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				store := &gatedBegin{Store: idempotency.NewMemoryStore(0), open: make(chan struct{}), fail: tt.fail}
+				close(store.open)
+				var ev events
+				g := idempotency.NewGuard(store, quiet(&ev)...)
+				if tt.ended {
+					claim, _, err := g.Begin(ctx, "alice", "k", "fp")
+					require.NoError(t, err)
+					require.NoError(t, claim.Complete(ctx, idempotency.Record{Status: 201, Body: []byte("order 1")}))
+				}
+				store.open = make(chan struct{})
+				store.asked.Store(0)
+				store.panics.Store(tt.panics)
+
+				var mu sync.Mutex
+				var replays, progress, failed, panicked int
+				var claims []*idempotency.Claim
+				var wg sync.WaitGroup
+				for range 20 {
+					wg.Go(func() {
+						defer func() {
+							if recover() != nil {
+								mu.Lock()
+								panicked++
+								mu.Unlock()
+							}
+						}()
+						claim, stored, err := g.Begin(ctx, "alice", "k", "fp")
+						mu.Lock()
+						defer mu.Unlock()
+						switch {
+						case errors.Is(err, idempotency.ErrInProgress):
+							progress++
+						case tt.fail != nil && errors.Is(err, tt.fail):
+							failed++
+						case err != nil:
+							t.Errorf("unexpected %v", err)
+						case claim != nil:
+							claims = append(claims, claim) // held until all have their answer
+						default:
+							replays++
+							assert.Equal(t, "order 1", string(stored.Body))
+						}
+					})
+				}
+				synctest.Wait()
+				_, _, err := g.Begin(ctx, "alice", "k", "another fp")
+				assert.ErrorIs(t, err, idempotency.ErrKeyReused, "told at once, the store not asked")
+				close(store.open)
+				wg.Wait()
+				for _, c := range claims {
+					assert.NoError(t, c.Release(ctx))
+				}
+				assert.Equal(t, tt.replays, replays, "replays")
+				assert.Len(t, claims, tt.claims, "claims")
+				assert.Equal(t, tt.progress, progress, "in progress")
+				assert.Equal(t, tt.failed, failed, "failed")
+				assert.Equal(t, tt.panics, panicked == 1, "the store's panic reaches its Begin's caller")
+				assert.Equal(t, tt.asked, store.asked.Load(), "the store asked once a claim")
+			})
+		})
+	}
+}
