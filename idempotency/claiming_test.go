@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -40,27 +41,30 @@ func (s *gatedBegin) Begin(ctx context.Context, key string, claim idempotency.Re
 
 // TestBeginsOfAKeyBeingClaimedGetItsAnswer: Begins of one key at the same
 // moment in one process ask the store once, and each answers from what
-// it found: simultaneous repeats of a request that ended are all
-// replayed, not refused as in progress; of a free key, one runs and the
-// others are in progress; a store failure is every one's; a store that
-// panics leaves the key to the next of them.
+// the first found, by its own fingerprint: simultaneous repeats of a
+// request that ended are all replayed, not refused as in progress, even
+// behind a Begin of another fingerprint; of a free key, one runs and the
+// others are in progress (or reuse the key); a store failure is every
+// one's, a store's panic too (an error, not a try each in turn); a
+// waiter whose context ends stops waiting; and what the first Begin's
+// caller does with its record is its own.
 func TestBeginsOfAKeyBeingClaimedGetItsAnswer(t *testing.T) {
 	boom := errors.New("store down")
 	tests := []struct {
-		name     string
-		ended    bool  // the key's request ended before
-		fail     error // the store's answer to the Begins
-		panics   bool
-		replays  int
-		claims   int
-		progress int
-		failed   int
-		asked    int64
+		name   string
+		ended  bool   // the key's request, of fingerprint "fp", ended before
+		first  string // the fingerprint of the Begin that claims, "fp" if ""
+		fail   error  // the store's answer to the Begins
+		panics bool
+
+		replays, claims, progress, reused, failed int
 	}{
-		{name: "ended", ended: true, replays: 20, asked: 1},
-		{name: "free", claims: 1, progress: 19, asked: 1},
-		{name: "store failing", fail: boom, failed: 20, asked: 1},
-		{name: "store panicking", panics: true, claims: 1, progress: 18, asked: 2},
+		{name: "ended", ended: true, replays: 20},
+		{name: "ended, another fingerprint first", ended: true, first: "other", replays: 19, reused: 1},
+		{name: "free", claims: 1, progress: 19},
+		{name: "free, another fingerprint first", first: "other", claims: 1, reused: 19},
+		{name: "store failing", fail: boom, failed: 20},
+		{name: "store panicking", panics: true, failed: 19},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,39 +84,49 @@ func TestBeginsOfAKeyBeingClaimedGetItsAnswer(t *testing.T) {
 				store.panics.Store(tt.panics)
 
 				var mu sync.Mutex
-				var replays, progress, failed, panicked int
+				var replays, progress, reused, failed, panicked int
 				var claims []*idempotency.Claim
-				var wg sync.WaitGroup
-				for range 20 {
-					wg.Go(func() {
-						defer func() {
-							if recover() != nil {
-								mu.Lock()
-								panicked++
-								mu.Unlock()
-							}
-						}()
-						claim, stored, err := g.Begin(ctx, "alice", "k", "fp")
-						mu.Lock()
-						defer mu.Unlock()
-						switch {
-						case errors.Is(err, idempotency.ErrInProgress):
-							progress++
-						case tt.fail != nil && errors.Is(err, tt.fail):
-							failed++
-						case err != nil:
-							t.Errorf("unexpected %v", err)
-						case claim != nil:
-							claims = append(claims, claim) // held until all have their answer
-						default:
-							replays++
-							assert.Equal(t, "order 1", string(stored.Body))
+				begin := func(fp string) {
+					defer func() {
+						if recover() != nil {
+							mu.Lock()
+							panicked++
+							mu.Unlock()
 						}
-					})
+					}()
+					claim, stored, err := g.Begin(ctx, "alice", "k", fp)
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case errors.Is(err, idempotency.ErrInProgress):
+						progress++
+					case errors.Is(err, idempotency.ErrKeyReused):
+						reused++
+					case err != nil:
+						failed++
+						if tt.fail != nil {
+							assert.ErrorIs(t, err, tt.fail)
+						}
+					case claim != nil:
+						claims = append(claims, claim) // held until all have their answer
+					default:
+						replays++
+						assert.Equal(t, 201, stored.Status)
+						assert.Equal(t, "order 1", string(stored.Body))
+						stored.Status = 999 // its own
+					}
+				}
+				var wg sync.WaitGroup
+				wg.Go(func() { begin(cmp.Or(tt.first, "fp")) })
+				synctest.Wait() // the first asks the store
+				for range 19 {
+					wg.Go(func() { begin("fp") })
 				}
 				synctest.Wait()
-				_, _, err := g.Begin(ctx, "alice", "k", "another fp")
-				assert.ErrorIs(t, err, idempotency.ErrKeyReused, "told at once, the store not asked")
+				gone, cancel := context.WithCancel(ctx)
+				cancel()
+				_, _, err := g.Begin(gone, "alice", "k", "fp")
+				assert.ErrorIs(t, err, context.Canceled, "a waiter whose context ended")
 				close(store.open)
 				wg.Wait()
 				for _, c := range claims {
@@ -121,9 +135,10 @@ func TestBeginsOfAKeyBeingClaimedGetItsAnswer(t *testing.T) {
 				assert.Equal(t, tt.replays, replays, "replays")
 				assert.Len(t, claims, tt.claims, "claims")
 				assert.Equal(t, tt.progress, progress, "in progress")
+				assert.Equal(t, tt.reused, reused, "key reused")
 				assert.Equal(t, tt.failed, failed, "failed")
 				assert.Equal(t, tt.panics, panicked == 1, "the store's panic reaches its Begin's caller")
-				assert.Equal(t, tt.asked, store.asked.Load(), "the store asked once a claim")
+				assert.EqualValues(t, 1, store.asked.Load(), "the store asked once")
 			})
 		})
 	}

@@ -172,15 +172,18 @@ func newGuard(store Store, cfg config) *Guard {
 //     [ErrIncomplete], [ErrFull], or the store's failure, which it
 //     reports.
 //
-// A key that this guard holds itself is refused as in progress without
-// asking the store, so repeats on the holder's replica get ErrInProgress
-// even while the store is down. A Begin for a key that another Begin of
-// this guard is claiming at that moment waits for that one's answer and
-// gives its own from it: the stored result to replay, ErrInProgress if the
-// other got the claim, or the store's failure. So a process never claims
-// one key twice at once (on the store and on its local records, see
-// [FailOpenAfter]), and simultaneous repeats of a request that has ended
-// are all replayed, not refused.
+// A key that this guard holds itself is refused without asking the store
+// (ErrInProgress, or ErrKeyReused for another fingerprint), so repeats on
+// the holder's replica get ErrInProgress even while the store is down. A
+// Begin for a key that another Begin of this guard is claiming at that
+// moment waits for that one's answer, or for ctx to end (its error then),
+// and gives its own from it, by its own fingerprint: from the record the
+// other found (to replay, or ErrInProgress, ErrKeyReused...), from the
+// other's claim (ErrInProgress, or ErrKeyReused), or the store's failure
+// (a store that panicked too: an error, not a try of its own). So a
+// process never claims one key twice at once (on the store and on its
+// local records, see [FailOpenAfter]), and simultaneous repeats of a
+// request that has ended are all replayed, not refused.
 //
 // Each store call is bounded by [StoreTimeout], whether or not ctx is
 // canceled. Begin is safe for concurrent use.
@@ -189,30 +192,31 @@ func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Cla
 	// Held or being claimed here: no need to ask the store, which may be
 	// down, and no second claim of the key by this process, on the store or
 	// on its local records.
-	for {
-		v, busy := g.inflight.LoadOrStore(c.Key, c)
-		if !busy {
-			break
-		}
+	if v, busy := g.inflight.LoadOrStore(c.Key, c); busy {
 		other := v.(*Claim)
-		if other.Record.Fingerprint != fingerprint {
-			return nil, nil, ErrKeyReused
+		select {
+		case <-other.settled: // soon: the other's store calls are bounded
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
 		}
-		<-other.settled // bounded: the other's store calls are
 		switch {
 		case other.err != nil:
 			return nil, nil, other.err
-		case other.found != nil:
-			rec := *other.found
-			stored, err := replayable(&rec, fingerprint)
+		case !other.claimed:
+			found := other.found // the other's caller may change its own
+			stored, err := replayable(&found, fingerprint)
 			return nil, stored, err
-		case other.claimed:
-			return nil, nil, ErrInProgress
-		} // its store panicked: ask it again
+		case other.Record.Fingerprint != fingerprint:
+			return nil, nil, ErrKeyReused
+		}
+		return nil, nil, ErrInProgress
 	}
 	defer func() {
-		if !c.claimed { // a store that panicked too
+		if !c.claimed {
 			g.inflight.CompareAndDelete(c.Key, c)
+			if c.err == nil && !c.seen {
+				c.err = errClaimPanicked // the store panicked, or called runtime.Goexit
+			}
 		}
 		close(c.settled)
 	}()
@@ -226,10 +230,15 @@ func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Cla
 		c.claimed = true
 		return c, nil, nil
 	}
-	c.found = found
+	c.found, c.seen = *found, true
 	stored, err := replayable(found, fingerprint)
 	return nil, stored, err
 }
+
+// errClaimPanicked is what the Begins of a key waiting for another Begin
+// of the key get if the store panicked as that one asked it: not a second
+// try each, one after the other.
+var errClaimPanicked = errors.New("idempotency: the store panicked as another request claimed the key")
 
 // replayable returns found, the record that Begin found under a key for
 // a request of the given fingerprint, if it is to be replayed, or why

@@ -40,11 +40,12 @@ type Claim struct {
 
 	guard *Guard
 	// settled is closed once Begin has its answer for the key: claimed,
-	// found (the store's record) or err. Another Begin of the key waits
-	// for it.
+	// found (the record the store had, if seen) or err. Another Begin of
+	// the key waits for it.
 	settled chan struct{}
 	claimed bool
-	found   *Record
+	found   Record
+	seen    bool
 	err     error
 
 	ctx    context.Context
