@@ -85,6 +85,11 @@ func Parse(v string) (time.Duration, bool) {
 // the deadline becomes the earlier of now plus that budget and any deadline
 // the context already has. A missing, repeated or malformed header is
 // ignored. It is safe for concurrent use.
+//
+// The budget counts from when Middleware runs: time the request spent
+// before it (in transit, or in an outer handler that queues, limits or
+// authenticates) is not taken off. Install it outermost, before anything
+// that may hold a request.
 func Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		vs := r.Header.Values(Header)

@@ -6,8 +6,9 @@
 // more; the first success wins and the others are canceled. The delay is
 // fixed ([Delay]) or a quantile of the latencies of recent attempts
 // ([Quantile], the default: the 95th percentile), so that about one
-// attempt in twenty gets a twin: a few percent more requests, for a tail
-// cut to about the delay plus a typical latency. Every attempt's latency
+// attempt in fifteen to twenty gets a twin (the latencies of attempts cut
+// short by a twin pull the quantile down a little): a few percent more
+// requests, for a tail cut to about the delay plus a typical latency. Every attempt's latency
 // counts, a loser's too: cut short by the winner, it is a lower bound of
 // the latency it would have had, and leaving it out would leave out the
 // slow tail itself, and hedge more often than the quantile says.
@@ -17,7 +18,9 @@
 // sliding window of 10 s number fewer than [MaxShare] of its calls (10% by
 // default) plus one, whatever the latencies do; so up to one more than
 // that share plus one, where it is not a whole number (2 hedges for a
-// lone call at 10%).
+// lone call at 10%). The window slides by whole seconds (ten buckets of
+// one): a span of 10 s across a second's edge may see the budgets of two
+// windows, up to twice that.
 //
 // In a pipeline (see pipeline.WithHedging), hedging runs inside the retry
 // stage, around each attempt: only calls that may be repeated are hedged
@@ -94,7 +97,7 @@ func New(opts ...Option) *Policy {
 }
 
 // MaxShare caps the hedges at share of the calls that may be hedged, plus
-// one, over a sliding window of 10 s: a budget of their own, beside the
+// one, over a sliding window of 10 s (moving by whole seconds): a budget of their own, beside the
 // retry quota, which hedges do not draw on. Default 0.1. It panics unless
 // 0 < share <= 1.
 func MaxShare(share float64) Option {

@@ -61,5 +61,9 @@ func (d discard[T]) applyCall(c callOpts) callOpts {
 // the race, or whose twin won: fn is called once for each, possibly on
 // another goroutine and after the call has returned, with whatever the
 // attempt returned (T's zero value included). Only a call of type T uses
-// fn. Without it, such results are dropped as they are.
+// fn. Without it, such results are dropped as they are. The result that a
+// race of twins ends with, when its error is retried, is dropped as in a
+// call without hedging: an operation releases what it holds before it
+// returns an error that may be retried (as package httpclient drains and
+// closes the body of a response it retries).
 func Discard[T any](fn func(T)) CallOption { return discard[T](fn) }

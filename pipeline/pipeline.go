@@ -262,6 +262,7 @@ type keeper struct {
 	budget, attempt context.CancelFunc
 	own             *lazyCtx // ended with the others: a hedging race's first attempt's
 	once            sync.Once
+	hedge           int32 // a hedge's number in its race (2 for the first), for EventHedged; 0 if not a hedge
 }
 
 // release cancels the contexts kept; it may be called more than once, from

@@ -229,7 +229,8 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 func (r *race[T]) fire() {
 	c := &r.c
 	r.mu.Lock()
-	if r.over || r.phase.Load() == firstCut || r.due.sent > r.extra || r.ctx.Err() != nil || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
+	if phase := r.phase.Load(); r.over || phase == firstCut || phase == firstWon || r.due.sent > r.extra || r.ctx.Err() != nil ||
+		c.b.Check() != nil || !c.p.cfg.hedge.Take() {
 		r.mu.Unlock()
 		return
 	}
@@ -242,8 +243,9 @@ func (r *race[T]) fire() {
 }
 
 // launch starts hedge n (the race's n-th attempt) on a goroutine of its
-// own, which tells the listener first: a slow listener holds up its own
-// hedge, not the timer, which other calls' hedges wait for; r.mu is held.
+// own, which tells the listener once the gates have let it through: a
+// slow listener holds up its own hedge, not the timer, which other calls'
+// hedges wait for; r.mu is held.
 func (r *race[T]) launch(n int32) {
 	if r.results == nil {
 		// Room for the outcomes of the hedges most races send: one past
@@ -251,7 +253,7 @@ func (r *race[T]) launch(n int32) {
 		// every outcome. Not r.extra, which MaxExtra lets be any size.
 		r.results = make(chan outcome[T], min(r.extra, maxWaitingOutcomes))
 	}
-	hk := new(keeper)
+	hk := &keeper{hedge: n}
 	actx, cancel := context.WithCancel(context.WithValue(r.ctx, hedgeKey{}, r.c.p))
 	hk.budget = cancel
 	r.keepers = append(r.keepers, hk)
@@ -274,10 +276,11 @@ func (r *race[T]) launch(n int32) {
 			// very attempt's doing, and the first may yet succeed.
 			if (o.err == nil || o.panicked != nil || o.goexit) && r.phase.CompareAndSwap(firstRunning, firstCut) {
 				r.firstCtx.end() // the caller takes this answer once the first attempt returns
+			} else if o.err != nil && !o.goexit && o.panicked == nil && !resilience.Classify(o.err).Retryable() {
+				r.stopHedges() // but it does stop the next hedge
 			}
 			results <- o
 		}()
-		a.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(n), Delay: r.delay})
 		o.res, o.err = a.attempt(actx, true, r)
 		returned = true
 	}()
@@ -289,6 +292,10 @@ func (r *race[T]) launch(n int32) {
 func (r *race[T]) settle(o outcome[T]) bool {
 	if o.panicked != nil || o.goexit {
 		o.keep.release()
+		if r.have { // an answer that will not be returned
+			r.dispose(r.last)
+			r.have = false
+		}
 		r.abandon(nil)
 		if o.goexit {
 			runtime.Goexit()

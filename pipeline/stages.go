@@ -490,6 +490,7 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 		return res, err
 	}
 	if hedge {
+		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
 		return c.sent(ctx, info, held, nil)
 	}
 	if r != nil {
