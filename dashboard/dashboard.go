@@ -18,6 +18,9 @@
 // token of the page (bound to the user the authorizer names) in the
 // X-CSRF-Token header, from the same origin (net/http's
 // CrossOriginProtection); anything else is refused, and the page shows why.
+// A token is good for the Handler that made it (its key is its own, made
+// by New): behind a load balancer, serve the page and its controls from
+// one replica (sticky sessions, or each replica's own address).
 // Names (breaker names are often host names or methods, that is user
 // input) are escaped by html/template and set as text by the page, never
 // as markup. [AllowedHosts] refuses requests for other host names (DNS
@@ -92,7 +95,9 @@ func WithAuthorizer(a Authorizer) Option {
 }
 
 // Interval sets how often the page gets the state: a change shows within
-// it. Default 500 ms. It panics if d is not positive.
+// it and a quarter (the state, encoded once for all the pages open, is
+// sent to each for a quarter of it). Default 500 ms. It panics if d is
+// not positive.
 func Interval(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("dashboard: Interval(%v): d must be more than 0", d))
@@ -107,7 +112,8 @@ func Title(s string) Option {
 
 // AllowedHosts lists the host names the dashboard answers for (the
 // request's Host without its port, such as "dash.internal" or
-// "10.0.0.7"), compared without regard to case: a request for any other
+// "10.0.0.7"), compared without regard to case, the brackets of an IPv6
+// address ("[::1]" or "::1") or a final dot: a request for any other
 // host is refused with 421 Misdirected Request. It closes DNS rebinding,
 // a page of another site whose name resolves to the dashboard's address,
 // which the browser takes for the dashboard's own origin. Set it when
@@ -116,7 +122,7 @@ func Title(s string) Option {
 func AllowedHosts(hosts ...string) Option {
 	m := make(map[string]bool, len(hosts))
 	for _, h := range hosts {
-		m[strings.ToLower(h)] = true
+		m[hostName(h)] = true
 	}
 	return optionFunc(func(c *config) { c.hosts = m })
 }
@@ -129,6 +135,12 @@ type Handler struct {
 	origin *http.CrossOriginProtection
 	closed chan struct{} // closed by Close: the event streams end
 	close  sync.Once
+
+	mu       sync.Mutex
+	streams  map[*http.ResponseController]bool // the event streams being served, for Close to cut
+	event    []byte                            // the state as last sent to them, one event
+	eventAt  time.Time
+	building sync.Mutex // held while the event is encoded
 }
 
 // New returns a Handler for reg, read-only unless [WithAuthorizer] says
@@ -140,8 +152,8 @@ func New(reg *registry.Registry, opts ...Option) *Handler {
 			o.apply(&cfg)
 		}
 	}
-	h := &Handler{reg: reg, cfg: cfg, secret: []byte(rand.Text()), origin: http.NewCrossOriginProtection(), closed: make(chan struct{})}
-	return h
+	return &Handler{reg: reg, cfg: cfg, secret: []byte(rand.Text()), origin: http.NewCrossOriginProtection(), closed: make(chan struct{}),
+		streams: map[*http.ResponseController]bool{}}
 }
 
 // Close ends the event streams (api/events) being served, and any asked
@@ -150,9 +162,19 @@ func New(reg *registry.Registry, opts ...Option) *Handler {
 //
 //	srv.RegisterOnShutdown(h.Close)
 //
-// The page and the JSON API are served as before. It is safe to call
-// more than once.
-func (h *Handler) Close() { h.close.Do(func() { close(h.closed) }) }
+// A stream whose client has stopped reading (one gone without a word, or
+// asleep) is cut where its write waits. The page and the JSON API are
+// served as before. It is safe to call more than once.
+func (h *Handler) Close() {
+	h.close.Do(func() {
+		close(h.closed)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for rc := range h.streams {
+			_ = rc.SetWriteDeadline(time.Now())
+		}
+	})
+}
 
 // Errors of refused controls, matched with [errors.Is] on what the page
 // shows; their messages are the page's.
@@ -286,20 +308,36 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveEvents sends the state at once and then every interval, as
-// server-sent events, until the client goes.
+// server-sent events, until the client goes, the handler is closed (a
+// stream asked for after Close gets one event), or a write has waited
+// writeTimeout for a client that does not read.
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
+	h.mu.Lock()
+	h.streams[rc] = true
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.streams, rc)
+		h.mu.Unlock()
+	}()
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	noCache(hd)
 	t := time.NewTicker(h.cfg.interval)
 	defer t.Stop()
 	for {
-		b, err := json.Marshal(view(h.reg.Snapshot()))
+		b, err := h.state()
 		if err != nil {
 			return
 		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+		_ = rc.SetWriteDeadline(time.Now().Add(max(writeTimeout, 2*h.cfg.interval)))
+		select {
+		case <-h.closed: // a last event, within closeGrace, whether Close cut the stream before or after the line above
+			_ = rc.SetWriteDeadline(time.Now().Add(closeGrace))
+		default:
+		}
+		if _, err := w.Write(b); err != nil {
 			return
 		}
 		if rc.Flush() != nil {
@@ -313,6 +351,48 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		}
 	}
+}
+
+// writeTimeout is how long an event stream waits to write an event (or
+// two intervals, if longer) for a client that does not read; closeGrace,
+// once the handler is closed.
+const (
+	writeTimeout = 10 * time.Second
+	closeGrace   = time.Second
+)
+
+// state returns the state as one server-sent event: encoded once for
+// all the event streams, however many are open, and sent to each for a
+// quarter of an interval.
+func (h *Handler) state() ([]byte, error) {
+	if b := h.fresh(); b != nil {
+		return b, nil
+	}
+	h.building.Lock() // the streams that find it stale wait for one encoding
+	defer h.building.Unlock()
+	if b := h.fresh(); b != nil {
+		return b, nil
+	}
+	j, err := json.Marshal(view(h.reg.Snapshot())) // escapes the line breaks: one data line
+	if err != nil {
+		return nil, err
+	}
+	b := fmt.Appendf(make([]byte, 0, len(j)+8), "data: %s\n\n", j)
+	h.mu.Lock()
+	h.event, h.eventAt = b, time.Now()
+	h.mu.Unlock()
+	return b, nil
+}
+
+// fresh returns the event last encoded if it is to be sent still, else
+// nil.
+func (h *Handler) fresh() []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.event != nil && time.Since(h.eventAt) < h.cfg.interval/4 {
+		return h.event
+	}
+	return nil
 }
 
 // serveMode sets a breaker's mode: a POST of the form fields name and
@@ -351,7 +431,13 @@ func (h *Handler) hostAllowed(r *http.Request) bool {
 	if hn, _, err := net.SplitHostPort(host); err == nil {
 		host = hn
 	}
-	return h.cfg.hosts[strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))]
+	return h.cfg.hosts[hostName(host)]
+}
+
+// hostName is host (without its port) as AllowedHosts compares it: in
+// lower case, without the brackets of an IPv6 address or a final dot.
+func hostName(host string) string {
+	return strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
 }
 
 // allow checks a control request: its method, the origin, the form, the

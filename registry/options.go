@@ -20,7 +20,8 @@ type config struct {
 }
 
 // Interval sets how often the series behind sparklines take a point, and
-// the span of the rates (calls/s), and how many points they keep. Default
+// the span of the rates (calls/s) while someone looks, and how many points
+// they keep. Default
 // 1 s and 300 points: the last five minutes. It panics if d is not
 // positive or points is under 1.
 func Interval(d time.Duration, points int) Option {

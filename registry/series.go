@@ -10,29 +10,23 @@ func newSeries(points int) series {
 	return series{succ: make([]uint64, 0, points), fail: make([]uint64, 0, points), rej: make([]uint64, 0, points)}
 }
 
-// push adds a point, dropping the oldest beyond the capacity.
-func (s *series) push(succ, fail, rej uint64) {
-	s.succ = pushOne(s.succ, succ)
-	s.fail = pushOne(s.fail, fail)
-	s.rej = pushOne(s.rej, rej)
-}
-
-// spread adds k points that share the counts evenly, the remainders
-// in the last.
+// spread adds k points (at most the capacity) that share the counts
+// evenly, the remainders in the last, dropping the oldest beyond the
+// capacity.
 func (s *series) spread(k int, succ, fail, rej uint64) {
-	n := uint64(k)
-	for i := 1; i < k; i++ {
-		s.push(succ/n, fail/n, rej/n)
-	}
-	s.push(succ/n+succ%n, fail/n+fail%n, rej/n+rej%n)
+	s.succ = spreadOne(s.succ, k, succ)
+	s.fail = spreadOne(s.fail, k, fail)
+	s.rej = spreadOne(s.rej, k, rej)
 }
 
-func pushOne(xs []uint64, x uint64) []uint64 {
-	if len(xs) == cap(xs) {
-		copy(xs, xs[1:])
-		xs = xs[:len(xs)-1]
+func spreadOne(xs []uint64, k int, total uint64) []uint64 {
+	n := uint64(k)
+	k = min(k, cap(xs))                                // the points kept
+	xs = xs[:copy(xs, xs[max(len(xs)+k-cap(xs), 0):])] // the oldest out, in one move
+	for range k - 1 {
+		xs = append(xs, total/n)
 	}
-	return append(xs, x)
+	return append(xs, total/n+total%n)
 }
 
 // Series are counts per sampling interval, oldest first, for sparklines.

@@ -14,8 +14,9 @@ import (
 // moment.
 type Snapshot struct {
 	At time.Time
-	// Interval is the span of a series' point, and of the rates; Points
-	// how many points a series keeps.
+	// Interval is the span of a series' point, and of the rates while
+	// snapshots come at least that often; Points how many points a series
+	// keeps.
 	Interval  time.Duration
 	Points    int
 	Breakers  []BreakerState  // sorted by name
@@ -33,12 +34,15 @@ type BreakerState struct {
 }
 
 // PipelineState is a pipeline's state in a [Snapshot]. Rates are over the
-// last interval; totals since it was registered.
+// time since the series took its previous point: the last interval while
+// someone looks (a dashboard page open takes a snapshot every interval),
+// the whole pause after nobody has, whose counts its points then share.
+// Totals are since it was registered.
 type PipelineState struct {
 	Name    string
 	Breaker string // its breaker's name, "" if none
-	// CallsPerSec, AttemptsPerSec and HedgesPerSec are rates over the last
-	// interval; RetryRatio is retries per call over it.
+	// CallsPerSec, AttemptsPerSec and HedgesPerSec are rates since the
+	// previous point; RetryRatio is retries per call over that time.
 	CallsPerSec, AttemptsPerSec, HedgesPerSec, RetryRatio float64
 	// QuotaLeft is how many retries its retry quota allows now, -1 without
 	// a quota.

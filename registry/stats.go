@@ -12,9 +12,10 @@ import (
 
 // SampleEvery is how often, one call in about so many, the registry's
 // listener times a call for the latency quantiles: the call is chosen as
-// it starts (the first to start once an attempt count reached a multiple
-// of SampleEvery), whatever it then takes, and the others pay for no
-// clock read. If another listener of the pipeline wants the end of every
+// it starts (the first call, then the first after a random gap of 1 to
+// 2*SampleEvery-1 calls, so that a workload with a period does not have
+// the same kind of call timed each time), whatever it then takes, and
+// the others pay for no clock read. If another listener of the pipeline wants the end of every
 // call, every call is timed, and the quantiles are of all.
 const SampleEvery = tally.SampleEvery
 

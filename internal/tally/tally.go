@@ -43,7 +43,7 @@ func (c *Counts) Attempt(n int, err error) {
 		k = &c.firstOK
 	case err == nil:
 		k = &c.laterOK
-	case resilience.Classify(err) == resilience.ClassRejected: // not sent
+	case rejected(err): // not sent
 		if n == 1 {
 			k = &c.firstRefused
 		} else {
@@ -55,6 +55,14 @@ func (c *Counts) Attempt(n int, err error) {
 		k = &c.laterFailed
 	}
 	k.Add(1)
+}
+
+// rejected reports whether err is of class [resilience.ClassRejected]. An
+// error whose methods panic as it is classified is not: counting a call
+// does not change its outcome.
+func rejected(err error) (r bool) {
+	defer func() { _ = recover() }()
+	return resilience.Classify(err) == resilience.ClassRejected
 }
 
 // Call counts a call as it starts, and reports whether it is to be timed.
