@@ -47,16 +47,7 @@ func TestReview41_WaiterOfRightFingerprintBehindWrongOne(t *testing.T) {
 	if err := c.Complete(ctx, Record{Status: 201, Body: []byte("made")}); err != nil {
 		t.Fatal(err)
 	}
-	gate := make(chan struct{})
-	entered := make(chan struct{}, 1)
-	s.beginHook = func(ctx context.Context, n int64, _ string, _ Record) error {
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-gate
-		return nil
-	}
+	gate, entered := r41Gate(s)
 	done := make(chan error, 1)
 	go func() { _, _, err := g.Begin(ctx, "sc", "k", "A"); done <- err }() // a wrong payload with the key
 	<-entered
@@ -89,16 +80,7 @@ func TestReview41_WaiterOfRightFingerprintInProgressElsewhere(t *testing.T) {
 		t.Fatal(c, err)
 	}
 	defer c.Release(ctx)
-	gate := make(chan struct{})
-	entered := make(chan struct{}, 1)
-	s.beginHook = func(ctx context.Context, n int64, _ string, _ Record) error {
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-gate
-		return nil
-	}
+	gate, entered := r41Gate(s)
 	go func() { _, _, _ = g.Begin(ctx, "sc", "k", "A") }()
 	<-entered
 	got := make(chan error, 1)
@@ -436,4 +418,19 @@ func TestReview41_HeldKeyOtherFingerprint(t *testing.T) {
 	if !errors.Is(err, ErrKeyReused) {
 		t.Errorf("held key, other fingerprint: %v; the doc says refused as the key reused", err)
 	}
+}
+
+// r41Gate has s's Begins wait for gate to be closed; entered receives
+// once a Begin waits.
+func r41Gate(s *r41Store) (gate, entered chan struct{}) {
+	gate, entered = make(chan struct{}), make(chan struct{}, 1)
+	s.beginHook = func(context.Context, int64, string, Record) error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-gate
+		return nil
+	}
+	return gate, entered
 }

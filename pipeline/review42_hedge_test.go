@@ -91,29 +91,10 @@ func TestReview42MaxShareUnderConcurrency(t *testing.T) {
 		p := pipeline.New(pipeline.WithListener(&c),
 			pipeline.WithHedging(hedge.New(hedge.Delay(time.Millisecond), hedge.MaxExtra(3), hedge.MaxShare(share))))
 		const calls = 3000
-		var wg sync.WaitGroup
-		var ops atomic.Int64
-		start := make(chan struct{})
-		for range calls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				_, _ = pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
-					ops.Add(1)
-					select {
-					case <-ctx.Done():
-					case <-time.After(30 * time.Millisecond):
-					}
-					return 1, nil
-				})
-			}()
-		}
-		close(start)
-		wg.Wait()
+		ops := review42Storm(p, calls, 30*time.Millisecond)
 		limit := share*calls + 2
-		t.Logf("share %v: %d calls, %d hedges (events), %d operations run", share, calls, c.hedged.Load(), ops.Load())
-		if float64(c.hedged.Load()) > limit || float64(ops.Load()-calls) > limit {
+		t.Logf("share %v: %d calls, %d hedges (events), %d operations run", share, calls, c.hedged.Load(), ops)
+		if float64(c.hedged.Load()) > limit || float64(ops-calls) > limit {
 			t.Errorf("share %v: %d hedges for %d calls (limit %v)", share, c.hedged.Load(), calls, limit)
 		}
 	}
@@ -271,27 +252,7 @@ func TestReview42HedgedEventsAreSent(t *testing.T) {
 	p := pipeline.New(pipeline.WithListener(&c),
 		pipeline.WithHedging(hedge.New(hedge.Delay(time.Millisecond), hedge.MaxShare(1))))
 	const calls = 3000
-	var wg sync.WaitGroup
-	var ops atomic.Int64
-	start := make(chan struct{})
-	for range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, _ = pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
-				ops.Add(1)
-				select {
-				case <-ctx.Done():
-				case <-time.After(10 * time.Millisecond):
-				}
-				return 1, nil
-			})
-		}()
-	}
-	close(start)
-	wg.Wait()
-	sent := ops.Load() - calls
+	sent := review42Storm(p, calls, 10*time.Millisecond) - calls
 	t.Logf("EventHedged %d, hedges run %d", c.hedged.Load(), sent)
 	if c.hedged.Load() != sent {
 		t.Errorf("%d hedges reported, %d run", c.hedged.Load(), sent)
@@ -352,4 +313,29 @@ func TestReview42DiscardWhenHedgePanics(t *testing.T) {
 	if discarded.Load() != 1 {
 		t.Errorf("the first attempt's result was discarded %d times; want 1", discarded.Load())
 	}
+}
+
+// review42Storm makes calls through p at once, each operation answering
+// in d or when canceled, and returns how many operations ran (attempts
+// and hedges).
+func review42Storm(p *pipeline.Pipeline, calls int, d time.Duration) int64 {
+	var wg sync.WaitGroup
+	var ops atomic.Int64
+	start := make(chan struct{})
+	for range calls {
+		wg.Go(func() {
+			<-start
+			_, _ = pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+				ops.Add(1)
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
+				return 1, nil
+			})
+		})
+	}
+	close(start)
+	wg.Wait()
+	return ops.Load()
 }
