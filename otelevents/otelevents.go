@@ -92,6 +92,14 @@
 //
 // Nothing in the Tracer is particular to HTTP: over gRPC, or any
 // operation, the attempt's context carries its span in the same way.
+//
+// Spans start and end on the call's goroutine, within its time budget, so
+// the span processors run there too: give the TracerProvider a batching
+// processor (sdktrace.WithBatcher), which only queues a span as it ends,
+// never a synchronous one (WithSyncer) that exports it there (a 20 ms
+// export per span fails a 30 ms budget that the call alone meets). A call
+// whose context has ended before it starts is not run, and has no span;
+// a Listener counts it, canceled.
 package otelevents
 
 import (
@@ -113,16 +121,18 @@ import (
 // duration is recorded on the histogram as it ends (every call's, or a
 // sample's: [SampleDurations]), with an attribute set made once per
 // dependency and outcome. Recording an event allocates nothing. It is
-// safe for concurrent use.
+// safe for concurrent use. It keeps each dependency name it has seen
+// (about 2 KB each) for its life: name pipelines after a bounded set of
+// dependencies, not after, say, every host or URL, whose metrics the SDK
+// would cap anyway (2,000 data points an instrument by default).
 type Listener struct {
 	calls, attempts, retries, giveups, rejections metric.Int64ObservableCounter
 	duration                                      metric.Float64Histogram
 	state                                         metric.Int64Gauge
 	below                                         uint64 // SampleDurations: a call is timed if a random uint64 is below; 0: every call
 
-	mu   sync.Mutex                      // adds a dependency
-	deps atomic.Pointer[map[string]*dep] // by name; copied on write
-	last atomic.Pointer[dep]             // the last one looked up: most events are of the dependency before
+	deps sync.Map            // name -> *dep
+	last atomic.Pointer[dep] // the last one looked up: most events are of the dependency before
 }
 
 // classes is the number of resilience.Class values.
@@ -173,28 +183,12 @@ func (l *Listener) of(name string) *dep {
 
 // lookup returns the dependency called name, made if it is new.
 func (l *Listener) lookup(name string) *dep {
-	if m := l.deps.Load(); m != nil {
-		if d, ok := (*m)[name]; ok {
-			l.last.Store(d)
-			return d
-		}
+	v, ok := l.deps.Load(name)
+	if !ok {
+		v, _ = l.deps.LoadOrStore(name, newDep(name))
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	old := map[string]*dep{}
-	if m := l.deps.Load(); m != nil {
-		if d, ok := (*m)[name]; ok {
-			return d
-		}
-		old = *m
-	}
-	next := make(map[string]*dep, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	d := newDep(name)
-	next[name] = d
-	l.deps.Store(&next)
+	d := v.(*dep)
+	l.last.Store(d)
 	return d
 }
 
@@ -278,16 +272,13 @@ func New(mp metric.MeterProvider, opts ...Option) (*Listener, error) {
 // observe hands the counts to a reader: each data point that has counted
 // something, as a synchronous counter would have made it.
 func (l *Listener) observe(_ context.Context, o metric.Observer) error {
-	m := l.deps.Load()
-	if m == nil {
-		return nil
-	}
 	put := func(c metric.Int64ObservableCounter, n *atomic.Int64, set metric.MeasurementOption) {
 		if v := n.Load(); v > 0 {
 			o.ObserveInt64(c, v, set)
 		}
 	}
-	for _, d := range *m {
+	l.deps.Range(func(_, v any) bool {
+		d := v.(*dep)
 		for c := range classes {
 			put(l.calls, &d.calls[c], d.outcome[c])
 			put(l.attempts, &d.attempts[c], d.outcome[c])
@@ -297,7 +288,8 @@ func (l *Listener) observe(_ context.Context, o metric.Observer) error {
 		}
 		put(l.retries, &d.retries, d.set)
 		put(l.rejections, &d.rejections, d.set)
-	}
+		return true
+	})
 	return nil
 }
 

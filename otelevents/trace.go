@@ -115,10 +115,13 @@ func (t *Tracer) dependency(name string) *dependency {
 	}
 	d.attrs = append(d.attrs, t.attrs...)
 	d.start = []trace.SpanStartOption{kindInternal, trace.WithAttributes(d.attrs...)}
-	if t.ndeps.Load() < maxDependencies {
-		if _, loaded := t.deps.LoadOrStore(name, d); !loaded {
-			t.ndeps.Add(1)
-		}
+	if t.ndeps.Add(1) > maxDependencies { // a place taken before the name is kept: never more
+		t.ndeps.Add(-1)
+		return d
+	}
+	if kept, loaded := t.deps.LoadOrStore(name, d); loaded {
+		t.ndeps.Add(-1)
+		return kept.(*dependency)
 	}
 	return d
 }
@@ -168,10 +171,12 @@ func (c *call) End(err error) {
 
 // end ends span with the outcome of err, recorded as an exception event if
 // not nil, and the status Error if the class of err is a failure that is
-// not the caller's doing (see the package doc).
+// not the caller's doing (see the package doc). The span ends even if
+// err's methods panic.
 func end(span trace.Span, err error) {
+	defer span.End()
 	if span.IsRecording() {
-		class := resilience.Classify(err)
+		class := classOf(err)
 		span.SetAttributes(keyOutcome.String(class.String()))
 		if err != nil {
 			span.RecordError(err)
@@ -180,7 +185,6 @@ func end(span trace.Span, err error) {
 			}
 		}
 	}
-	span.End()
 }
 
 // ms returns d in milliseconds.

@@ -453,6 +453,9 @@ func (c *call[T]) hedge(ctx context.Context) (T, error) {
 		if d, ok := h.After(); ok {
 			r := newRace(c, ctx, d)
 			res, err := r.run()
+			if !r.alone {
+				c.s.raced(err)
+			}
 			c.shared = c.shared || !r.alone
 			c.refused = r.refused
 			return res, err
@@ -470,7 +473,6 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 		return c.timeout(ctx)
 	}
 	gates := c.p.cfg.gates
-	info := c.s.start(hedge)
 	held, refusal, err := acquire(ctx, gates, c.opts.waited)
 	if err == nil && hedge && (ctx.Err() != nil || r.phase.Load() == firstWon) {
 		release(gates, held, context.Canceled) // its slot came as its twin won: not sent
@@ -486,9 +488,10 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 		}
 	}
 	if err != nil {
-		c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: info.Number, Err: err})
+		c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: c.s.next(), Err: err})
 		return res, err
 	}
+	info := c.s.start(hedge) // numbered as it is sent: an attempt refused at the gates takes no number
 	if hedge {
 		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
 		return c.sent(ctx, info, held, nil)

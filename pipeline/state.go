@@ -22,6 +22,7 @@ type state struct {
 	mu      sync.Mutex       // hedged attempts run at once: for the tracer's fields
 	over    bool             // the call's span has ended: no attempt's starts
 	hasEnd  bool             // an attempt ended, while tracing: lastEnd is set
+	decided bool             // a race's answer is lastErr, until the next attempt not a hedge starts
 	lastEnd monotime.Reading // when the last attempt ended, while tracing
 	lastErr error
 }
@@ -38,6 +39,9 @@ func (s *state) start(hedge bool) resilience.AttemptInfo {
 	a.State = s.p.cfg.breaker.State()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !hedge {
+		s.decided = false
+	}
 	if !hedge && s.hasEnd {
 		a.Delay = monotime.Since(s.lastEnd)
 		if hint, ok := resilience.RetryAfterHint(s.lastErr); ok && s.p.cfg.retry != nil {
@@ -70,14 +74,38 @@ func (s *state) end(err error) {
 	safe.EndCall(s.trace, err)
 }
 
-// ended records the end of an attempt, for the tracer.
+// ended records the end of an attempt, for the tracer; not that of a
+// hedge that ends after its race was decided (raced).
 func (s *state) ended(err error) {
 	if s == nil || s.trace == nil {
 		return
 	}
 	s.mu.Lock()
-	s.lastEnd, s.lastErr, s.hasEnd = monotime.Now(), err, true
+	if !s.decided {
+		s.lastEnd, s.lastErr, s.hasEnd = monotime.Now(), err, true
+	}
 	s.mu.Unlock()
+}
+
+// raced records the answer of a race of hedges, for the tracer: the error
+// that the retry stage acts on (the longest retry-after hint of the race's
+// failures), not that of the last attempt to end.
+func (s *state) raced(err error) {
+	if s == nil || s.trace == nil {
+		return
+	}
+	s.mu.Lock()
+	s.lastEnd, s.lastErr, s.hasEnd, s.decided = monotime.Now(), err, true, true
+	s.mu.Unlock()
+}
+
+// next returns the number the next attempt would take, for the event of
+// one refused before it was sent.
+func (s *state) next() int {
+	if s == nil {
+		return 0
+	}
+	return int(s.n.Load()) + 1
 }
 
 // errPanicked is what the tracer and the adaptive stages are told of an
