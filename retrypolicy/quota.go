@@ -89,13 +89,40 @@ func (q *Quota) deposit() {
 
 // withdraw takes one retry from the quota and reports whether there was
 // one. Concurrent withdrawals never take more than the quota allows: each
-// counts its retry only by a compare-and-swap made after its check.
+// counts its retry only by a compare-and-swap made after its check, and
+// then checks again the window of the clock's bucket, which may have moved
+// on meanwhile (and another withdrawal checked that window before this
+// one's retry was in it), and gives its retry back if that window is
+// over: two withdrawals on either side of a bucket's end may then both
+// give theirs back, never both keep them.
 func (q *Quota) withdraw() bool {
+	_, ok := q.take()
+	return ok
+}
+
+// take is withdraw, which also returns the bucket the retry was counted
+// in, for refund.
+func (q *Quota) take() (bucket int64, ok bool) {
 	if !q.limited {
-		return true
+		return 0, true
 	}
 	e := q.clock.Now(&q.calls)
-	return q.retries.AddIf(e, func(uint64) bool { return q.available(e) >= 1 })
+	if !q.retries.AddIf(e, func(uint64) bool { return q.available(e) >= 1 }) {
+		return 0, false
+	}
+	if q.available(q.clock.Epoch()) < 0 {
+		q.retries.Remove(e)
+		return 0, false
+	}
+	return e, true
+}
+
+// refund gives back a retry taken in bucket, that was not made (its caller
+// left as it waited to send it), if the window still counts it.
+func (q *Quota) refund(bucket int64) {
+	if q.limited {
+		q.retries.Remove(bucket)
+	}
 }
 
 // Take takes one retry from the quota, as a retry or a hedge that it

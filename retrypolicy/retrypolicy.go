@@ -67,7 +67,9 @@ func (outOfTime) Is(target error) bool { return target == context.DeadlineExceed
 // Error is what [Do] returns when it gives up. It wraps both the reason and
 // the last attempt's error, so [errors.Is] and [errors.As] see both.
 type Error struct {
-	// Attempts is how many times the operation ran.
+	// Attempts is how many times the operation was tried: in a pipeline,
+	// an attempt that the pipeline's own gates (throttle, concurrency
+	// limit) refused before it was sent counts.
 	Attempts int
 	// Reason is why the loop stopped: [ErrMaxAttempts], [ErrNotRetryable],
 	// [ErrOutOfTime], [ErrQuotaExhausted], [context.Canceled], or a
@@ -296,11 +298,18 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 				return res, cfg.stopped(attempt, gerr, err)
 			}
 		}
-		if cfg.quota != nil && !cfg.quota.withdraw() {
-			return res, cfg.giveUp(attempt, ErrQuotaExhausted, err)
+		var bucket int64
+		if cfg.quota != nil {
+			var ok bool
+			if bucket, ok = cfg.quota.take(); !ok {
+				return res, cfg.giveUp(attempt, ErrQuotaExhausted, err)
+			}
 		}
 		cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: attempt, Delay: delay, Err: err})
 		if serr := cfg.sleep(ctx, delay); serr != nil {
+			if cfg.quota != nil {
+				cfg.quota.refund(bucket) // not made
+			}
 			reason := serr
 			if ctx.Err() != nil {
 				reason = stopReason(ctx)

@@ -20,7 +20,8 @@ const (
 	countBits = 64 - tagBits
 	countMask = 1<<countBits - 1
 	tagMask   = 1<<tagBits - 1
-	maxEvery  = 64 // most events between clock reads of Tick
+	maxEvery  = 64      // most events between clock reads of Tick
+	staleSpan = 1 << 20 // buckets: a slot this much ahead of a caller's bucket, or less, is newer than it, not wrapped around
 )
 
 // Ring counts events per bucket of time, over the last [Buckets] buckets.
@@ -83,13 +84,18 @@ func (r *Ring) Add(e int64) uint64 {
 }
 
 // AddIf counts one in bucket e if ok, given the bucket's count before it,
-// returns true; it returns false, counting nothing, when ok says no. ok is
-// asked again if another goroutine changed the bucket meanwhile, so that
-// concurrent callers never count past what ok allows.
+// returns true; it returns false, counting nothing, when ok says no, or
+// when e's slot already counts a bucket a window or more after e (a
+// caller that read e, then waited that long). ok is asked again if
+// another goroutine changed the bucket meanwhile, so that concurrent
+// callers never count past what ok allows.
 func (r *Ring) AddIf(e int64, ok func(before uint64) bool) bool {
 	slot := &r[e%Buckets]
 	for {
 		old := slot.Load()
+		if d := int64(int32(uint32(uint64(e) - old>>countBits))); d <= -Buckets && d > -staleSpan {
+			return false // e was read a window or more ago: its count would wipe out a newer bucket's
+		}
 		var before uint64
 		if age(old, e) == 0 {
 			before = old & countMask

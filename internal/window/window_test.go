@@ -31,3 +31,37 @@ func TestTickSeesANewBucketWithinMaxEveryEvents(t *testing.T) {
 		}
 	})
 }
+
+// A caller that read its bucket a window or more ago (stalled, on a
+// loaded machine) counts nothing with AddIf, and leaves the newer bucket
+// in its slot as it was; a slot whose bucket is older by a window or more
+// (or wrapped around) is reset.
+func TestAddIfNeverMovesASlotBack(t *testing.T) {
+	yes := func(uint64) bool { return true }
+	tests := []struct {
+		name        string
+		slot, e     int64 // the bucket the slot counts, the caller's
+		ok          bool
+		at          int64 // the bucket to read
+		count, left uint64
+	}{
+		{name: "a window behind", slot: 20, e: 10, ok: false, at: 20, count: 2},
+		{name: "far behind", slot: 500_008, e: 8, ok: false, at: 500_008, count: 2},
+		{name: "same bucket", slot: 30, e: 30, ok: true, at: 30, count: 3},
+		{name: "an older slot", slot: 30, e: 40, ok: true, at: 40, count: 1},
+		{name: "wrapped around", slot: 10, e: 10 + 1<<32 - 1<<21 + 6, ok: true, at: 10 + 1<<32 - 1<<21 + 6, count: 1}, // its tag seems 2^21 ahead
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r Ring
+			r.Add(tt.slot)
+			r.Add(tt.slot)
+			if got := r.AddIf(tt.e, yes); got != tt.ok {
+				t.Errorf("AddIf(%d) on a slot of bucket %d = %v, want %v", tt.e, tt.slot, got, tt.ok)
+			}
+			if got := r.At(tt.at); got != tt.count {
+				t.Errorf("bucket %d counts %d, want %d", tt.at, got, tt.count)
+			}
+		})
+	}
+}

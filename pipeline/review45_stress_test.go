@@ -1,0 +1,70 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/resilience"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"go.uber.org/goleak"
+)
+
+// Real time, -race: 2000 calls through budget, breaker (WaitWhenOpen),
+// retry with a quota and Retry-After hints, some canceled mid-call; every
+// call ends within its budget plus a margin, never makes more attempts
+// than MaxAttempts, a success is never turned into an error, and nothing
+// is left running.
+func TestReview45PipelineStress(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	q := retrypolicy.NewQuota(0.2, 50, time.Second)
+	b := breaker.New("st45", breaker.ConsecutiveFailures(5), breaker.OpenTimeout(20*time.Millisecond))
+	p := New(WithTimeBudget(300*time.Millisecond), WithBreaker(b), WaitWhenOpen(),
+		WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(4), retrypolicy.BaseDelay(5*time.Millisecond), retrypolicy.MaxDelay(50*time.Millisecond), retrypolicy.WithQuota(q))),
+		WithAttemptTimeout(100*time.Millisecond))
+	var late, over, lost atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 2000 {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 500 * time.Microsecond)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if i%7 == 0 {
+				time.AfterFunc(time.Duration(rand.IntN(50))*time.Millisecond, cancel)
+			}
+			n := 0
+			succeeded := false
+			start := time.Now()
+			_, err := Do(ctx, p, func(ctx context.Context) (int, error) {
+				n++
+				time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+				switch r := rand.IntN(10); {
+				case r < 3:
+					return 0, resilience.RetryAfter(errors.New("busy"), time.Duration(rand.Int64N(int64(time.Second))))
+				case r < 5:
+					return 0, errors.New("blip")
+				}
+				succeeded = true
+				return 1, nil
+			})
+			if time.Since(start) > 300*time.Millisecond+100*time.Millisecond {
+				late.Add(1)
+			}
+			if n > 4 {
+				over.Add(1)
+			}
+			if succeeded && err != nil {
+				lost.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if late.Load()+over.Load()+lost.Load() > 0 {
+		t.Errorf("late %d, over MaxAttempts %d, success lost %d", late.Load(), over.Load(), lost.Load())
+	}
+}
