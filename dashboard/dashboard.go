@@ -44,6 +44,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
@@ -137,8 +138,8 @@ type Handler struct {
 	close  sync.Once
 
 	mu       sync.Mutex
-	streams  map[*http.ResponseController]bool // the event streams being served, for Close to cut
-	event    []byte                            // the state as last sent to them, one event
+	streams  map[*stream]bool // the event streams being served, for Close to cut
+	event    []byte           // the state as last sent to them, one event
 	eventAt  time.Time
 	building sync.Mutex // held while the event is encoded
 }
@@ -153,7 +154,7 @@ func New(reg *registry.Registry, opts ...Option) *Handler {
 		}
 	}
 	return &Handler{reg: reg, cfg: cfg, secret: []byte(rand.Text()), origin: http.NewCrossOriginProtection(), closed: make(chan struct{}),
-		streams: map[*http.ResponseController]bool{}}
+		streams: map[*stream]bool{}}
 }
 
 // Close ends the event streams (api/events) being served, and any asked
@@ -162,18 +163,28 @@ func New(reg *registry.Registry, opts ...Option) *Handler {
 //
 //	srv.RegisterOnShutdown(h.Close)
 //
-// A stream whose client has stopped reading (one gone without a word, or
-// asleep) is cut where its write waits. The page and the JSON API are
-// served as before. It is safe to call more than once.
+// A stream between two events ends at once, cleanly; one writing an
+// event has closeGrace (1 s) to finish it, and is then cut: a client that
+// has stopped reading (one gone without a word, or asleep) holds up
+// Shutdown for a second at most. The page and the JSON API are served as
+// before. It is safe to call more than once.
 func (h *Handler) Close() {
 	h.close.Do(func() {
 		close(h.closed)
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		for rc := range h.streams {
-			_ = rc.SetWriteDeadline(time.Now())
+		for st := range h.streams {
+			if st.writing.Load() {
+				_ = st.rc.SetWriteDeadline(time.Now().Add(closeGrace))
+			}
 		}
 	})
+}
+
+// stream is an event stream being served.
+type stream struct {
+	rc      *http.ResponseController
+	writing atomic.Bool // an event is being written
 }
 
 // Errors of refused controls, matched with [errors.Is] on what the page
@@ -312,13 +323,13 @@ func (h *Handler) serveState(w http.ResponseWriter, r *http.Request) {
 // stream asked for after Close gets one event), or a write has waited
 // writeTimeout for a client that does not read.
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
-	rc := http.NewResponseController(w)
+	st := &stream{rc: http.NewResponseController(w)}
 	h.mu.Lock()
-	h.streams[rc] = true
+	h.streams[st] = true
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
-		delete(h.streams, rc)
+		delete(h.streams, st)
 		h.mu.Unlock()
 	}()
 	hd := w.Header()
@@ -331,16 +342,7 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		_ = rc.SetWriteDeadline(time.Now().Add(max(writeTimeout, 2*h.cfg.interval)))
-		select {
-		case <-h.closed: // a last event, within closeGrace, whether Close cut the stream before or after the line above
-			_ = rc.SetWriteDeadline(time.Now().Add(closeGrace))
-		default:
-		}
-		if _, err := w.Write(b); err != nil {
-			return
-		}
-		if rc.Flush() != nil {
+		if !h.send(st, w, b) {
 			return
 		}
 		select {
@@ -353,11 +355,30 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// send writes event b to st, within writeTimeout (two intervals, if
+// longer), or closeGrace once the handler is closed, and reports whether
+// it went out.
+func (h *Handler) send(st *stream, w http.ResponseWriter, b []byte) bool {
+	st.writing.Store(true)
+	defer st.writing.Store(false)
+	_ = st.rc.SetWriteDeadline(time.Now().Add(max(writeTimeout, 2*h.cfg.interval)))
+	select {
+	case <-h.closed: // whether Close saw this write or not
+		_ = st.rc.SetWriteDeadline(time.Now().Add(closeGrace))
+	default:
+	}
+	if _, err := w.Write(b); err != nil {
+		return false
+	}
+	return st.rc.Flush() == nil
+}
+
 // writeTimeout is how long an event stream waits to write an event (or
-// two intervals, if longer) for a client that does not read; closeGrace,
-// once the handler is closed.
+// two intervals, if longer) for a client that does not read (behind what
+// the socket's buffers hold already); closeGrace, once the handler is
+// closed.
 const (
-	writeTimeout = 10 * time.Second
+	writeTimeout = time.Minute
 	closeGrace   = time.Second
 )
 
@@ -373,13 +394,14 @@ func (h *Handler) state() ([]byte, error) {
 	if b := h.fresh(); b != nil {
 		return b, nil
 	}
-	j, err := json.Marshal(view(h.reg.Snapshot())) // escapes the line breaks: one data line
+	snap := h.reg.Snapshot()
+	j, err := json.Marshal(view(snap)) // escapes the line breaks: one data line
 	if err != nil {
 		return nil, err
 	}
 	b := fmt.Appendf(make([]byte, 0, len(j)+8), "data: %s\n\n", j)
 	h.mu.Lock()
-	h.event, h.eventAt = b, time.Now()
+	h.event, h.eventAt = b, snap.At // its age counts from the state's, not from its encoding's end
 	h.mu.Unlock()
 	return b, nil
 }

@@ -40,6 +40,7 @@ type race[T any] struct {
 	first    keeper
 	firstCtx *lazyCtx     // allocated with r, unless r is reused (spareHedged): its operation may keep it
 	phase    atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
+	decided  atomic.Bool  // an attempt failed with an error not retried: no more hedges
 	over     bool         // no more hedges; under mu
 	have     bool         // last is set
 	alone    bool         // no hedge was or will be sent: no other goroutine has seen r's call
@@ -229,7 +230,7 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 func (r *race[T]) fire() {
 	c := &r.c
 	r.mu.Lock()
-	if phase := r.phase.Load(); r.over || phase == firstCut || phase == firstWon || r.due.sent > r.extra || r.ctx.Err() != nil ||
+	if phase := r.phase.Load(); r.over || phase == firstCut || phase == firstWon || r.decided.Load() || r.due.sent > r.extra || r.ctx.Err() != nil ||
 		c.b.Check() != nil || !c.p.cfg.hedge.Take() {
 		r.mu.Unlock()
 		return
@@ -276,8 +277,8 @@ func (r *race[T]) launch(n int32) {
 			// very attempt's doing, and the first may yet succeed.
 			if (o.err == nil || o.panicked != nil || o.goexit) && r.phase.CompareAndSwap(firstRunning, firstCut) {
 				r.firstCtx.end() // the caller takes this answer once the first attempt returns
-			} else if o.err != nil && !o.goexit && o.panicked == nil && !resilience.Classify(o.err).Retryable() {
-				r.stopHedges() // but it does stop the next hedge
+			} else if r.decided.Load() {
+				r.stopHedges() // but it does stop the next hedge (see call.sent)
 			}
 			results <- o
 		}()

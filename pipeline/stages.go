@@ -474,8 +474,8 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 	}
 	gates := c.p.cfg.gates
 	held, refusal, err := acquire(ctx, gates, c.opts.waited)
-	if err == nil && hedge && (ctx.Err() != nil || r.phase.Load() == firstWon) {
-		release(gates, held, context.Canceled) // its slot came as its twin won: not sent
+	if err == nil && hedge && (ctx.Err() != nil || r.phase.Load() == firstWon || r.decided.Load()) {
+		release(gates, held, context.Canceled) // its slot came as its race was decided: not sent
 		return res, context.Canceled
 	}
 	if err == nil {
@@ -493,8 +493,7 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 	}
 	info := c.s.start(hedge) // numbered as it is sent: an attempt refused at the gates takes no number
 	if hedge {
-		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
-		return c.sent(ctx, info, held, nil)
+		return c.sent(ctx, info, held, r)
 	}
 	if r != nil {
 		r.arm()
@@ -541,6 +540,9 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	if !ok {
 		return res, context.Canceled
 	}
+	if info.Hedge {
+		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
+	}
 	var start monotime.Reading
 	learns := c.p.cfg.hedge.Learns()
 	if learns {
@@ -550,7 +552,10 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	defer func() { c.attemptEnded(ctx, err, returned, held, end) }()
 	res, err = c.timeout(ctx)
 	returned = true
-	if r != nil {
+	if r != nil && err != nil && !retryable(err) {
+		r.decided.Store(true) // before its slot is given back (attemptEnded): no hedge queued for it is sent
+	}
+	if r != nil && !info.Hedge {
 		// Returned: from now on a hedge that ends cannot cut this attempt,
 		// whatever the gates and the tracer take to hear of it, and one not
 		// yet sent will not be if this one won.
@@ -668,3 +673,11 @@ func (e *attemptTimeoutError) Error() string {
 }
 
 func (e *attemptTimeoutError) Unwrap() []error { return e.errs[:] } // no allocation per unwrap
+
+// retryable reports whether err's class is retried; an error whose
+// methods panic as it is classified is taken for one (it stops nothing).
+func retryable(err error) (ok bool) {
+	ok = true
+	defer func() { _ = recover() }()
+	return resilience.Classify(err).Retryable()
+}

@@ -20,6 +20,9 @@ func (s *series) spread(k int, succ, fail, rej uint64) {
 }
 
 func spreadOne(xs []uint64, k int, total uint64) []uint64 {
+	if k < 1 {
+		return xs
+	}
 	n := uint64(k)
 	k = min(k, cap(xs))                                // the points kept
 	xs = xs[:copy(xs, xs[max(len(xs)+k-cap(xs), 0):])] // the oldest out, in one move
