@@ -141,6 +141,7 @@ type Handler struct {
 	streams  map[*stream]bool // the event streams being served, for Close to cut
 	event    []byte           // the state as last sent to them, one event
 	eventAt  time.Time
+	gen      uint64     // events encoded
 	building sync.Mutex // held while the event is encoded
 }
 
@@ -384,14 +385,23 @@ const (
 
 // state returns the state as one server-sent event: encoded once for
 // all the event streams, however many are open, and sent to each for a
-// quarter of an interval.
+// quarter of an interval; the streams that find it stale as it is being
+// encoded wait for that encoding and take it, whatever it took.
 func (h *Handler) state() ([]byte, error) {
-	if b := h.fresh(); b != nil {
+	h.mu.Lock()
+	b, gen := h.fresh(), h.gen
+	h.mu.Unlock()
+	if b != nil {
 		return b, nil
 	}
-	h.building.Lock() // the streams that find it stale wait for one encoding
+	h.building.Lock()
 	defer h.building.Unlock()
-	if b := h.fresh(); b != nil {
+	h.mu.Lock()
+	if h.gen != gen { // encoded while this one waited
+		b = h.event
+	}
+	h.mu.Unlock()
+	if b != nil {
 		return b, nil
 	}
 	snap := h.reg.Snapshot()
@@ -399,18 +409,17 @@ func (h *Handler) state() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := fmt.Appendf(make([]byte, 0, len(j)+8), "data: %s\n\n", j)
+	b = fmt.Appendf(make([]byte, 0, len(j)+8), "data: %s\n\n", j)
 	h.mu.Lock()
 	h.event, h.eventAt = b, snap.At // its age counts from the state's, not from its encoding's end
+	h.gen++
 	h.mu.Unlock()
 	return b, nil
 }
 
 // fresh returns the event last encoded if it is to be sent still, else
-// nil.
+// nil; h.mu is held.
 func (h *Handler) fresh() []byte {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.event != nil && time.Since(h.eventAt) < h.cfg.interval/4 {
 		return h.event
 	}

@@ -45,3 +45,39 @@ func TestReview46_EventStampedAfterEncoding(t *testing.T) {
 		t.Errorf("an event can be sent %v after its snapshot, more than twice the quarter interval", lag+h.cfg.interval/4)
 	}
 }
+
+// Streams that find the event stale at once wait for one encoding and
+// take it, even when encoding takes longer than a quarter interval (500
+// breakers, 1 ms interval): before, each waiter found the new event
+// already stale and encoded its own, one after the other, and a page of
+// 200 got no event in a second under the race detector.
+func TestStreamsStaleAtOnceShareOneEncoding(t *testing.T) {
+	reg := registry.New()
+	var bs []*breaker.Breaker
+	for i := range 500 {
+		b := breaker.New(fmt.Sprintf("b-%05d-%s", i, strings.Repeat("y", 50)))
+		_ = reg.AddBreaker(b)
+		bs = append(bs, b)
+	}
+	defer runtime.KeepAlive(bs)
+	h := New(reg, Interval(time.Millisecond))
+	start := make(chan struct{})
+	done := make(chan struct{})
+	for range 20 {
+		go func() {
+			<-start
+			_, _ = h.state()
+			done <- struct{}{}
+		}()
+	}
+	close(start)
+	for range 20 {
+		<-done
+	}
+	h.mu.Lock()
+	gen := h.gen
+	h.mu.Unlock()
+	if gen > 3 { // one, and one or two more for goroutines that came after it was sent
+		t.Errorf("20 streams stale at once made %d encodings", gen)
+	}
+}
