@@ -29,7 +29,13 @@
 // was not processed is not stored, and the key is freed: the codes that
 // map to HTTP 429, 502, 503 and 504 (RESOURCE_EXHAUSTED, UNAVAILABLE,
 // DEADLINE_EXCEEDED; see [HTTPStatus] and idempotency.ReleaseStatus),
-// CANCELED, and a handler that panicked.
+// CANCELED, ABORTED (gRPC's "retry at a higher level": the call did not
+// take effect, as a lower hop's "in progress" that the handler passes
+// on), and a handler that panicked.
+//
+// With package grpcsignal's interceptor, put this one outside it (before
+// it in grpc.ChainUnaryInterceptor's list), so that what is stored and
+// replayed is what the client was answered, the signal included.
 //
 // Only unary calls are covered; streams pass through.
 package grpcidempotency

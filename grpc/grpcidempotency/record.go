@@ -40,8 +40,11 @@ func record(claim *idempotency.Claim, sts *capture, resp any, err error, types *
 	rec := idempotency.Record{Header: sts.stored()}
 	if err != nil {
 		st := grpcstatus.Convert(err)
-		if st.Code() == codes.Canceled {
-			claim.Abandon() // the handler stopped for its caller: nothing committed
+		switch st.Code() {
+		case codes.Canceled: // the handler stopped for its caller: nothing committed
+			claim.Abandon()
+		case codes.Aborted: // gRPC's "retry at a higher level", such as a hop's in progress: not a final answer
+			claim.Abandon()
 		}
 		rec.Body, _ = proto.Marshal(st.Proto())
 		rec.Header.Set(codeHeader, strconv.Itoa(int(st.Code())))
