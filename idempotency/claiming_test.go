@@ -143,3 +143,45 @@ func TestBeginsOfAKeyBeingClaimedGetItsAnswer(t *testing.T) {
 		})
 	}
 }
+
+// saveDown is a store whose saves fail while down is set.
+type saveDown struct {
+	idempotency.Store
+	down atomic.Bool
+}
+
+func (s *saveDown) Complete(ctx context.Context, key string, claim, result idempotency.Record, ttl time.Duration) error {
+	if s.down.Load() {
+		return errors.New("store down")
+	}
+	return s.Store.Complete(ctx, key, claim, result, ttl)
+}
+
+// TestCompleteLaterHoldsTheAnswerOneTryAtMost: with the store's saves
+// failing, CompleteLater returns after the first try, not after the
+// lease's worth of retries that Complete makes; the save goes on, and
+// once the store is back the result is saved and replayed: one run.
+func TestCompleteLaterHoldsTheAnswerOneTryAtMost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		store := &saveDown{Store: idempotency.NewMemoryStore(0)}
+		var ev events
+		g := idempotency.NewGuard(store, quiet(&ev, idempotency.Lease(3*time.Second), idempotency.StoreTimeout(100*time.Millisecond))...)
+		claim, _, err := g.Begin(ctx, "alice", "k", "fp")
+		require.NoError(t, err)
+		store.down.Store(true)
+		start := time.Now()
+		claim.CompleteLater(ctx, idempotency.Record{Status: 201, Body: []byte("order 1")})
+		assert.Less(t, time.Since(start), 100*time.Millisecond, "held for one try, not the lease")
+		_, _, err = g.Begin(ctx, "alice", "k", "fp")
+		assert.ErrorIs(t, err, idempotency.ErrInProgress, "the key held while the save goes on")
+		time.Sleep(time.Second)
+		store.down.Store(false)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		_, stored, err := g.Begin(ctx, "alice", "k", "fp")
+		require.NoError(t, err)
+		require.NotNil(t, stored, "saved once the store was back")
+		assert.Equal(t, "order 1", string(stored.Body))
+	})
+}

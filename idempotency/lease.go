@@ -134,6 +134,28 @@ func (c *Claim) Complete(ctx context.Context, result Record) error {
 	return c.complete(ctx, result, nil)
 }
 
+// CompleteLater is [Claim.Complete] for a transport that cannot send its
+// answer before its handler returns, such as a gRPC unary call: it returns
+// once the result is saved (or the key freed), or once a first try to do
+// so has failed, within one [StoreTimeout]; the save then goes on, on a
+// goroutine of its own, as Complete's does (for as long as the lease can
+// be renewed), and a failure is reported as Complete reports it. So a
+// store that fails holds the answer up for one StoreTimeout, not for the
+// lease. A process stopped while a save goes on leaves the key claimed
+// until the lease runs out, as a crash does.
+func (c *Claim) CompleteLater(ctx context.Context, result Record) {
+	failed, done := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(done)
+		_ = c.complete(context.WithoutCancel(ctx), result, func() { once.Do(func() { close(failed) }) })
+	}()
+	select {
+	case <-done:
+	case <-failed:
+	}
+}
+
 // complete is Complete, calling failed, if not nil, once a first try to
 // save the result (or to free the key) has failed and before it is tried
 // again.

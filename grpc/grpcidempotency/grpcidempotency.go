@@ -113,7 +113,7 @@ func run(ctx context.Context, claim *idempotency.Claim, req any, handler grpc.Un
 	defer claim.Release(ctx) // after a panic or runtime.Goexit; nothing after Complete
 	sts := &capture{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx)}
 	resp, err := handler(grpc.NewContextWithServerTransportStream(claim.Context(), sts), req)
-	_ = claim.Complete(ctx, record(claim, sts, resp, err, types)) // a failure is reported
+	claim.CompleteLater(ctx, record(claim, sts, resp, err, types)) // a failure is reported
 	return resp, err
 }
 
