@@ -33,6 +33,11 @@
 // take effect, as a lower hop's "in progress" that the handler passes
 // on), and a handler that panicked.
 //
+// A store that fails as the handler ends holds the answer up for one
+// StoreTimeout at most: the save is then retried after the answer has
+// gone, on a goroutine of its own (idempotency.Claim.CompleteLater),
+// which a GracefulStop does not wait for.
+//
 // With package grpcsignal's interceptor, put this one outside it (before
 // it in grpc.ChainUnaryInterceptor's list), so that what is stored and
 // replayed is what the client was answered, the signal included.
