@@ -14,7 +14,10 @@
 // after a read of the live record that waits for no lock (so a repeat
 // during a commit gets 409 at once);
 // renewing, completing and releasing act only on the row that still holds
-// the claim's token (the fencing token). Time is the database's (now()),
+// the claim's token (the fencing token). Time is the database's, as each
+// statement starts (statement_timestamp(), not now(), which in the
+// handler's transaction is when that began: a record would be kept its
+// TTL less the transaction's age, and a lease checked as of its start),
 // so replicas' clocks do not matter. Expired rows stay until
 // [Store.DeleteExpired] removes them.
 //
@@ -88,7 +91,7 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 		// claim at once (409), rather than wait for the row's lock, as an
 		// INSERT of the same key would.
 		var found []byte
-		err := s.db.QueryRowContext(ctx, `SELECT record FROM `+s.table+` WHERE key = $1 AND expires_at > now()`, key).Scan(&found)
+		err := s.db.QueryRowContext(ctx, `SELECT record FROM `+s.table+` WHERE key = $1 AND expires_at > statement_timestamp()`, key).Scan(&found)
 		if err == nil {
 			var rec idempotency.Record
 			if err := json.Unmarshal(found, &rec); err != nil {
@@ -105,10 +108,10 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 		// None: a new key, or an expired one to take over, atomically.
 		var claimed bool
 		err = s.db.QueryRowContext(ctx, `INSERT INTO `+s.table+` (key, token, record, done, expires_at)
-			VALUES ($1, $2, $3, false, now() + $4 * interval '1 millisecond')
+			VALUES ($1, $2, $3, false, statement_timestamp() + $4 * interval '1 millisecond')
 			ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, record = EXCLUDED.record, done = false,
 				expires_at = EXCLUDED.expires_at
-			WHERE `+s.table+`.expires_at <= now()
+			WHERE `+s.table+`.expires_at <= statement_timestamp()
 			RETURNING true`, key, claim.Token, data, ms(lease)).Scan(&claimed)
 		switch {
 		case err == nil:
@@ -122,7 +125,7 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 }
 
 // held is the condition of a row that still holds the claim of token $2.
-const held = `key = $1 AND token = $2 AND NOT done AND expires_at > now()`
+const held = `key = $1 AND token = $2 AND NOT done AND expires_at > statement_timestamp()`
 
 // execHeld runs an update or delete of a held row on q, and returns
 // ErrNotOwner if no row held the claim.
@@ -145,7 +148,7 @@ func execHeld(ctx context.Context, q interface {
 
 // Renew implements [idempotency.Store].
 func (s *Store) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
-	return execHeld(ctx, s.db, `UPDATE `+s.table+` SET expires_at = now() + $3 * interval '1 millisecond' WHERE `+held,
+	return execHeld(ctx, s.db, `UPDATE `+s.table+` SET expires_at = statement_timestamp() + $3 * interval '1 millisecond' WHERE `+held,
 		key, claim.Token, ms(lease))
 }
 
@@ -161,7 +164,7 @@ func (s *Store) complete(ctx context.Context, q interface {
 	if err != nil {
 		return err
 	}
-	return execHeld(ctx, q, `UPDATE `+s.table+` SET record = $3, done = true, expires_at = now() + $4 * interval '1 millisecond' WHERE `+held,
+	return execHeld(ctx, q, `UPDATE `+s.table+` SET record = $3, done = true, expires_at = statement_timestamp() + $4 * interval '1 millisecond' WHERE `+held,
 		key, claim.Token, data, ms(ttl))
 }
 
@@ -207,7 +210,7 @@ func (s *Store) Release(ctx context.Context, key string, claim idempotency.Recor
 // DeleteExpired removes the rows whose lease or TTL has run out, and
 // returns how many it removed. Call it from time to time.
 func (s *Store) DeleteExpired(ctx context.Context) (int64, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM `+s.table+` WHERE expires_at <= now()`)
+	res, err := s.db.ExecContext(ctx, `DELETE FROM `+s.table+` WHERE expires_at <= statement_timestamp()`)
 	if err != nil {
 		return 0, err
 	}
