@@ -68,8 +68,8 @@ func review46Server(t *testing.T, h http.Handler, h2 bool) *httptest.Server {
 	return ts
 }
 
-// A client that sends the request and never reads: Close must cut its
-// stream at once, HTTP/1.1 over raw TCP.
+// A client that sends the request and never reads: Close cuts its
+// stream within a second, HTTP/1.1 over raw TCP.
 func TestReview46_CloseCutsNonReaderHTTP1(t *testing.T) {
 	reg, bs := review46Registry(t, 400)
 	defer runtime.KeepAlive(bs)
@@ -86,24 +86,11 @@ func TestReview46_CloseCutsNonReaderHTTP1(t *testing.T) {
 	}
 	fmt.Fprintf(conn, "GET /api/events HTTP/1.1\r\nHost: x\r\n\r\n")
 	time.Sleep(3 * time.Second) // the server's writes fill the buffers and block
-	if tr.active.Load() != 1 {
-		t.Fatalf("stream not active: %d", tr.active.Load())
-	}
-	start := time.Now()
-	h.Close()
-	select {
-	case at := <-tr.returns:
-		t.Logf("the stream ended %v after Close", at.Sub(start))
-		if at.Sub(start) > 1500*time.Millisecond { // Close gives a write 1 s to finish
-			t.Errorf("slow cut: %v", at.Sub(start))
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("the stream of a client that does not read was not cut by Close")
-	}
+	review46CloseCuts(t, h, tr)
 }
 
 // HTTP/2 (TLS): a client that stops reading its stream (flow control
-// blocks the server's writes): Close must cut it at once.
+// blocks the server's writes): Close cuts it within a second.
 func TestReview46_CloseCutsNonReaderHTTP2(t *testing.T) {
 	reg, bs := review46Registry(t, 400)
 	defer runtime.KeepAlive(bs)
@@ -121,6 +108,14 @@ func TestReview46_CloseCutsNonReaderHTTP2(t *testing.T) {
 	}
 	// read nothing: the stream's window (4 MB) fills
 	time.Sleep(4 * time.Second)
+	review46CloseCuts(t, h, tr)
+}
+
+// review46CloseCuts closes h, whose one stream (tracked by tr) waits to
+// write to a client that does not read, and checks that it ends within
+// the second that Close gives a write in progress.
+func review46CloseCuts(t *testing.T, h *dashboard.Handler, tr *review46Tracked) {
+	t.Helper()
 	if tr.active.Load() != 1 {
 		t.Fatalf("stream not active: %d", tr.active.Load())
 	}
@@ -129,11 +124,11 @@ func TestReview46_CloseCutsNonReaderHTTP2(t *testing.T) {
 	select {
 	case at := <-tr.returns:
 		t.Logf("the stream ended %v after Close", at.Sub(start))
-		if at.Sub(start) > 1500*time.Millisecond { // Close gives a write 1 s to finish
+		if at.Sub(start) > 1500*time.Millisecond {
 			t.Errorf("slow cut: %v", at.Sub(start))
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatalf("the HTTP/2 stream of a client that does not read was not cut by Close")
+		t.Fatal("the stream of a client that does not read was not cut by Close")
 	}
 }
 
