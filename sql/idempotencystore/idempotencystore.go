@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/idempotency"
@@ -57,11 +58,15 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // New returns a Store keeping its records in db's table (created by
 // [Store.CreateTable]). It panics if table is not a plain SQL identifier.
+// The name is used quoted, in lower case: the table that the name unquoted
+// stands for, and a reserved word ("order", "user") works too.
 func New(db *sql.DB, table string) *Store {
 	if !identifier.MatchString(table) {
 		panic(fmt.Sprintf("idempotencystore: New: table %q is not a plain identifier", table))
 	}
-	return &Store{db: db, table: table}
+	// Quoted, so that a reserved word ("order", "user") names a table too;
+	// in lower case, the table an unquoted name names.
+	return &Store{db: db, table: `"` + strings.ToLower(table) + `"`}
 }
 
 // CreateTable creates the table if it does not exist.
