@@ -134,6 +134,14 @@ func (c *Claim) Complete(ctx context.Context, result Record) error {
 	return c.complete(ctx, result, nil)
 }
 
+// Local reports whether the claim is kept on the guard's own records,
+// the guard having failed open (see [FailOpenAfter]), not on its store: a
+// handler that writes its result into the store itself, in its own
+// transaction (such as the SQL store's CompleteTx), finds no claim there,
+// and leaves the result to [Claim.Complete] then. It is safe for
+// concurrent use.
+func (c *Claim) Local() bool { return c.local.Load() }
+
 // CompleteLater is [Claim.Complete] for a transport that cannot send its
 // answer before its handler returns, such as a gRPC unary call: it returns
 // once the result is saved (or the key freed), or once a first try to do

@@ -196,7 +196,16 @@ func (s *Store) complete(ctx context.Context, q interface {
 // tx to end, and tx must run at READ COMMITTED (PostgreSQL's default). At
 // REPEATABLE READ or SERIALIZABLE, a tx that began before a renewal (every
 // third of the lease) fails here with a serialization error.
+//
+// A claim that the guard keeps on its own records, having failed open
+// while the store's connections failed (idempotency.Claim.Local), has no
+// row here: CompleteTx writes nothing and returns nil, the effect commits
+// alone, and the middleware keeps the result with the claim, at most once
+// per process, as for every request then.
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, c *idempotency.Claim, status int, header http.Header, body []byte) error {
+	if c.Local() {
+		return nil // no row holds it: the middleware keeps the result where the claim is
+	}
 	rec := idempotency.Record{Fingerprint: c.Record.Fingerprint, Token: c.Record.Token, Done: true, Status: status, Header: header, Body: body}
 	ctx, cancel := c.WithLeaseDeadline(ctx)
 	defer cancel()
