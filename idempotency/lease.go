@@ -145,17 +145,24 @@ func (c *Claim) Local() bool { return c.local.Load() }
 // CompleteLater is [Claim.Complete] for a transport that cannot send its
 // answer before its handler returns, such as a gRPC unary call: it returns
 // once the result is saved (or the key freed), or once a first try to do
-// so has failed, within one [StoreTimeout]; the save then goes on, on a
-// goroutine of its own, as Complete's does (for as long as the lease can
-// be renewed), and a failure is reported as Complete reports it. So a
-// store that fails holds the answer up for one StoreTimeout, not for the
-// lease. A process stopped while a save goes on leaves the key claimed
-// until the lease runs out, as a crash does.
+// so has failed, within one [StoreTimeout] (two when the key is to be
+// freed and a renewal is in flight: it is waited for first); the save then
+// goes on, on a goroutine of its own, as Complete's does (for as long as
+// the lease can be renewed), and a failure is reported as Complete reports
+// it, a store's panic too. So a store that fails holds the answer up for
+// a StoreTimeout or two, not for the lease. A process stopped while a save
+// goes on leaves the key claimed until the lease runs out, as a crash
+// does.
 func (c *Claim) CompleteLater(ctx context.Context, result Record) {
 	failed, done := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	go func() {
 		defer close(done)
+		defer func() { // a store that panics ends no process here, far from any caller to recover it
+			if r := recover(); r != nil {
+				c.guard.report(resilience.EventNotStored, c.Key, fmt.Errorf("idempotency: the store panicked saving the result: %v", r))
+			}
+		}()
 		_ = c.complete(context.WithoutCancel(ctx), result, func() { once.Do(func() { close(failed) }) })
 	}()
 	select {

@@ -34,7 +34,8 @@
 // on), and a handler that panicked.
 //
 // A store that fails as the handler ends holds the answer up for one
-// StoreTimeout at most: the save is then retried after the answer has
+// StoreTimeout (two for an answer that frees the key, as a renewal in
+// flight is waited for): the save is then retried after the answer has
 // gone, on a goroutine of its own (idempotency.Claim.CompleteLater),
 // which a GracefulStop does not wait for.
 //
