@@ -231,7 +231,7 @@ func (r *race[T]) fire() {
 	c := &r.c
 	r.mu.Lock()
 	if phase := r.phase.Load(); r.over || phase == firstCut || phase == firstWon || r.decided.Load() || r.due.sent > r.extra || r.ctx.Err() != nil ||
-		c.b.Check() != nil || !c.p.cfg.hedge.Take() {
+		passed(r.ctx) || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
 		r.mu.Unlock()
 		return
 	}
@@ -241,6 +241,13 @@ func (r *race[T]) fire() {
 		r.after()
 	}
 	r.mu.Unlock()
+}
+
+// passed reports whether ctx's deadline has passed by the clock, which its
+// Err may not say yet: the timer that ends it runs late on a busy machine.
+func passed(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // launch starts hedge n (the race's n-th attempt) on a goroutine of its

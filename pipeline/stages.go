@@ -474,7 +474,7 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 	}
 	gates := c.p.cfg.gates
 	held, refusal, err := acquire(ctx, gates, c.opts.waited)
-	if err == nil && hedge && (ctx.Err() != nil || r.phase.Load() == firstWon || r.decided.Load()) {
+	if err == nil && hedge && (ctx.Err() != nil || passed(ctx) || r.phase.Load() == firstWon || r.decided.Load()) {
 		release(gates, held, context.Canceled) // its slot came as its race was decided: not sent
 		return res, context.Canceled
 	}
