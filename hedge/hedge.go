@@ -47,7 +47,7 @@ type Policy struct {
 	extra    int
 
 	seen    atomic.Uint64      // latencies observed
-	samples [kept]atomic.Int64 // the last kept latencies, in ns
+	samples [kept]atomic.Int64 // the last kept latencies, in ns; -1 for none, 0 a slot not yet written
 	delay   atomic.Int64       // the current quantile, in ns; 0: not known yet
 	busy    atomic.Bool        // a goroutine is computing delay
 
@@ -184,21 +184,31 @@ func (p *Policy) Observe(d time.Duration) {
 	if !p.Learns() {
 		return
 	}
+	v := int64(d)
+	if v <= 0 {
+		v = -1
+	}
 	n := p.seen.Add(1)
-	p.samples[(n-1)%kept].Store(int64(d))
+	p.samples[(n-1)%kept].Store(v)
 	if n >= minSeen && n%every == 0 && p.busy.CompareAndSwap(false, true) {
 		p.update(min(n, kept))
 		p.busy.Store(false)
 	}
 }
 
-// update sets the delay to the quantile of the first n samples.
+// update sets the delay to the quantile of the first n samples, less
+// those whose Observe has counted but not yet written them.
 func (p *Policy) update(n uint64) {
 	var buf [kept]int64
-	s := buf[:n]
-	for i := range s {
-		s[i] = p.samples[i].Load()
+	s := buf[:0]
+	for i := range n {
+		if v := p.samples[i].Load(); v != 0 {
+			s = append(s, max(v, 0))
+		}
+	}
+	if len(s) == 0 {
+		return
 	}
 	slices.Sort(s)
-	p.delay.Store(max(s[int(p.quantile*float64(n-1))], 1))
+	p.delay.Store(max(s[int(p.quantile*float64(len(s)-1))], 1))
 }

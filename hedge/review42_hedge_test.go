@@ -117,7 +117,6 @@ func TestReview42QuantileValue(t *testing.T) {
 // Concurrent Observes: the delay is always one of the latencies seen
 // (never a zero from a slot not yet written while the count said it was).
 func TestReview42ObserveConcurrent(t *testing.T) {
-	t.Skip("found, not fixed: concurrent Observe can leave After reading a slot not yet written (a delay of 1 ns in 1 of about 200 rounds, under -race in CI); see the closing note of 5 December")
 	for round := range 50 {
 		p := hedge.New(hedge.Quantile(0.01)) // the low end shows a stray zero
 		var wg sync.WaitGroup

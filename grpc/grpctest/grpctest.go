@@ -438,8 +438,8 @@ func (c *Client) List(ctx context.Context, in string, opts ...grpc.CallOption) (
 	if err != nil {
 		return nil, err
 	}
-	if err := st.SendMsg(wrapperspb.String(in)); err != nil {
-		return nil, err
+	if err := st.SendMsg(wrapperspb.String(in)); err != nil && err != io.EOF {
+		return nil, err // io.EOF: the stream ended, its status comes from RecvMsg
 	}
 	if err := st.CloseSend(); err != nil {
 		return nil, err
