@@ -40,7 +40,8 @@ func shortCalls(b *breaker.Breaker, n int, budget time.Duration, op func(context
 // opensWithinAMinute makes calls that hang with budget, one after the
 // other, until b opens, and asserts that it opened within 80 s of the
 // last answer (the slowest answer of the last minute, kept 60 to 80 s, is
-// what a budget is compared with; past it, every call cut short counts).
+// what a budget is compared with; past it, every call cut short counts,
+// and five in a row open it).
 func opensWithinAMinute(t *testing.T, b *breaker.Breaker, budget time.Duration) {
 	t.Helper()
 	start := time.Now()
@@ -49,7 +50,10 @@ func opensWithinAMinute(t *testing.T, b *breaker.Breaker, budget time.Duration) 
 	}
 	t.Logf("opened %v after the dependency hung (calls with %v each)", time.Since(start), budget)
 	assert.Equal(t, resilience.StateOpen, b.State())
-	assert.Less(t, time.Since(start), 80*time.Second+budget, "hidden for 80 s at most")
+	// Past 80 s, the call then running (admitted before) and the five in
+	// a row that open it: the span's edge falls anywhere in a call, by
+	// when the process started (CI once saw 80.4 s with 200 ms calls).
+	assert.Less(t, time.Since(start), 80*time.Second+6*budget, "hidden for 80 s at most")
 }
 
 // Harm: the first answer a breaker times is its whole average, and the
