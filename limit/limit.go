@@ -350,6 +350,9 @@ func (l *Limiter) leave(w *waiter) {
 // failure decreases the limit if the attempt was sent since the last
 // decrease; a caller's cancellation, or an attempt not sent after all
 // ([resilience.ClassRejected]), teaches nothing. A zero tk does nothing.
+// Release each Ticket once: a Ticket is a value, and a second Release of
+// it gives back a slot that another attempt holds (the pipeline releases
+// its own).
 func (l *Limiter) Release(tk Ticket, err error) {
 	if l == nil || tk == 0 {
 		return
@@ -363,7 +366,7 @@ func (l *Limiter) Release(tk Ticket, err error) {
 		now = time.Now()
 		l.answered(tk, now)
 	}
-	l.inFlight--
+	l.inFlight = max(l.inFlight-1, 0) // not below none, released twice
 	l.grant(now)
 	l.mu.Unlock()
 }

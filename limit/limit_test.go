@@ -425,3 +425,18 @@ func TestAFarDeadlineIsNotLate(t *testing.T) {
 		assert.Equal(t, []int{0, 1}, order)
 	})
 }
+
+// A Ticket released twice: the count of attempts in flight does not go
+// below none, so the limit still holds.
+func TestReleaseTwiceKeepsTheLimit(t *testing.T) {
+	l := limit.NewFixed(1)
+	tk, err := l.Acquire(context.Background())
+	require.NoError(t, err)
+	l.Release(tk, nil)
+	l.Release(tk, nil)
+	assert.Equal(t, 0, l.InFlight())
+	_, err = l.Acquire(context.Background())
+	require.NoError(t, err)
+	_, err = l.Acquire(context.Background())
+	assert.ErrorIs(t, err, limit.ErrLimited, "one slot, taken")
+}
