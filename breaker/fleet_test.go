@@ -58,9 +58,11 @@ func fleetStatus(t *testing.T, b *breaker.Breaker) breaker.FleetStatus {
 	return st
 }
 
-// TestFleetProbeGrantEdges: a replica asks for the fleet's probe only for
-// calls rejected in the last two flush intervals, holds a grant for one
-// full flush interval from the flush that asked, and gives it up after; a
+// TestFleetProbeGrantEdges: a replica asks for the fleet's probe at its
+// flushes only for calls rejected in the last two flush intervals, holds
+// a grant for one full flush interval from the flush that asked, and
+// gives it up after; a call that comes more than two flush intervals after
+// the last that wanted one asks at once, with a flush of its own; a
 // probe's outcome is reported at the next flush, within one interval.
 func TestFleetProbeGrantEdges(t *testing.T) {
 	tests := []struct {
@@ -69,9 +71,9 @@ func TestFleetProbeGrantEdges(t *testing.T) {
 		admitted       bool
 	}{
 		{"a call rejected 150 ms before the half-open flush asks for the probe", 950 * time.Millisecond, 1150 * time.Millisecond, true},
-		{"one rejected exactly two flush intervals before asks for none", 900 * time.Millisecond, 1150 * time.Millisecond, false},
+		{"one rejected exactly two flush intervals before asks for none, and the next call asks at once", 900 * time.Millisecond, 1150 * time.Millisecond, true},
 		{"the grant is held for exactly one flush interval", 1050 * time.Millisecond, 1250 * time.Millisecond, true},
-		{"and given up at the flush after", 1050 * time.Millisecond, 1350 * time.Millisecond, false},
+		{"and given up at the flush after, the next call asking again at once", 1050 * time.Millisecond, 1350 * time.Millisecond, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -116,7 +116,8 @@ func OpenTimeout(d time.Duration) Option {
 // not answered for 10 open timeouts (1 s by default) lets another go, and
 // another each 10 open timeouts after, so that a probe that never answers
 // does not hold the breaker half-open for ever; an answer that comes late
-// still counts. Default 1; n = 0 means 1.
+// still counts. A shared breaker's fleet ([Shared]) runs that many at
+// once fleet-wide, one per replica. Default 1; n = 0 means 1.
 func HalfOpenRequests(n uint32) Option {
 	return optionFunc(func(c *config) { c.halfOpenRequests = max(n, 1) })
 }

@@ -179,10 +179,20 @@ var ErrFleetUnconfirmed = errors.New("fleet state unconfirmed for longer than th
 // state; a call is rejected if the fleet breaker or this replica's own is
 // open. [FailureRate] over [Window] is the fleet's rule; [ConsecutiveFailures]
 // stays each replica's own, so one replica cut off from the dependency
-// opens its own breaker without opening the fleet's. When the fleet breaker
-// turns half-open, exactly [HalfOpenRequests] probes run fleet-wide,
-// granted by the store to replicas whose own breaker is not open; the
-// others are rejected at once, never kept waiting.
+// opens its own breaker without opening the fleet's, as long as the other
+// replicas' calls outnumber its own breaker's probes (one each
+// [OpenTimeout]) in the window: with them quiet, those probes' failures
+// can hold the fleet open too. When the fleet breaker turns half-open,
+// exactly [HalfOpenRequests] probes run fleet-wide, granted by the store
+// to replicas whose own breaker is not open, one at a time per replica
+// (so with n replicas probing, it takes about HalfOpenRequests/n flush
+// intervals); the others are rejected at once, never kept waiting, but
+// for a call that comes more than two flush intervals after the last of
+// its replica's that wanted to probe: that one asks the store at once,
+// with a flush of its own, and waits for its answer, two flush intervals
+// at most, within its context. Where calls come less often than flushes,
+// a probe granted at the next flush would lapse before the next call came,
+// and the fleet stay half-open, every call rejected.
 //
 // The shared state can only make a replica more careful for a bounded
 // time, never block it for ever: this replica's own breaker moves from
@@ -245,27 +255,33 @@ func (c *tally) drain() {
 
 // fleet is the shared side of a Breaker.
 type fleet struct {
-	b        *Breaker
-	store    SharedStore
-	policy   FleetPolicy
-	every    time.Duration // the flush interval, and the store's timeout
-	epoch    time.Time     // for confirmed, on the monotonic clock
-	counts   atomic.Pointer[tally]
-	state    atomic.Uint32 // the fleet's State, as last heard from the store
-	gen      atomic.Uint64
-	heard    atomic.Int64  // when the store last spoke, in ns since epoch
-	stale    time.Duration // how long an open or half-open state holds unconfirmed
-	since    atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
-	permits  atomic.Int64  // probes granted to this replica for gen, not yet run
-	granted  atomic.Int64  // when the permit was granted, in ns since epoch
-	used     atomic.Int64  // permits taken by calls, ever
-	running  atomic.Int64  // probes of this replica running
-	probeAt  atomic.Int64  // when the last of them was let through, in ns since epoch
-	demand   atomic.Int64  // when a call last wanted to probe and had no permit, in ns since epoch
-	probeOK  atomic.Uint32
-	probeBad atomic.Uint32 // outcomes of probes for gen, not yet sent
-	down     atomic.Bool   // the last flush failed
-	alone    atomic.Bool   // the fleet's state is unconfirmed: deciding locally
+	b       *Breaker
+	store   SharedStore
+	policy  FleetPolicy
+	every   time.Duration // the flush interval, and the store's timeout
+	epoch   time.Time     // for confirmed, on the monotonic clock
+	counts  atomic.Pointer[tally]
+	state   atomic.Uint32 // the fleet's State, as last heard from the store
+	gen     atomic.Uint64
+	heard   atomic.Int64  // when the store last spoke, in ns since epoch
+	stale   time.Duration // how long an open or half-open state holds unconfirmed
+	since   atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
+	permits atomic.Int64  // probes granted to this replica for gen, not yet run
+	granted atomic.Int64  // when the permit was granted, in ns since epoch
+	used    atomic.Int64  // permits taken by calls, ever
+	running atomic.Int64  // probes of this replica running
+	probeAt atomic.Int64  // when the last of them was let through, in ns since epoch
+	demand  atomic.Int64  // when a call last wanted to probe and had no permit, in ns since epoch; reset by a grant
+	wanted  atomic.Int64  // the same, not reset: a call that comes long after asks at once
+
+	kick             chan struct{} // asks the flusher for a flush now (buffered 1)
+	fmu              sync.Mutex
+	fstarted, fended uint64        // flushes started and ended, under fmu
+	fdone            chan struct{} // closed as the flush under way ends, under fmu
+	probeOK          atomic.Uint32
+	probeBad         atomic.Uint32 // outcomes of probes for gen, not yet sent
+	down             atomic.Bool   // the last flush failed
+	alone            atomic.Bool   // the fleet's state is unconfirmed: deciding locally
 
 	mu      sync.Mutex // taken by apply: the flusher's and the watcher's answers
 	watched uint64     // answers applied from the watcher, under mu
@@ -314,14 +330,17 @@ func (b *Breaker) startFleet() {
 			ProbeTimeout:  max(c.openTimeout, 3*c.flush),
 			FlushInterval: c.flush,
 		},
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
-		id:   rand.Text(),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		kick:  make(chan struct{}, 1),
+		fdone: make(chan struct{}),
+		id:    rand.Text(),
 	}
 	first := &tally{}
 	first.unknown.Store(true)
 	f.counts.Store(first)
 	f.demand.Store(math.MinInt64 / 2)
+	f.wanted.Store(math.MinInt64 / 2)
 	f.life, f.end = context.WithCancel(context.Background())
 	b.fleet = f
 	go f.run()
@@ -401,6 +420,8 @@ func (f *fleet) run() {
 			}
 			f.flush()
 			t.Reset(max(f.every-time.Since(now), 0))
+		case <-f.kick: // a call waits for a probe (admit): the periodic flushes go on as they were
+			f.flush()
 		case <-f.stop:
 			// A last flush, and a few more while counts are left behind
 			// it, within Close's time.
@@ -430,6 +451,17 @@ func (f *fleet) left() uint64 {
 // window is dropped (its counts are outside it), and so is one of a
 // generation that the replica has heard is over (the store would drop it).
 func (f *fleet) flush() {
+	f.fmu.Lock()
+	f.fstarted++
+	seq := f.fstarted
+	f.fmu.Unlock()
+	defer func() {
+		f.fmu.Lock()
+		f.fended = seq
+		close(f.fdone)
+		f.fdone = make(chan struct{})
+		f.fmu.Unlock()
+	}()
 	c := f.counts.Load()
 	if c.requests == 0 { // those drained now were made after the last drain
 		c.from = f.drained
@@ -644,7 +676,13 @@ func (f *fleet) local() bool { return f.down.Load() || f.alone.Load() }
 // outcome counts. A replica whose own breaker is open does not probe for
 // the fleet: it cannot tell the fleet's dependency is back; its own
 // breaker turns half-open on its own timer, and then it may.
-func (f *fleet) admit() (probe bool, gen uint64, c *tally, err error) {
+func (f *fleet) admit(ctx context.Context) (probe bool, gen uint64, c *tally, err error) {
+	return f.admitting(ctx, true)
+}
+
+// admitting is admit; a call may ask for the fleet's probe at once if
+// rare.
+func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint64, c *tally, err error) {
 	c = f.counts.Load()
 	switch f.view() {
 	case resilience.StateOpen:
@@ -657,8 +695,17 @@ func (f *fleet) admit() (probe bool, gen uint64, c *tally, err error) {
 			return false, 0, nil, f.b.reject(f.b.errOpen)
 		}
 		if f.permits.Load() <= 0 {
-			f.wantProbe() // asked for at the next flush
-			return false, 0, nil, f.b.reject(f.b.errBusy)
+			// Asked for at the next flush; by a call that comes more than
+			// two flush intervals after the last that wanted one, at once:
+			// where calls come less often than flushes, a permit granted
+			// at the next would lapse before the next call came, and the
+			// fleet stay half-open, every call rejected.
+			last := f.wanted.Load()
+			f.wantProbe()
+			if !rare || time.Duration(f.wanted.Load()-last) <= 2*f.every || !f.flushNow(ctx) {
+				return false, 0, nil, f.b.reject(f.b.errBusy)
+			}
+			return f.admitting(ctx, false) // as the flush left it
 		}
 		// A permit, taken under apply's lock: the state and generation it
 		// was granted in are the ones the probe runs for (a newer opening
@@ -685,6 +732,39 @@ func (f *fleet) admit() (probe bool, gen uint64, c *tally, err error) {
 	return false, 0, c, nil
 }
 
+// flushNow has the flusher flush at once, asking for the probe that a
+// call wants, and waits for it, bounded by ctx and by two flush intervals
+// (a flush under way, then this one, each bounded by an interval). It
+// reports whether the flush ended.
+func (f *fleet) flushNow(ctx context.Context) bool {
+	f.fmu.Lock()
+	after := f.fstarted + 1 // a flush that starts from now sends the demand
+	f.fmu.Unlock()
+	select {
+	case f.kick <- struct{}{}:
+	default: // one is asked for already
+	}
+	bound := time.NewTimer(2 * f.every)
+	defer bound.Stop()
+	for {
+		f.fmu.Lock()
+		ended, done := f.fended, f.fdone
+		f.fmu.Unlock()
+		if ended >= after {
+			return true
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return false
+		case <-bound.C:
+			return false
+		case <-f.done: // closed
+			return false
+		}
+	}
+}
+
 // probing reports whether a probe of this replica's runs for the fleet,
 // and has not been out as long as the local breaker lets a probe be
 // before another goes (core.overdueAfter): an overdue probe neither
@@ -697,7 +777,9 @@ func (f *fleet) probing() bool {
 
 // wantProbe notes that a call wanted to probe for the fleet.
 func (f *fleet) wantProbe() {
-	f.demand.Store(int64(time.Since(f.epoch)))
+	now := int64(time.Since(f.epoch))
+	f.demand.Store(now)
+	f.wanted.Store(now)
 }
 
 // ownOpen reports whether this replica's own breaker is open, moving it to
@@ -751,7 +833,7 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, o outcome) {
 // this replica's breaker.
 func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context) error) error {
 	f := b.fleet
-	probe, gen, c, err := f.admit()
+	probe, gen, c, err := f.admit(ctx)
 	if err != nil {
 		return err
 	}

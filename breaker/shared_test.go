@@ -244,3 +244,81 @@ func TestSharedReplicaAloneIsBounded(t *testing.T) {
 		assert.NoError(t, b.Execute(context.Background(), func(context.Context) error { return nil }))
 	})
 }
+
+// TestSharedRecoversWithRareCalls: replicas that call less often than
+// they flush leave every permit they are granted unused for a flush
+// interval, and give it up; the next call of a replica whose permit lapsed
+// probes without one. Without it the fleet stayed half-open, every call
+// rejected, for as long as the calls stayed rare (a review: 40 of 40
+// calls over 6 s).
+func TestSharedRecoversWithRareCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const flush, open, every = 50 * time.Millisecond, 200 * time.Millisecond, 310 * time.Millisecond
+		store := newMemStore()
+		bs := sharedFleet(t, store, 2, breaker.ConsecutiveFailures(0), breaker.FlushInterval(flush), breaker.OpenTimeout(open))
+		dep := &dependency{}
+		dep.down.Store(true)
+		start := time.Now()
+		drive(bs, dep, func() bool { return time.Since(start) > time.Second })
+		st, _ := store.state("shared")
+		require.Equal(t, resilience.StateOpen, st, "the outage opened the fleet")
+
+		dep.down.Store(false)
+		healthy := time.Now()
+		var wg sync.WaitGroup
+		rejected := make([]int, len(bs))
+		var lastRejected atomic.Int64
+		for i, b := range bs {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * every / 2) // the replicas' calls interleave
+				for time.Since(healthy) < 20*every {
+					if err := b.Execute(context.Background(), dep.call); breaker.IsRejection(err) {
+						rejected[i]++
+						lastRejected.Store(int64(time.Since(healthy)))
+					}
+					time.Sleep(every)
+				}
+			})
+		}
+		wg.Wait()
+		st, _ = store.state("shared")
+		t.Logf("calls every %v per replica: rejected %v, the last %v after the dependency was healthy; fleet %v", every, rejected, time.Duration(lastRejected.Load()), st)
+		assert.Equal(t, resilience.StateClosed, st)
+		assert.Less(t, time.Duration(lastRejected.Load()), open+3*every, "once half-open, a replica's second call probes")
+	})
+}
+
+// TestSharedRareCallWaitsBoundedForTheProbe: a call that asks for the
+// fleet's probe at once waits for a flush of its own, within its context
+// and two flush intervals when the store hangs, and is then rejected.
+func TestSharedRareCallWaitsBoundedForTheProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newMemStore()
+		b := sharedFleet(t, store, 1, breaker.ConsecutiveFailures(0))[0]
+		for range 20 {
+			_ = b.Execute(context.Background(), func(context.Context) error { return errDown })
+		}
+		time.Sleep(sharedOpen + 3*sharedFlush)
+		require.Equal(t, resilience.StateHalfOpen, b.FleetState())
+		store.hang.Store(true)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := b.Execute(ctx, ok)
+		assert.True(t, breaker.IsRejection(err), "%v", err)
+		assert.Equal(t, 10*time.Millisecond, time.Since(start), "within the caller's context")
+
+		time.Sleep(3 * sharedFlush)
+		start = time.Now()
+		err = b.Execute(context.Background(), ok)
+		assert.True(t, breaker.IsRejection(err), "%v", err)
+		assert.LessOrEqual(t, time.Since(start), 2*sharedFlush, "two flush intervals at most")
+		assert.Positive(t, time.Since(start), "it waited for a flush")
+
+		start = time.Now()
+		err = b.Execute(context.Background(), ok)
+		assert.True(t, breaker.IsRejection(err), "%v", err)
+		assert.Zero(t, time.Since(start), "a call right after one that asked is rejected at once")
+	})
+}

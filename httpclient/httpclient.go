@@ -37,7 +37,12 @@
 // so the connection is reused.
 // The last answer is handed back as it came, its body unread and whole,
 // unless the caller's context is done, whose error then comes back as
-// net/http would return it. The caller's request is never modified.
+// net/http would return it; a failed one carries this hop's "don't retry"
+// signal (retrysignal.NoRetryHeader) if the Transport did what retrying
+// would (retrysignal.Retried), and none otherwise, whatever the
+// dependency sent: a reverse proxy on the Transport
+// (httputil.ReverseProxy) passes it to its caller, so that two layers do
+// not both retry. The caller's request is never modified.
 //
 // With [BreakerPerHost], each scheme, host and port gets a breaker of its
 // own, at most [MaxBreakers] of them, so that one dead host does not open
@@ -502,6 +507,17 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	if handed {
+		// This hop's own signal, not the dependency's: a reverse proxy on
+		// the Transport passes it to its caller, which then retries only
+		// what this hop did not.
+		if retrysignal.Retried(err) {
+			if back.Header == nil { // a base RoundTripper's own response
+				back.Header = http.Header{}
+			}
+			back.Header.Set(retrysignal.NoRetryHeader, "1")
+		} else {
+			back.Header.Del(retrysignal.NoRetryHeader)
+		}
 		back.Body = a.releaseBody(back.Body, release, err)
 		return back, err
 	}

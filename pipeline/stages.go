@@ -146,7 +146,7 @@ func (c *call[T]) ended(err error, took time.Duration) {
 // breaker that a call does not wait for, the cap is set once the breaker
 // has admitted the call (in through): a rejected call makes no context and
 // no timer, and the budget, which a rejection takes nothing of, is the same.
-func (c *call[T]) budget(ctx context.Context) (T, error) {
+func (c *call[T]) budget(ctx context.Context) (res T, err error) {
 	if c.p.cfg.budget > 0 && !c.p.cfg.budgetBehindBreaker() {
 		caller := ctx
 		var end *lazyCtx
@@ -157,7 +157,19 @@ func (c *call[T]) budget(ctx context.Context) (T, error) {
 			c.caller = caller
 		}
 	}
-	return c.breaker(ctx)
+	res, err = c.breaker(ctx)
+	if c.budgeted {
+		ownBudget(err)
+	}
+	return res, err
+}
+
+// ownBudget marks err, a call's whose time budget set its deadline, as out
+// of that budget's time, if it ran out of time.
+func ownBudget(err error) {
+	if re, ok := err.(*retrypolicy.Error); ok && errors.Is(re.Reason, retrypolicy.ErrOutOfTime) {
+		re.OwnBudget = true
+	}
 }
 
 // budgetBehindBreaker reports whether the time budget is set once the
@@ -256,6 +268,9 @@ func (c *call[T]) inside(ctx context.Context) (err error) {
 		}
 	}
 	c.res, err = c.retry(ctx)
+	if c.budgeted {
+		ownBudget(err)
+	}
 	if err != nil && c.probe && c.opts.waited && errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, ErrAttemptTimeout) {
 		err = &waitedOut{err}
 	}

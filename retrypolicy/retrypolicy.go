@@ -77,6 +77,12 @@ type Error struct {
 	Reason error
 	// Last is the last attempt's error; nil when the operation never ran.
 	Last error
+	// OwnBudget says, with Reason [ErrOutOfTime], that the time that ran
+	// out, or would have before another attempt, was a pipeline's own
+	// time budget (pipeline.WithTimeBudget), which came before its
+	// caller's deadline: the caller may have time to try again. False
+	// when it was the deadline of the caller's context.
+	OwnBudget bool
 
 	guarded bool // the guard stopped the loop: Resume may go on with it
 	paid    bool // and the quota had been charged for the retry it stopped

@@ -268,20 +268,25 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Retried reports whether err, a resilient outbound call's, says that the
 // call did what retrying it would, so that its caller must not retry: its
 // breaker refused it (the dependency is down), its retry policy made more
-// than one attempt or its retry quota refused a retry, or the
-// dependency's answer was not to be retried (a class of permanent or
-// terminal of its own in err's chain, as httpclient and grpcclient give
-// it). One attempt that failed and that nobody retried is not: a POST
-// without an idempotency key, one that ran out of this service's time
-// budget (its caller, with more time, may retry it), a plain client's
-// error. [Handler] answers with the signal what it reports, and
+// than one attempt or its retry quota refused a retry, it ran out of its
+// caller's time (the deadline of the request's context, which the caller
+// propagated: the caller has no more), even before a retry it had no time
+// for, or the dependency's answer was not to be retried (a class of
+// permanent or terminal of its own in err's chain, as httpclient and
+// grpcclient give it). One attempt that failed and that nobody retried is
+// not: a POST without an idempotency key, one that ran out of this
+// service's own time budget (retrypolicy.Error's OwnBudget: its caller,
+// with more time, may retry it), a plain client's error. A deadline the
+// handler set on its own context, rather than a pipeline's time budget,
+// is taken for the caller's. [Handler] answers with the signal what it reports, and
 // grpcsignal's server interceptors pass on only that.
 func Retried(err error) bool {
 	if breaker.IsRejection(err) {
 		return true
 	}
 	var re *retrypolicy.Error
-	if errors.As(err, &re) && (re.Attempts > 1 || errors.Is(re.Reason, retrypolicy.ErrQuotaExhausted)) {
+	if errors.As(err, &re) && (re.Attempts > 1 || errors.Is(re.Reason, retrypolicy.ErrQuotaExhausted) ||
+		errors.Is(re.Reason, retrypolicy.ErrOutOfTime) && !re.OwnBudget) {
 		return true
 	}
 	c, ok := resilience.ClassOf(err) // one attempt: an answer not to be retried (a CANCELED, a proxy's reset, is not one)

@@ -200,6 +200,8 @@ func TestHandlerSignalsOnlyWhatWasRetried(t *testing.T) {
 		{"a plain client's", errors.New("c answered 503"), false},
 		{"a pipeline's", &retrypolicy.Error{Attempts: 3, Reason: retrypolicy.ErrMaxAttempts, Last: errors.New("503")}, true},
 		{"a classed one", resilience.Terminal(errors.New("500")), true},
+		{"out of the caller's time after one attempt", &retrypolicy.Error{Attempts: 1, Reason: retrypolicy.ErrOutOfTime, Last: errors.New("503")}, true},
+		{"out of its own budget after one attempt", &retrypolicy.Error{Attempts: 1, Reason: retrypolicy.ErrOutOfTime, Last: errors.New("503"), OwnBudget: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := httptest.NewRecorder()

@@ -113,8 +113,10 @@ func TestReview47ChainSignal(t *testing.T) {
 		{"B tried once", grpctest.Fault{Code: codes.Unavailable}, grpctest.Create, 3, 3, codes.Unavailable, false},
 		// C says "don't retry" (it retried below): through B, A must not retry.
 		{"C said no", grpctest.Fault{Code: codes.Unavailable, Pushback: "-1"}, grpctest.Get, 1, 1, codes.Unavailable, true},
-		// C says "retry in 10 s": B cannot wait (budget), A may retry.
-		{"C said later", grpctest.Fault{Code: codes.Unavailable, Pushback: "10000"}, grpctest.Get, 3, 3, codes.Unavailable, false},
+		// C says "retry in 10 s": B cannot wait within A's deadline, which
+		// A has no more time than: out of its caller's time, B says so,
+		// and A does not retry sooner than C asked either.
+		{"C said later", grpctest.Fault{Code: codes.Unavailable, Pushback: "10000"}, grpctest.Get, 1, 1, codes.Unavailable, true},
 		// NOT_FOUND from C on the first attempt: nobody retried; the code is kept.
 		{"C not found", grpctest.Fault{Code: codes.NotFound, Message: "no such order"}, grpctest.Get, 1, 1, codes.NotFound, true},
 	}
