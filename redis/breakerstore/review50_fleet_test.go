@@ -148,8 +148,6 @@ func r50Opts(flush, openT time.Duration, half uint32) []breaker.Option {
 		breaker.OpenTimeout(openT), breaker.HalfOpenRequests(half), breaker.FlushInterval(flush)}
 }
 
-
-
 // Close with Redis frozen: bounded by two flush intervals; goroutines left.
 func TestReview50_CloseFrozen(t *testing.T) {
 	srv := redistest.Start(t)
@@ -215,9 +213,6 @@ func TestReview50_RedisFull(t *testing.T) {
 		}
 	}
 }
-
-
-
 
 // A low-traffic service (a call per replica every few flush intervals)
 // after a real outage that has ended: does the fleet ever close?
@@ -288,7 +283,6 @@ func TestReview50_LowTrafficDefaults(t *testing.T) {
 		t.Errorf("healthy dependency rejected for 5 s after recovery: every one of %d calls", rej)
 	}
 }
-
 
 // Redis holds an open state (persisted, restarted) from replicas long
 // gone; new replicas start against a healthy dependency.
