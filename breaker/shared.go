@@ -701,8 +701,15 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 			// at the next would lapse before the next call came, and the
 			// fleet stay half-open, every call rejected.
 			last := f.wanted.Load()
-			f.wantProbe()
-			if !rare || time.Duration(f.wanted.Load()-last) <= 2*f.every || !f.flushNow(ctx) {
+			now := int64(time.Since(f.epoch))
+			f.demand.Store(now)
+			// One call asks at once, of those that find the last long ago
+			// together: the others are rejected at once.
+			if !rare || time.Duration(now-last) <= 2*f.every || !f.wanted.CompareAndSwap(last, now) {
+				f.wanted.Store(now)
+				return false, 0, nil, f.b.reject(f.b.errBusy)
+			}
+			if !f.flushNow(ctx) {
 				return false, 0, nil, f.b.reject(f.b.errBusy)
 			}
 			return f.admitting(ctx, false) // as the flush left it

@@ -136,8 +136,10 @@ func Delay(d time.Duration) Option {
 }
 
 // Quantile hedges after the q-quantile of the latencies of the last 256
-// attempts, once 32 are known (until then, it does not hedge).
-// Default 0.95. It panics unless 0 < q < 1.
+// attempts, once 32 are known (until then, it does not hedge). A latency
+// of 0 or less (a clock coarser than the answers) counts as 0; a quantile
+// of 0 hedges after 1 ns, within [MaxShare]. Default 0.95. It panics
+// unless 0 < q < 1.
 func Quantile(q float64) Option {
 	if math.IsNaN(q) || q <= 0 || q >= 1 {
 		panic(fmt.Sprintf("hedge: Quantile(%v): q must be in (0, 1)", q))

@@ -510,13 +510,17 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 		// This hop's own signal, not the dependency's: a reverse proxy on
 		// the Transport passes it to its caller, which then retries only
 		// what this hop did not.
-		if retrysignal.Retried(err) {
-			if back.Header == nil { // a base RoundTripper's own response
+		signal := retrysignal.Retried(err)
+		if v := back.Header.Values(retrysignal.NoRetryHeader); signal && (len(v) != 1 || v[0] != "1") || !signal && len(v) > 0 {
+			back.Header = back.Header.Clone() // the base's map may be another's too
+			if back.Header == nil {
 				back.Header = http.Header{}
 			}
-			back.Header.Set(retrysignal.NoRetryHeader, "1")
-		} else {
-			back.Header.Del(retrysignal.NoRetryHeader)
+			if signal {
+				back.Header.Set(retrysignal.NoRetryHeader, "1")
+			} else {
+				back.Header.Del(retrysignal.NoRetryHeader)
+			}
 		}
 		back.Body = a.releaseBody(back.Body, release, err)
 		return back, err

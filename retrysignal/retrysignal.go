@@ -267,8 +267,10 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Retried reports whether err, a resilient outbound call's, says that the
 // call did what retrying it would, so that its caller must not retry: its
-// breaker refused it (the dependency is down), its retry policy made more
-// than one attempt or its retry quota refused a retry, it ran out of its
+// breaker refused it (the dependency is down), its retry policy (or that
+// of a resilient call inside its operation, such as an SDK's over
+// httpclient's Transport) made more than one attempt or its retry quota
+// refused a retry, it ran out of its
 // caller's time (the deadline of the request's context, which the caller
 // propagated: the caller has no more), even before a retry it had no time
 // for, or the dependency's answer was not to be retried (a class of
@@ -284,13 +286,42 @@ func Retried(err error) bool {
 	if breaker.IsRejection(err) {
 		return true
 	}
-	var re *retrypolicy.Error
-	if errors.As(err, &re) && (re.Attempts > 1 || errors.Is(re.Reason, retrypolicy.ErrQuotaExhausted) ||
-		errors.Is(re.Reason, retrypolicy.ErrOutOfTime) && !re.OwnBudget) {
+	// Whose time ran out, the outermost retry loop's error says (an inner
+	// one's deadline may be the outer's own budget); a retry made, or
+	// refused by a quota, any of them.
+	if re := (*retrypolicy.Error)(nil); errors.As(err, &re) && errors.Is(re.Reason, retrypolicy.ErrOutOfTime) && !re.OwnBudget {
+		return true
+	}
+	if retriedBelow(err) {
 		return true
 	}
 	c, ok := resilience.ClassOf(err) // one attempt: an answer not to be retried (a CANCELED, a proxy's reset, is not one)
 	return ok && (c == resilience.ClassPermanent || c == resilience.ClassTerminal)
+}
+
+// retriedBelow reports whether a retry loop's error in err's tree made
+// more than one attempt or had its quota refuse a retry: that of a
+// pipeline nested in another's operation too.
+func retriedBelow(err error) bool {
+	switch e := err.(type) {
+	case nil:
+		return false
+	case *retrypolicy.Error:
+		if e.Attempts > 1 || errors.Is(e.Reason, retrypolicy.ErrQuotaExhausted) {
+			return true
+		}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return retriedBelow(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if retriedBelow(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // startedWriter notes whether the response started.
