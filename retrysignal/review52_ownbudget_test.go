@@ -38,13 +38,13 @@ func slowFail52(d time.Duration) func(ctx context.Context) (int, error) {
 
 func TestReview52_RetriedOwnBudget(t *testing.T) {
 	type tc struct {
-		name    string
-		p       *pipeline.Pipeline
-		op      func(context.Context) (int, error)
-		caller  time.Duration // 0: no deadline
-		stream  bool
-		single  bool
-		want    bool
+		name   string
+		p      *pipeline.Pipeline
+		op     func(context.Context) (int, error)
+		caller time.Duration // 0: no deadline
+		stream bool
+		single bool
+		want   bool
 	}
 	mk := func(opts ...pipeline.Option) *pipeline.Pipeline { return pipeline.New(opts...) }
 	cases := []tc{
@@ -57,7 +57,7 @@ func TestReview52_RetriedOwnBudget(t *testing.T) {
 		{"own budget, hedged", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond), pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond)))), hang52, 2 * time.Second, false, false, false},
 		{"own budget, stream", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond)), hang52, 2 * time.Second, true, false, false},
 		{"own budget, single attempt", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond)), hang52, 2 * time.Second, false, true, false},
-		{"own budget, no retry stage", mk(pipeline.WithTimeBudget(80*time.Millisecond)), hang52, 2 * time.Second, false, false, false},
+		{"own budget, no retry stage", mk(pipeline.WithTimeBudget(80 * time.Millisecond)), hang52, 2 * time.Second, false, false, false},
 		{"own budget, attempt timeout", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond), pipeline.WithAttemptTimeout(60*time.Millisecond)), hang52, 2 * time.Second, false, false, true},
 	}
 	// nested: outer budget shorter than caller; inner has no budget and retries
@@ -133,7 +133,7 @@ func TestReview52_NestedInnerRetriedOuterBudget(t *testing.T) {
 			_, err := pipeline.Do(ctx, outer.p, func(ctx context.Context) (int, error) {
 				return pipeline.Do(ctx, inner, func(ctx context.Context) (int, error) {
 					attempts++
-					return slowFail52(30*time.Millisecond)(ctx)
+					return slowFail52(30 * time.Millisecond)(ctx)
 				})
 			})
 			got := retrysignal.Retried(err)
