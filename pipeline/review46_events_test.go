@@ -103,7 +103,7 @@ func TestReview46_NoHedgeAfterBreakerOpened(t *testing.T) {
 // and the first attempt's later success is still the answer.
 func TestReview46_PermanentHedgeStopsNextButFirstWins(t *testing.T) {
 	if raceEnabled {
-		t.Skip("real-time order of a hedge's failure and the next hedge's delay: under the race detector on 2 cores the failure can come after the next hedge is due (1 of 4 in CI)")
+		t.Skip("real-time order of a hedge's failure and the next hedge's delay: under the race detector on 2 cores the failure can come after the next hedge is due (1 of 4 in CI); .ci/run runs it without")
 	}
 	for _, class := range []func(error) error{resilience.Permanent, resilience.Terminal, resilience.Rejected, func(error) error { return context.Canceled }} {
 		var n, hedgedEvents atomic.Int32
