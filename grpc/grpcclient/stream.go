@@ -111,7 +111,24 @@ type attempt struct {
 	sending  int       // SendMsg calls in flight on it
 	sendErr  error     // an error of the caller's own, from SendMsg
 	peer     peer.Peer // its server, if it had a stream to one: set before finish
+	// notProto says RecvMsg was given a value that is not a proto message:
+	// the codec's refusal of it is the caller's error. Set before the
+	// RecvMsg that may finish the stream.
+	notProto atomic.Bool
 }
+
+// of is what the classification of a's outcome needs to know of a.
+func (a *attempt) of() attemptOf {
+	at := attemptOf{reached: reached(&a.peer)}
+	if a.notProto.Load() {
+		at.reply = notProtoReply{}
+	}
+	return at
+}
+
+// notProtoReply stands for a reply value of the caller's that is not a
+// proto message.
+type notProtoReply struct{}
 
 // finish records the outcome of the attempt's stream, once; grpc-go calls
 // it through grpc.OnFinish, and RecvMsg when it sees the end first.
@@ -243,7 +260,7 @@ func (s *stream) outcomeOf(a *attempt) error {
 	if a.sendErr != nil {
 		return resilience.Rejected(a.err) // the stream ended on the caller's own SendMsg error
 	}
-	err := s.cfg.classify(a.err, a.cs.Trailer(), attemptOf{reached: reached(&a.peer)})
+	err := s.cfg.classify(a.err, a.cs.Trailer(), a.of())
 	if resilience.Classify(err) == resilience.ClassTransient {
 		if md, _ := a.cs.Header(); md == nil && s.overflowed.Load() {
 			// A retry would have fixed it, had the stream been kept to
@@ -269,7 +286,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.Peer(&a.peer), grpc.OnFinish(a.finish))
 	cs, err := s.streamer(ctx, s.desc, s.cc, s.method, opts...)
 	if err != nil {
-		return struct{}{}, s.cfg.classify(err, nil, attemptOf{reached: reached(&a.peer)})
+		return struct{}{}, s.cfg.classify(err, nil, a.of())
 	}
 	a.cs = cs
 	s.mu.Lock()
@@ -300,7 +317,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	}
 	a.failed = true
 	s.broadcastLocked()
-	return struct{}{}, s.cfg.classify(a.err, cs.Trailer(), attemptOf{reached: reached(&a.peer)})
+	return struct{}{}, s.cfg.classify(a.err, cs.Trailer(), a.of())
 }
 
 // replayTo sends a the messages sent so far, and the close of the
@@ -447,6 +464,9 @@ func (s *stream) RecvMsg(m any) error {
 		a, err := s.current()
 		if err != nil {
 			return err
+		}
+		if _, ok := m.(proto.Message); !ok && !a.notProto.Load() {
+			a.notProto.Store(true)
 		}
 		rerr := a.cs.RecvMsg(m)
 		if rerr == nil {
