@@ -108,9 +108,9 @@ type config struct {
 // dependency is back: each window lets about k times the last window's
 // accepted calls through, so the share let through grows by about k a
 // window: after a 30 s outage at 1,000 calls a second, with the default
-// window, it refuses under 1% of the calls again 53 s to 1m43s after the
-// dependency is back with 2, 1m17s to 2m14s with 1.5, 4m42s to 9m6s with
-// 1.1 (TestRecoveryTimeByK, 13 runs). Nearer 1 it grows without bound
+// window, it refuses under 1% of the calls again 44 s to 52 s after the
+// dependency is back with 2, 1m12s to 1m24s with 1.5, 4m5s to 6m with
+// 1.1 (TestRecoveryTimeByK, 11 runs on 5 December 2026). Nearer 1 it grows without bound
 // (30 to 58 min with 1.01), and with 1 it would never end: refusals count
 // as requests, and the share refused would stay where the outage left it.
 // Default 2. It panics unless k is a finite number of at least 1.1.
