@@ -71,4 +71,3 @@ func TestReview54HTTPShortDeadlines(t *testing.T) {
 		})
 	}
 }
-

@@ -40,8 +40,10 @@ func TestReview54CallerDeadlinesNeverTeach(t *testing.T) {
 		},
 	}
 	cfgs := map[string]func(th *throttle.Throttle) []pipeline.Option{
-		"plain":  func(th *throttle.Throttle) []pipeline.Option { return []pipeline.Option{pipeline.WithThrottle(th)} },
-		"budget": func(th *throttle.Throttle) []pipeline.Option { return []pipeline.Option{pipeline.WithThrottle(th), pipeline.WithTimeBudget(10 * time.Second)} },
+		"plain": func(th *throttle.Throttle) []pipeline.Option { return []pipeline.Option{pipeline.WithThrottle(th)} },
+		"budget": func(th *throttle.Throttle) []pipeline.Option {
+			return []pipeline.Option{pipeline.WithThrottle(th), pipeline.WithTimeBudget(10 * time.Second)}
+		},
 		"budget+attempt": func(th *throttle.Throttle) []pipeline.Option {
 			return []pipeline.Option{pipeline.WithThrottle(th), pipeline.WithTimeBudget(10 * time.Second), pipeline.WithAttemptTimeout(5 * time.Second)}
 		},
@@ -191,7 +193,6 @@ func TestReview54WaitWhenOpenThenThrottled(t *testing.T) {
 		})
 	}
 }
-
 
 // A hedge refused by the throttle never fails a call whose first attempt
 // succeeds.

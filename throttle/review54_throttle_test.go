@@ -153,7 +153,6 @@ func TestReview54ConcurrentHealthy(t *testing.T) {
 	}
 }
 
-
 // A lightly used healthy dependency (5 calls/s), a pool of 10 stale
 // connections reset at once, then each call retried once (the retry would
 // succeed). How many retries does the throttle refuse?
@@ -289,4 +288,3 @@ func TestReview54IdleThenStaleReset(t *testing.T) {
 		t.Errorf("%d of %d retries to a healthy dependency (53 accepts of 63 in the window) refused", refusedTotal, total)
 	}
 }
-
