@@ -16,11 +16,17 @@
 // and 500, 501 and other 5xx are failures that a retry will not fix: neither
 // is retried ([ClassifyStatus] changes the class of a status). An error
 // that the client made itself, before or after the exchange (a URL with
-// an unsupported scheme or no host, an invalid header, a request body of
-// the caller's that fails to read, a server certificate it does not trust,
-// a response header over its limit), is neither retried nor counted by the
-// breaker: its class is resilience.ClassRejected, as is the [Client]'s own
-// encoding error. Only
+// an unsupported scheme, no host or a port that does not parse, an
+// invalid header, a request body of the caller's that fails to read, a
+// server certificate it does not trust, TLS versions its configuration
+// leaves none of, a response header over its limit), is neither retried
+// nor counted by the breaker: its class is resilience.ClassRejected, as is
+// the [Client]'s own encoding error. What stands between the client and
+// the dependency counts as the dependency: a proxy that refuses the
+// connection, a name that does not resolve (a misspelled host counts
+// against the breaker of the pipeline it goes through: [BreakerPerHost]
+// keeps that to its own name), an error of the caller's own client
+// certificate callback, which crypto/tls returns as it came. Only
 // idempotent methods (GET, HEAD, OPTIONS, PUT, DELETE, and those added by
 // [RetryMethods]) are retried, and others such as POST or PATCH only when
 // they carry an Idempotency-Key header, sent unchanged on every attempt;
@@ -747,7 +753,8 @@ func drain(ctx context.Context, body io.ReadCloser) {
 // send (a URL without a host or with a scheme it does not speak, an invalid
 // method or header, a body shorter than its ContentLength), a body of the
 // caller's that fails to read, a server certificate that the client does
-// not trust (TLS verification), a response header over the client's
+// not trust (TLS verification), a URL's port that does not parse, TLS
+// versions the client's configuration leaves none of, a response header over the client's
 // MaxResponseHeaderBytes over HTTP/1.1, an https URL for a server that speaks plain
 // HTTP. So is a request whose sending the server cut ([cutRequest]): one
 // with a body (body is true) that is sent once (once is true), or one
@@ -812,7 +819,18 @@ var netHTTPLocal = []string{
 	"http2: invalid Connection request header",
 	"http2: invalid Upgrade request header",
 	"http2: invalid Transfer-Encoding request header",
+	// crypto/tls's, of the client's own configuration, before any
+	// record is sent.
+	"tls: no supported versions satisfy MinVersion and MaxVersion",
 }
+
+// addrLocal are the messages of the net.AddrErrors of an address that
+// does not parse, which package net makes before it dials; not "no
+// suitable address found", of a host whose addresses the network cannot
+// reach.
+var addrLocal = map[string]bool{"invalid port": true, "missing port in address": true,
+	"too many colons in address": true, "missing ']' in address": true, "unexpected '[' in address": true,
+	"unexpected ']' in address": true}
 
 // plusOne is n+1 without overflowing: a limit one past n, to tell a
 // length of n from a longer one.
@@ -828,6 +846,7 @@ func localError(err error) bool {
 		invalid          x509.CertificateInvalidError
 		body             *bodyError
 		record           tls.RecordHeaderError
+		addr             *net.AddrError
 	)
 	switch {
 	case errors.As(err, &body), errors.As(err, &verify), errors.As(err, &unknownAuthority),
@@ -835,6 +854,8 @@ func localError(err error) bool {
 		return true
 	case errors.As(err, &record) && string(record.RecordHeader[:]) == "HTTP/":
 		return true // an https URL for a server that speaks plain HTTP, as http.Client says
+	case errors.As(err, &addr) && addrLocal[addr.Err]:
+		return true // the URL's address does not parse: nothing was dialed
 	}
 	msg := err.Error()
 	for _, m := range netHTTPLocal {
