@@ -101,9 +101,11 @@ type classer interface {
 }
 
 // Classify returns the class of err. The first error in err's chain with a
-// method ResilienceClass() Class decides; otherwise [context.Canceled] in the
-// chain is [ClassCanceled], and anything else non-nil is [ClassTransient].
-// A [context.DeadlineExceeded] is a timeout, hence transient.
+// method ResilienceClass() Class decides (the chain as Unwrap gives it,
+// depth first; an error's As method is not asked, so that classifying
+// allocates nothing); otherwise [context.Canceled] in the chain is
+// [ClassCanceled], and anything else non-nil is [ClassTransient]. A
+// [context.DeadlineExceeded] is a timeout, hence transient.
 func Classify(err error) Class {
 	switch e := err.(type) {
 	case nil:
