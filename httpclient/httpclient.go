@@ -469,6 +469,8 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	var key string
 	if v := req.Header[idempotencykey.Header]; len(v) > 0 { // as Get, without canonicalizing a canonical key
 		key = v[0]
+	} else {
+		key = foldedKey(req.Header)
 	}
 	if key == "" && cfg.autoKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		key = uuid.NewString()
@@ -698,6 +700,18 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	return nil, err
 }
 
+// foldedKey returns the first value of h's idempotency key under a name
+// that is not canonical ("idempotency-key", set into the map as it is),
+// as a server reads it; "" if none.
+func foldedKey(h http.Header) string {
+	for k, v := range h {
+		if len(v) > 0 && len(k) == len(idempotencykey.Header) && strings.EqualFold(k, idempotencykey.Header) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
 // request returns the caller's request for attempt n of most (or its
 // hedge), with ctx and a header of its own with the attempt's headers: the
 // caller's request is not changed. The rest is shared, as nothing an attempt does
@@ -709,8 +723,11 @@ func (a *attempt) request(ctx context.Context, n, most int, hedge bool) *http.Re
 	h := make(http.Header, len(a.req.Header)+3)
 	for k, v := range a.req.Header {
 		// The caller's budget header, whatever its case, is not forwarded:
-		// the attempt's own replaces it, if it has a deadline.
-		if len(k) == len(deadline.Header) && strings.EqualFold(k, deadline.Header) {
+		// the attempt's own replaces it, if it has a deadline; nor is its
+		// key under a name of another case, which the one set below
+		// replaces (the server would see two keys, and refuse them).
+		if len(k) == len(deadline.Header) && strings.EqualFold(k, deadline.Header) ||
+			a.key[0] != "" && len(k) == len(idempotencykey.Header) && strings.EqualFold(k, idempotencykey.Header) {
 			continue
 		}
 		h[k] = v[:len(v):len(v)]

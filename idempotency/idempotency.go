@@ -185,8 +185,12 @@ func newGuard(store Store, cfg config) *Guard {
 // local records, see [FailOpenAfter]), and simultaneous repeats of a
 // request that has ended are all replayed, not refused.
 //
-// Each store call is bounded by [StoreTimeout], whether or not ctx is
-// canceled. Begin is safe for concurrent use.
+// key is a key as idempotencykey.Parse gives it (1 to 255 bytes of
+// printable ASCII), which the HTTP and gRPC servers check before they call
+// Begin: a store may refuse another (PostgreSQL a NUL byte, an invalid
+// UTF-8 byte or a key over about 8 KB), and its refusal is then a store
+// failure. Each store call is bounded by [StoreTimeout], whether or not
+// ctx is canceled. Begin is safe for concurrent use.
 func (g *Guard) Begin(ctx context.Context, scope, key, fingerprint string) (*Claim, *Record, error) {
 	c := &Claim{Key: scopeKey(scope, key), Record: Record{Fingerprint: fingerprint, Token: rand.Text()}, TTL: g.cfg.ttl, guard: g, settled: make(chan struct{})}
 	// Held or being claimed here: no need to ask the store, which may be
