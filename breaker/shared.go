@@ -255,33 +255,33 @@ func (c *tally) drain() {
 
 // fleet is the shared side of a Breaker.
 type fleet struct {
-	b       *Breaker
-	store   SharedStore
-	policy  FleetPolicy
-	every   time.Duration // the flush interval, and the store's timeout
-	epoch   time.Time     // for confirmed, on the monotonic clock
-	counts  atomic.Pointer[tally]
-	state   atomic.Uint32 // the fleet's State, as last heard from the store
-	gen     atomic.Uint64
-	heard   atomic.Int64  // when the store last spoke, in ns since epoch
-	stale   time.Duration // how long an open or half-open state holds unconfirmed
-	since   atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
-	permits atomic.Int64  // probes granted to this replica for gen, not yet run
-	granted atomic.Int64  // when the permit was granted, in ns since epoch
-	used    atomic.Int64  // permits taken by calls, ever
-	running atomic.Int64  // probes of this replica running
-	probeAt atomic.Int64  // when the last of them was let through, in ns since epoch
-	demand  atomic.Int64  // when a call last wanted to probe and had no permit, in ns since epoch; reset by a grant
-	wanted  atomic.Int64  // the same, not reset: a call that comes long after asks at once
+	b        *Breaker
+	store    SharedStore
+	policy   FleetPolicy
+	every    time.Duration // the flush interval, and the store's timeout
+	epoch    time.Time     // for confirmed, on the monotonic clock
+	counts   atomic.Pointer[tally]
+	state    atomic.Uint32 // the fleet's State, as last heard from the store
+	gen      atomic.Uint64
+	heard    atomic.Int64  // when the store last spoke, in ns since epoch
+	stale    time.Duration // how long an open or half-open state holds unconfirmed
+	since    atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
+	permits  atomic.Int64  // probes granted to this replica for gen, not yet run
+	granted  atomic.Int64  // when the permit was granted, in ns since epoch
+	used     atomic.Int64  // permits taken by calls, ever
+	running  atomic.Int64  // probes of this replica running
+	probeAt  atomic.Int64  // when the last of them was let through, in ns since epoch
+	demand   atomic.Int64  // when a call last wanted to probe and had no permit, in ns since epoch; reset by a grant
+	wanted   atomic.Int64  // the same, not reset: a call that comes long after asks at once
+	probeOK  atomic.Uint32
+	probeBad atomic.Uint32 // outcomes of probes for gen, not yet sent
+	down     atomic.Bool   // the last flush failed
+	alone    atomic.Bool   // the fleet's state is unconfirmed: deciding locally
 
 	kick             chan struct{} // asks the flusher for a flush now (buffered 1)
 	fmu              sync.Mutex
 	fstarted, fended uint64        // flushes started and ended, under fmu
 	fdone            chan struct{} // closed as the flush under way ends, under fmu
-	probeOK          atomic.Uint32
-	probeBad         atomic.Uint32 // outcomes of probes for gen, not yet sent
-	down             atomic.Bool   // the last flush failed
-	alone            atomic.Bool   // the fleet's state is unconfirmed: deciding locally
 
 	mu      sync.Mutex // taken by apply: the flusher's and the watcher's answers
 	watched uint64     // answers applied from the watcher, under mu
@@ -702,13 +702,13 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 			// fleet stay half-open, every call rejected.
 			last := f.wanted.Load()
 			now := int64(time.Since(f.epoch))
-			f.demand.Store(now)
 			// One call asks at once, of those that find the last long ago
 			// together: the others are rejected at once.
 			if !rare || time.Duration(now-last) <= 2*f.every || !f.wanted.CompareAndSwap(last, now) {
-				f.wanted.Store(now)
+				f.wantProbe()
 				return false, 0, nil, f.b.reject(f.b.errBusy)
 			}
+			f.demand.Store(now) // for the flush it asks for
 			if !f.flushNow(ctx) {
 				return false, 0, nil, f.b.reject(f.b.errBusy)
 			}

@@ -705,12 +705,17 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 // as a server reads it; "" if none.
 func foldedKey(h http.Header) string {
 	for k, v := range h {
-		if len(v) > 0 && len(k) == len(idempotencykey.Header) && strings.EqualFold(k, idempotencykey.Header) {
+		if len(v) > 0 && sameName(k, idempotencykey.Header) {
 			return v[0]
 		}
 	}
 	return ""
 }
+
+// sameName reports whether the header name k is name in any case, as a
+// server reads it: a key set into the map as it is ("idempotency-key")
+// is sent as it is.
+func sameName(k, name string) bool { return len(k) == len(name) && strings.EqualFold(k, name) }
 
 // request returns the caller's request for attempt n of most (or its
 // hedge), with ctx and a header of its own with the attempt's headers: the
@@ -726,8 +731,7 @@ func (a *attempt) request(ctx context.Context, n, most int, hedge bool) *http.Re
 		// the attempt's own replaces it, if it has a deadline; nor is its
 		// key under a name of another case, which the one set below
 		// replaces (the server would see two keys, and refuse them).
-		if len(k) == len(deadline.Header) && strings.EqualFold(k, deadline.Header) ||
-			a.key[0] != "" && len(k) == len(idempotencykey.Header) && strings.EqualFold(k, idempotencykey.Header) {
+		if sameName(k, deadline.Header) || a.key[0] != "" && sameName(k, idempotencykey.Header) {
 			continue
 		}
 		h[k] = v[:len(v):len(v)]
