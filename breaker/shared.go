@@ -709,10 +709,20 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 				return false, 0, nil, f.b.reject(f.b.errBusy)
 			}
 			f.demand.Store(now) // for the flush it asks for
-			if !f.flushNow(ctx) {
-				return false, 0, nil, f.b.reject(f.b.errBusy)
+			if f.flushNow(ctx) {
+				probe, gen, c, err = f.admitting(ctx, false) // as the flush left it
+			} else {
+				err = f.b.reject(f.b.errBusy)
 			}
-			return f.admitting(ctx, false) // as the flush left it
+			if err != nil {
+				// Not granted (another replica holds the probe): the next
+				// periodic flush is not to ask for one, which would lapse
+				// before this replica's next call; that call asks again.
+				// Two replicas calling in turn otherwise each took the
+				// grant the other's call then found held.
+				f.demand.Store(math.MinInt64 / 2)
+			}
+			return probe, gen, c, err
 		}
 		// A permit, taken under apply's lock: the state and generation it
 		// was granted in are the ones the probe runs for (a newer opening
