@@ -367,15 +367,22 @@ var _ = tls.Config{}
 var _ net.Conn
 
 // Hedged requests with bodies, losers slow: all connections come back,
-// nothing leaks, each attempt got the whole body.
+// nothing leaks, each attempt whose body came whole got the right one.
+// An attempt cancelled as its body was sent (a hedge that lost while a
+// loaded machine was still writing it; CI, once) ends the server's read
+// early with an error: that is not a wrong body.
 func TestReview15HedgeLosersClosedNoLeak(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	var active atomic.Int32
-	var bad atomic.Int32
+	var bad, cut atomic.Int32
 	var n atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		if string(b) != "payload" {
+		b, err := io.ReadAll(r.Body)
+		switch {
+		case err != nil:
+			cut.Add(1)
+			return
+		case string(b) != "payload":
 			bad.Add(1)
 		}
 		if n.Add(1)%2 == 1 {
@@ -429,7 +436,7 @@ func TestReview15HedgeLosersClosedNoLeak(t *testing.T) {
 	if bad.Load() != 0 {
 		t.Errorf("%d attempts got a bad body", bad.Load())
 	}
-	t.Logf("requests %d", n.Load())
+	t.Logf("requests %d, bodies cut short %d", n.Load(), cut.Load())
 }
 
 // Retry-After values.
