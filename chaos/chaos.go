@@ -27,7 +27,11 @@ import (
 type Bucket struct {
 	// Start is when the bucket began.
 	Start time.Time
-	// Requests counts the requests received; OK those answered 2xx.
+	// Requests counts the requests received; OK those let through to the
+	// handler (not refused by a fault: down, the error rate, the capacity,
+	// a reset), as they arrive: the handler's own error status counts, as
+	// does a request whose caller leaves during the latency. The capacity
+	// counts them.
 	Requests, OK int
 }
 
@@ -113,7 +117,8 @@ func (b *Backend) SetDropResponse(drop bool) { b.set(func() { b.drop = drop }) }
 
 // SetCapacity makes the backend answer at most n requests per bucket; the
 // rest get 503, as an overloaded service's would. n <= 0 means unlimited.
-func (b *Backend) SetCapacity(n int) { b.set(func() { b.capacity = max(n, 0) }) }
+// It ends a ramp that Recover began.
+func (b *Backend) SetCapacity(n int) { b.set(func() { b.capacity, b.rampLength = max(n, 0), 0 }) }
 
 // Recover ends an outage the way a real service often does: it stops being
 // down, but its capacity per bucket ramps from a tenth of n to n over ramp,
@@ -182,7 +187,7 @@ func (b *Backend) admit(now time.Time) (fault, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.received++
-	idx := int(now.Sub(b.start) / b.bucket)
+	idx := max(int(now.Sub(b.start)/b.bucket), 0) // a Backend made before a testing/synctest bubble, whose clock starts in 2000
 	for len(b.buckets) <= idx {
 		b.buckets = append(b.buckets, Bucket{Start: b.start.Add(time.Duration(len(b.buckets)) * b.bucket)})
 	}

@@ -646,29 +646,29 @@ type orphans struct {
 	mu      sync.Mutex
 	claims  map[orphan]*noted
 	order   []orphan
-	reaping bool // timers free them (Guard.reap)
+	reaping bool          // timers free them (Guard.reap)
+	most    time.Duration // the longest wait between two tries of a claim
 }
 
 // orphan is a claim's key and token.
 type orphan struct{ key, token string }
 
-// noted is a claim an orphan is of, and how many times the reaping tried
-// to free it.
+// noted is a claim an orphan is of, when the reaping tries to free it
+// next, how long it waits after that, and when the claim's lease could
+// have run out, after which the reaping leaves it.
 type noted struct {
 	claim Record
-	tries int
+	next  time.Time
+	wait  time.Duration
+	until time.Time
 }
 
 const maxOrphans = 1024
 
-// reapRounds is how many times, a store timeout apart, a guard tries to
-// free each claim its Begins may have left before it leaves it to its next
-// Begin of its key, or to its lease.
-const reapRounds = 3
-
-// add notes a claim, to be tried reapRounds times, and reports whether the
+// add notes a claim, to be tried from first on, each wait after the last
+// (doubled each time, up to most) until until, and reports whether the
 // reaping must start (it has not).
-func (o *orphans) add(key string, claim Record) (reap bool) {
+func (o *orphans) add(key string, claim Record, first time.Time, wait, most time.Duration, until time.Time) (reap bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.claims == nil {
@@ -678,7 +678,8 @@ func (o *orphans) add(key string, claim Record) (reap bool) {
 	if _, ok := o.claims[id]; !ok {
 		o.order = append(o.order, id)
 	}
-	o.claims[id] = &noted{claim: claim}
+	o.claims[id] = &noted{claim: claim, next: first, wait: wait, until: until}
+	o.most = most
 	for len(o.order) > maxOrphans {
 		delete(o.claims, o.order[0])
 		o.order = o.order[1:]
@@ -687,27 +688,31 @@ func (o *orphans) add(key string, claim Record) (reap bool) {
 	return reap
 }
 
-// due returns the claims noted that the reaping has tried fewer than
-// reapRounds times, counting this try, or, if none is, none, and then
-// stops the reaping (those left stay noted, for the next Begin of their
-// keys).
-func (o *orphans) due() map[orphan]Record {
+// due returns the claims noted that are due at now, whose leases may not
+// have run out, and reports whether any such claim is left to try; if
+// none is, it stops the reaping (those left stay noted, for the next
+// Begin of their keys).
+func (o *orphans) due(now time.Time) (due map[orphan]Record, more bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var due map[orphan]Record
 	for id, n := range o.claims {
-		if n.tries < reapRounds {
-			n.tries++
-			if due == nil {
-				due = make(map[orphan]Record)
-			}
-			due[id] = n.claim
+		if !now.Before(n.until) {
+			continue
 		}
+		more = true
+		if now.Before(n.next) {
+			continue
+		}
+		n.next, n.wait = now.Add(n.wait), min(2*n.wait, o.most)
+		if due == nil {
+			due = make(map[orphan]Record)
+		}
+		due[id] = n.claim
 	}
-	if due == nil {
+	if !more {
 		o.reaping = false
 	}
-	return due
+	return due, more
 }
 
 // stop stops the reaping.
@@ -734,19 +739,22 @@ func (o *orphans) take(key, token string) (Record, bool) {
 // orphan notes a claim that a Begin of g gave up on, and starts the
 // reaping if it has not.
 func (g *Guard) orphan(key string, claim Record) {
-	if g.orphans.add(key, claim) {
+	now := time.Now()
+	if g.orphans.add(key, claim, now.Add(g.cfg.storeTimeout), g.cfg.storeTimeout, max(g.cfg.lease/12, g.cfg.storeTimeout), now.Add(g.cfg.lease)) {
 		time.AfterFunc(g.cfg.storeTimeout, g.reap)
 	}
 }
 
-// reap frees the claims that Begins of g gave up on, each tried reapRounds
-// times a store timeout apart, on timers (no goroutine waits between
-// them): a Begin whose answer came after the store timeout leaves a claim
-// that holds its key, which the other replicas cannot free, for a whole
-// lease. Those it cannot free (the store still fails, or the claim is not
-// written yet: ErrNotOwner) are tried again in the next round, and after
-// the last are left to g's next Begin of their keys, which frees them, or
-// to their leases.
+// reap frees the claims that Begins of g gave up on, on timers (no
+// goroutine waits between them): a Begin whose answer came after the
+// store timeout leaves a claim that holds its key, which the other
+// replicas cannot free, for a whole lease, and a store that froze as it
+// was asked may write it only once it thaws. Each claim is tried a store
+// timeout after its Begin gave up, and then again, each wait twice the
+// last up to a twelfth of the lease, until the claim's lease could have
+// run out; those it cannot free (the store still fails, or the claim is
+// not written yet: ErrNotOwner) are tried again, and after that left to
+// g's next Begin of their keys, which frees them, or to their leases.
 func (g *Guard) reap() {
 	defer func() {
 		if r := recover(); r != nil { // the store's: on no request's goroutine, so not to end the process
@@ -754,8 +762,8 @@ func (g *Guard) reap() {
 			g.cfg.logger().Error("idempotency: the store panicked freeing a claim a Begin gave up on", "panic", r)
 		}
 	}()
-	claims := g.orphans.due()
-	if claims == nil {
+	claims, more := g.orphans.due(time.Now())
+	if !more {
 		return
 	}
 	for id, claim := range claims {

@@ -65,6 +65,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -271,7 +272,8 @@ func OldestOnTime() Option {
 // Acquire takes a slot for an attempt, waiting for one if the Limiter
 // lets it, until ctx is done. It returns a Ticket, and then the attempt
 // must call [Limiter.Release] with it once it ends, or an error matching
-// [ErrLimited].
+// [ErrLimited]. With a ctx already done, it takes a free slot or refuses
+// at once: it never waits, nor goes ahead of the attempts waiting.
 func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 	if l == nil {
 		return 0, nil
@@ -349,7 +351,8 @@ func (l *Limiter) leave(w *waiter) {
 // with err (nil on success), which an adaptive Limiter learns from: a
 // failure decreases the limit if the attempt was sent since the last
 // decrease; a caller's cancellation, or an attempt not sent after all
-// ([resilience.ClassRejected]), teaches nothing. A zero tk does nothing.
+// ([resilience.ClassRejected]), or an error whose methods panic as it is
+// classified, teaches nothing. A zero tk does nothing.
 // Release each Ticket once: a Ticket is a value, and a second Release of
 // it gives back a slot that another attempt holds (the pipeline releases
 // its own).
@@ -357,9 +360,17 @@ func (l *Limiter) Release(tk Ticket, err error) {
 	if l == nil || tk == 0 {
 		return
 	}
+	var c resilience.Class
+	if l.adaptive {
+		// Before the lock, which a panic would leave held.
+		var ok bool
+		if c, ok = classify.Safely(err); !ok {
+			c = resilience.ClassCanceled
+		}
+	}
 	l.mu.Lock()
 	if l.adaptive {
-		l.learn(uint32(tk), resilience.Classify(err))
+		l.learn(uint32(tk), c)
 	}
 	var now time.Time // read by grant if need be
 	if tk&timed != 0 && err == nil {

@@ -18,8 +18,8 @@ type gate interface {
 	// acquire admits an attempt, with a ticket for release (0 if it holds
 	// nothing to give back), or refuses it with an error of class
 	// [resilience.ClassRejected]. waited says whether the attempt's call
-	// waited for the breaker.
-	acquire(ctx context.Context, waited bool) (ticket uint64, err error)
+	// waited for the breaker, hedge whether the attempt is a hedge.
+	acquire(ctx context.Context, waited, hedge bool) (ticket uint64, err error)
 	// release gives back what acquire took, with the attempt's outcome:
 	// nil, its error, or context.Canceled for an attempt that was not
 	// sent or was abandoned, which teaches nothing.
@@ -61,9 +61,9 @@ func (c *config) buildGates() []gate {
 
 // acquire passes an attempt through gs: nil with their tickets, or the
 // first refusal, with its kind, after giving back what it held.
-func acquire(ctx context.Context, gs []gate, waited bool) (held tickets, kind resilience.EventKind, err error) {
+func acquire(ctx context.Context, gs []gate, waited, hedge bool) (held tickets, kind resilience.EventKind, err error) {
 	for i, g := range gs {
-		tk, err := g.acquire(ctx, waited)
+		tk, err := g.acquire(ctx, waited, hedge)
 		if err != nil {
 			release(gs, held, context.Canceled) // not sent: nothing learned
 			return tickets{}, g.refusal(), err
@@ -86,7 +86,7 @@ func release(gs []gate, held tickets, outcome error) {
 // throttleGate is the client-side throttle (WithThrottle).
 type throttleGate struct{ t *throttle.Throttle }
 
-func (g throttleGate) acquire(context.Context, bool) (uint64, error) {
+func (g throttleGate) acquire(context.Context, bool, bool) (uint64, error) {
 	tk, err := g.t.Admit()
 	return uint64(tk), err
 }
@@ -94,13 +94,27 @@ func (g throttleGate) acquire(context.Context, bool) (uint64, error) {
 func (g throttleGate) release(tk uint64, outcome error) { g.t.Done(throttle.Ticket(tk), outcome) }
 func (throttleGate) refusal() resilience.EventKind      { return resilience.EventThrottled }
 
-// limitGate is the concurrency limit (WithLimit).
+// limitGate is the concurrency limit (WithLimit). A hedge takes a free
+// slot or is refused: it does not queue, where it would take the place of
+// a call's first attempt, and go ahead of those queued after it, for an
+// attempt that its call may not need.
 type limitGate struct{ l *limit.Limiter }
 
-func (g limitGate) acquire(ctx context.Context, _ bool) (uint64, error) {
+func (g limitGate) acquire(ctx context.Context, _, hedge bool) (uint64, error) {
+	if hedge {
+		ctx = noWait
+	}
 	tk, err := g.l.Acquire(ctx)
 	return uint64(tk), err
 }
+
+// noWait is a done context: [limit.Limiter.Acquire] then takes a free slot
+// or refuses at once.
+var noWait = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 func (g limitGate) release(tk uint64, outcome error) { g.l.Release(limit.Ticket(tk), outcome) }
 func (limitGate) refusal() resilience.EventKind      { return resilience.EventLimited }
@@ -118,7 +132,7 @@ type pacer struct {
 	backlog atomic.Int64 // calls that waited, not yet over
 }
 
-func (p *pacer) acquire(ctx context.Context, waited bool) (uint64, error) {
+func (p *pacer) acquire(ctx context.Context, waited, _ bool) (uint64, error) {
 	if !waited {
 		if p.backlog.Load() == 0 {
 			return 0, nil

@@ -121,8 +121,11 @@ func WithThrottle(t *throttle.Throttle) Option {
 // waits for a slot within the time budget if l lets it. An adaptive l
 // learns nothing from an attempt that the caller's deadline ended, as
 // [WithThrottle]: give the pipeline an attempt timeout or a time budget,
-// so that it learns of a dependency that turns slow. Default none; nil
-// means none.
+// so that it learns of a dependency that turns slow. A hedge takes a free
+// slot or is refused: it never waits in l's queue, where it would take
+// the place of another call's first attempt. A slot is held while op
+// runs: a result still read after op returns ([DoStream], such as an
+// HTTP response's body) holds none. Default none; nil means none.
 func WithLimit(l *limit.Limiter) Option {
 	return optionFunc(func(c *config) { c.limit = l })
 }

@@ -201,7 +201,9 @@ func Do[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], opt
 // response), while those of earlier attempts are canceled as the next one
 // ends. The caller must call release once it is done with the result,
 // whatever the error; release may be called more than once. If op panics or
-// calls runtime.Goexit, every context is canceled at once.
+// calls runtime.Goexit, every context is canceled at once. The
+// concurrency limit's slot ([WithLimit]) is given back as op returns, not
+// at release.
 func DoStream[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], opts ...CallOption) (res T, release func(), err error) {
 	if p == nil || p.cfg.budget == 0 && p.cfg.attemptTimeout == 0 && p.cfg.hedge == nil {
 		// The call makes no context of its own: nothing to keep.

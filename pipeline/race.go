@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -310,13 +311,13 @@ func (r *race[T]) settle(o outcome[T]) bool {
 		}
 		panic(o.panicked)
 	}
-	if resilience.Classify(o.err) == resilience.ClassRejected && (r.stopHedges() || r.have) {
+	if c, ok := classify.Safely(o.err); ok && c == resilience.ClassRejected && (r.stopHedges() || r.have) {
 		// Refused on our side (throttle, limit): no more hedges, but the
 		// attempts out may still answer, and one that did is the answer.
 		r.dispose(o)
 		return false
 	}
-	retryable := o.err != nil && resilience.Classify(o.err).Retryable()
+	retryable := o.err != nil && retryable(o.err)
 	if r.have && retryable && retryAfter(r.last.err) > retryAfter(o.err) {
 		r.dispose(o) // the dependency's longest hint decides the retry's delay
 		return false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -271,7 +272,7 @@ func (c *call[T]) inside(ctx context.Context) (err error) {
 	if c.budgeted {
 		ownBudget(err)
 	}
-	if err != nil && c.probe && c.opts.waited && errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, ErrAttemptTimeout) {
+	if err != nil && c.probe && c.opts.waited && deadlinePassed(ctx) && !errors.Is(err, ErrAttemptTimeout) {
 		err = &waitedOut{err}
 	}
 	return err
@@ -488,7 +489,7 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 		return c.timeout(ctx)
 	}
 	gates := c.p.cfg.gates
-	held, refusal, err := acquire(ctx, gates, c.opts.waited)
+	held, refusal, err := acquire(ctx, gates, c.opts.waited, hedge)
 	if err == nil && hedge && (ctx.Err() != nil || passed(ctx) || r.phase.Load() == firstWon || r.decided.Load()) {
 		release(gates, held, context.Canceled) // its slot came as its race was decided: not sent
 		return res, context.Canceled
@@ -595,12 +596,15 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 // gates nothing: the caller's bug says nothing of the dependency's load.
 // Nor does one that the caller's deadline ended: a budget too short for
 // an answer is the caller's doing (grpc-go's retry throttling does not
-// count a deadline either). The pipeline's own limits, the attempt
-// timeout and the time budget, teach them as failures.
+// count a deadline either), whether or not ctx has heard of it yet: a
+// client that makes the deadline a socket's (a driver, go-redis, a
+// dialer) answers "i/o timeout" as the context's timer fires, often
+// first. The pipeline's own limits, the attempt timeout and the time
+// budget, teach them as failures.
 func (c *call[T]) attemptEnded(ctx context.Context, err error, returned bool, held tickets, end func(error)) {
 	outcome := attemptOutcome(ctx, err, returned)
 	learned := outcome
-	if !returned || err != nil && !c.budgeted && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if !returned || err != nil && !c.budgeted && deadlinePassed(ctx) {
 		learned = context.Canceled
 	}
 	release(c.p.cfg.gates, held, learned)
@@ -608,6 +612,16 @@ func (c *call[T]) attemptEnded(ctx context.Context, err error, returned bool, he
 		safe.EndAttempt(end, outcome)
 	}
 	c.s.ended(outcome)
+}
+
+// deadlinePassed reports whether ctx's deadline has passed, by ctx or by
+// the clock.
+func deadlinePassed(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // attemptOutcome is what the gates and the tracer learn of an attempt
@@ -691,8 +705,7 @@ func (e *attemptTimeoutError) Unwrap() []error { return e.errs[:] } // no alloca
 
 // retryable reports whether err's class is retried; an error whose
 // methods panic as it is classified is taken for one (it stops nothing).
-func retryable(err error) (ok bool) {
-	ok = true
-	defer func() { _ = recover() }()
-	return resilience.Classify(err).Retryable()
+func retryable(err error) bool {
+	c, ok := classify.Safely(err)
+	return !ok || c.Retryable()
 }

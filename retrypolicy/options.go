@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -44,11 +45,17 @@ func defaults() config {
 // backoffPermanent matches any *backoff.PermanentError with errors.Is.
 var backoffPermanent = &backoff.PermanentError{}
 
+// retryable reports whether err is retried; an error whose methods panic
+// as it is classified is left to RetryIf, and by default not retried.
 func (c *config) retryable(err error) bool {
-	if c.retryIf != nil {
+	class, ok := classify.Safely(err)
+	switch {
+	case ok && class == resilience.ClassRejected:
+		return false
+	case c.retryIf != nil:
 		return c.retryIf(err)
 	}
-	return resilience.Classify(err).Retryable() && !errors.Is(err, backoffPermanent)
+	return ok && class.Retryable() && !errors.Is(err, backoffPermanent)
 }
 
 // MaxAttempts sets how many times an operation runs at most, the first
@@ -97,7 +104,11 @@ func Jitter(m JitterMode) Option {
 // RetryIf replaces the test for whether an error is retried. Default: its
 // [resilience.Class] is transient, and it is not marked with
 // backoff/v4's Permanent. A done context stops the loop whatever fn
-// says.
+// says, and an error of class [resilience.ClassRejected] is not retried
+// whatever fn says: the attempt was refused before it was sent (an open
+// breaker, a full concurrency limit, the throttle, the caller's own bad
+// request), and a retry, charged to the [Quota], would most often be
+// refused again at once.
 func RetryIf(fn func(err error) bool) Option {
 	return optionFunc(func(c *config) { c.retryIf = fn })
 }

@@ -42,6 +42,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -267,9 +268,11 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		running = attempt
 		res, err := op(ctx)
 		running = 0
-		if err != nil && guard != nil && resilience.Classify(err) == resilience.ClassRejected {
-			if gerr := guard(); gerr != nil && errors.Is(err, gerr) { // refused as the guard would have: not sent
-				return res, &Error{Attempts: attempt - 1, Reason: gerr, Last: last, guarded: true, paid: paid}
+		if err != nil && guard != nil {
+			if c, ok := classify.Safely(err); ok && c == resilience.ClassRejected {
+				if gerr := guard(); gerr != nil && errors.Is(err, gerr) { // refused as the guard would have: not sent
+					return res, &Error{Attempts: attempt - 1, Reason: gerr, Last: last, guarded: true, paid: paid}
+				}
 			}
 		}
 		last, paid = err, cfg.quota != nil // the next attempt is a retry, charged before it is sent
@@ -344,7 +347,7 @@ func (c *config) giveUp(attempt int, reason, last error) error {
 			kind = resilience.EventQuotaExhausted
 		case errors.Is(reason, context.DeadlineExceeded):
 			kind = resilience.EventTimeBudgetExceeded
-		case reason == ErrNotRetryable && resilience.IsUnrepeatable(last):
+		case reason == ErrNotRetryable && classify.Holds(resilience.IsUnrepeatable, last):
 			kind = resilience.EventNotRetried
 		}
 		if kind != 0 {

@@ -54,6 +54,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/internal/window"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -161,15 +162,16 @@ func (t *Throttle) Admit() (Ticket, error) {
 // failure of it ([resilience.Class] Failure: an overload, a 503, a
 // timeout). An attempt that the caller canceled, or that was not sent
 // after all (an error of class [resilience.ClassRejected] or
-// [resilience.ClassCanceled]), is taken back, as if never made.
+// [resilience.ClassCanceled]), or whose error's methods panic as it is
+// classified, is taken back, as if never made.
 func (t *Throttle) Done(tk Ticket, err error) {
 	if t == nil || tk == 0 {
 		return
 	}
 	t.out.Add(-1)
-	c := resilience.Classify(err)
+	c, ok := classify.Safely(err)
 	switch {
-	case c == resilience.ClassCanceled || c == resilience.ClassRejected:
+	case !ok || c == resilience.ClassCanceled || c == resilience.ClassRejected:
 		t.requests.Remove(int64(tk - 1))
 	case !c.Failure():
 		t.accept.Add(t.clock.Epoch())

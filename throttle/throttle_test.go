@@ -88,6 +88,7 @@ func TestCanceledAndRejectedAttemptsAreNotCounted(t *testing.T) {
 		for range 50 {
 			send(1, resilience.Rejected(errOverloaded))
 			send(1, fmt.Errorf("gone: %w", context.Canceled))
+			send(1, (*unwrapPanics)(nil)) // the caller's bug: teaches nothing
 		}
 		assert.Zero(t, th.RejectProbability(), "20 requests, 20 accepted")
 		send(30, resilience.Permanent(errOverloaded)) // a 400 is an answer: accepted
@@ -109,6 +110,13 @@ func TestCanceledAndRejectedAttemptsAreNotCounted(t *testing.T) {
 		assert.InDelta(t, 1.0/104, th.RejectProbability(), 1e-9)
 	})
 }
+
+// unwrapPanics is an error whose Unwrap panics on a nil receiver, as a
+// typed nil of a caller's error type may.
+type unwrapPanics struct{ err error }
+
+func (e *unwrapPanics) Error() string { return "unwrap panics" }
+func (e *unwrapPanics) Unwrap() error { return e.err }
 
 // TestRequestsCountAsTheyAreSent: attempts still in flight count, so that
 // the throttle sees a burst as it goes out, not an attempt's duration

@@ -41,8 +41,9 @@ const endPath = "/storm-end"
 // backends is the server side: the backends of the runs under way. It is
 // safe for concurrent use.
 type backends struct {
-	mu   sync.Mutex
-	runs map[string]*backend
+	mu    sync.Mutex
+	runs  map[string]*backend
+	ended map[string]bool // runs ended: a request of theirs still in flight makes no backend again
 }
 
 // lookup returns the backend of run, made from the scenario key and the
@@ -52,6 +53,9 @@ func (bs *backends) lookup(run, key string, start int64) (*backend, error) {
 	defer bs.mu.Unlock()
 	if b, ok := bs.runs[run]; ok {
 		return b, nil
+	}
+	if bs.ended[run] {
+		return nil, fmt.Errorf("run %q has ended", run)
 	}
 	sc := scenarioByKey(key)
 	if sc == nil {
@@ -73,6 +77,7 @@ func (bs *backends) end(run string) []int {
 	bs.mu.Lock()
 	b, ok := bs.runs[run]
 	delete(bs.runs, run)
+	bs.ended[run] = true
 	bs.mu.Unlock()
 	if !ok {
 		return nil
@@ -82,7 +87,9 @@ func (bs *backends) end(run string) []int {
 }
 
 // newBackends returns the backends' process's state: no runs yet.
-func newBackends() *backends { return &backends{runs: map[string]*backend{}} }
+func newBackends() *backends {
+	return &backends{runs: map[string]*backend{}, ended: map[string]bool{}}
+}
 
 // httpHandler serves the backends over HTTP, and ends a run at endPath.
 func (bs *backends) httpHandler() http.Handler {

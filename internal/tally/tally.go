@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -60,9 +61,9 @@ func (c *Counts) Attempt(n int, err error) {
 // rejected reports whether err is of class [resilience.ClassRejected]. An
 // error whose methods panic as it is classified is not: counting a call
 // does not change its outcome.
-func rejected(err error) (r bool) {
-	defer func() { _ = recover() }()
-	return resilience.Classify(err) == resilience.ClassRejected
+func rejected(err error) bool {
+	c, ok := classify.Safely(err)
+	return ok && c == resilience.ClassRejected
 }
 
 // Call counts a call as it starts, and reports whether it is to be timed.
