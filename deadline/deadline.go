@@ -16,7 +16,11 @@
 // through the calls with time enough. Inject rounds the budget up, so
 // that the hop it is sent to runs out of time after its caller, not
 // before: its 504 would come back while the caller's own deadline has not
-// passed, as a failure of the hop's. A pipeline's throttle and adaptive
+// passed, as a failure of the hop's. Each hop may so add up to a
+// millisecond: a chain of n hops ends up to n ms after the first
+// caller's deadline, and a cycle of calls whose hops each take less than
+// a millisecond is not ended by the budget alone (each hop's own time
+// budget or attempt timeout still ends it). A pipeline's throttle and adaptive
 // concurrency limit learn nothing from an attempt that a caller's budget
 // ended; the pipeline's own attempt timeout and time budget teach them.
 package deadline
@@ -84,7 +88,11 @@ func Parse(v string) (time.Duration, bool) {
 // Middleware bounds each request's context by the budget in its [Header]:
 // the deadline becomes the earlier of now plus that budget and any deadline
 // the context already has. A missing, repeated or malformed header is
-// ignored. It is safe for concurrent use.
+// ignored. The header is taken off the request that next gets (a copy):
+// the budget is the context's, and a handler that forwards the request's
+// headers (an httputil.ReverseProxy) would send the budget as it came,
+// which a hop further on would take from when it arrives there. Send
+// what is left with [Inject] instead. It is safe for concurrent use.
 //
 // The budget counts from when Middleware runs: time the request spent
 // before it (in transit, or in an outer handler that queues, limits or
@@ -104,6 +112,9 @@ func Middleware(next http.Handler) http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), d)
 		defer cancel()
-		next.ServeHTTP(w, r.WithContext(ctx))
+		r = r.WithContext(ctx)
+		r.Header = r.Header.Clone()
+		r.Header.Del(Header) // the budget is the context's now: a proxy that forwards the headers sends none stale
+		next.ServeHTTP(w, r)
 	})
 }

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math"
@@ -72,6 +73,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(w, err)
 	case stored != nil:
 		h.replay(w, stored)
+	case r.Context().Err() != nil:
+		// Its deadline passed, or its client left, as the key was claimed
+		// (a budget told by deadline.Middleware spent on a slow store):
+		// nothing ran, and the key is freed for a retry.
+		_ = claim.Release(context.WithoutCancel(r.Context()))
+		w.Header().Set("Retry-After", "0")
+		problem(w, http.StatusServiceUnavailable, "deadline passed", "the request's deadline passed as its idempotency key was claimed: it did not run, and a retry with the key may")
 	default:
 		h.run(w, r, claim)
 	}
@@ -135,7 +143,8 @@ func refuse(w http.ResponseWriter, err error) {
 // says that nothing committed (Claim.Abandon, or a status of
 // ReleaseStatus). A response that never reached its client whole is
 // stored as Incomplete: a write failed; its body is shorter than the
-// Content-Length it declared; the client left before the handler
+// Content-Length it declared; the client left (the request's context
+// canceled, not its deadline passed) before the handler
 // returned, with nothing written, or after the response had begun (the
 // handler may have cut it short as its context ended; flushed or not,
 // since net/http sends a body as its buffer fills). A response begun only
@@ -158,7 +167,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	}()
 	h.next.ServeHTTP(rec, r.WithContext(claim.Context()))
 	returned = true
-	gone := r.Context().Err() != nil
+	gone := errors.Is(r.Context().Err(), context.Canceled) // its client left; a deadline that passed sends what was written
 	if rec.status == 0 && !gone && !rec.hijacked {
 		rec.WriteHeader(http.StatusOK)
 	}

@@ -365,12 +365,12 @@ func TestLeaseUnderThreeStoreTimeoutsPanics(t *testing.T) {
 // incomplete". One commit.
 func TestCommittedThenContextEndedRunsOnce(t *testing.T) {
 	commits := 0
+	ctx, cancel := context.WithCancel(t.Context())
 	h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		commits++            // the effect commits
-		<-r.Context().Done() // then the client leaves, and the handler gives up without a word
+		cancel()             // then the client leaves
+		<-r.Context().Done() // and the handler gives up without a word
 	}))
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
 	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
 	r.Header.Set(idempotency.Header, "k")
 	h.ServeHTTP(httptest.NewRecorder(), r)
@@ -440,9 +440,11 @@ func TestHandlerCompletedClaimIsKeptWhenTheClientLeaves(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			st := idempotency.NewMemoryStore(0)
 			effects := 0
+			gone, cancel := context.WithCancel(t.Context())
 			h := idempotency.Middleware(st, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				c := idempotency.FromContext(r.Context())
 				effects++
+				cancel() // the client leaves as it runs
 				ctx := r.Context()
 				if tc.detach {
 					ctx = context.WithoutCancel(ctx)
@@ -450,8 +452,6 @@ func TestHandlerCompletedClaimIsKeptWhenTheClientLeaves(t *testing.T) {
 				_ = st.Complete(ctx, c.Key, c.Record, idempotency.Record{Fingerprint: c.Record.Fingerprint, Done: true, Status: http.StatusCreated}, c.TTL)
 				c.Completed()
 			}))
-			gone, cancel := context.WithCancel(t.Context())
-			cancel()
 			r := httptest.NewRequestWithContext(gone, http.MethodPost, "/orders", strings.NewReader("{}"))
 			r.Header.Set(idempotency.Header, "o-1")
 			h.ServeHTTP(httptest.NewRecorder(), r)
@@ -626,4 +626,61 @@ func TestUnflushedStreamCutShortIsNotReplayedAsComplete(t *testing.T) {
 		assert.Contains(t, w.Body.String(), "response incomplete")
 		assert.EqualValues(t, 1, runs.Load())
 	})
+}
+
+// TestContextEndedAsTheKeyWasClaimedRunsNothing: a request whose context
+// ended as its key was claimed (its deadline spent on a slow store, or
+// its client gone) is not run, and its key is freed: a retry runs it.
+func TestContextEndedAsTheKeyWasClaimedRunsNothing(t *testing.T) {
+	runs := 0
+	h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusCreated)
+	}))
+	for _, cause := range []string{"deadline", "client-gone"} {
+		runs = 0
+		ctx, cancel := context.WithCancel(t.Context())
+		if cause == "deadline" {
+			ctx, cancel = context.WithTimeout(t.Context(), -time.Second)
+		}
+		cancel()
+		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
+		r.Header.Set(idempotency.Header, cause)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		assert.Equal(t, http.StatusServiceUnavailable, w.Code, cause)
+		assert.Zero(t, runs, cause)
+		r = httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("{}"))
+		r.Header.Set(idempotency.Header, cause)
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		assert.Equal(t, http.StatusCreated, w.Code, cause)
+		assert.Equal(t, 1, runs, cause)
+	}
+}
+
+// TestDeadlinePassedIsNotAClientGone: a handler that stops without a word
+// as its request's deadline passes (deadline.Middleware's budget) sends
+// its client net/http's empty 200, whole: that is stored and replayed,
+// not "response incomplete", which is for a client that left.
+func TestDeadlinePassedIsNotAClientGone(t *testing.T) {
+	runs := 0
+	h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		<-r.Context().Done()
+	}))
+	serve := func(ctx context.Context) *httptest.ResponseRecorder {
+		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
+		r.Header.Set(idempotency.Header, "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	first := serve(ctx)
+	retry := serve(t.Context())
+	assert.Equal(t, 1, runs)
+	assert.Equal(t, http.StatusOK, first.Code)
+	assert.Equal(t, http.StatusOK, retry.Code, retry.Body.String())
 }

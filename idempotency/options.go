@@ -128,8 +128,11 @@ func TTL(d time.Duration) Option {
 // last successful renewal runs out, so any store outage shorter than two
 // thirds of the lease (see [Claim.Complete]). Make it long against the
 // store's longest restart or failover (if it runs out, the request learns
-// it, and a repeat may run; only the SQL store's transactional completion
-// fences the effect itself). Default 30 s. For the guard. It panics if d
+// it, its context canceled, and a repeat may run; with the default
+// [FailOpenAfter], shorter than two thirds of the default lease, it is
+// not canceled but runs on under its claim on this process's records,
+// while a repeat sent to another replica may run too; only the SQL
+// store's transactional completion fences the effect itself). Default 30 s. For the guard. It panics if d
 // is not positive.
 func Lease(d time.Duration) Option {
 	positive("Lease", d)
@@ -137,8 +140,12 @@ func Lease(d time.Duration) Option {
 }
 
 // StoreTimeout bounds each call to the store. Default 500 ms, so that a
-// frozen store gets a request refused within about a second. For the
-// guard. It panics if d is not positive.
+// frozen store gets a request refused within about a second. A call
+// carries a whole record, so it must also cover moving [MaxResponse]
+// bytes each way: a record saved or read back slower than d fails as the
+// store would, counted toward [FailOpenAfter] (on loopback Redis, 1 MiB
+// took 67 ms, 8 MiB 452 ms, 16 MiB 4 to 5 s). For the guard. It panics
+// if d is not positive.
 func StoreTimeout(d time.Duration) Option {
 	positive("StoreTimeout", d)
 	return optionFunc(func(c *config) { c.storeTimeout = d })
@@ -176,7 +183,8 @@ func FailOpenAfter(d time.Duration) Option {
 // MaxResponse sets the largest result body stored for replay. A larger
 // response is sent in full, but a repeat of its key is refused
 // ([ErrNotReplayable]; 500 over HTTP) rather than running the handler
-// again. Default 1 MiB. For the guard. It panics if n < 1.
+// again. Default 1 MiB; raise [StoreTimeout] with it. For the guard. It
+// panics if n < 1.
 func MaxResponse(n int) Option {
 	if n < 1 {
 		panic(fmt.Sprintf("idempotency: MaxResponse(%d): n must be 1 or more", n))

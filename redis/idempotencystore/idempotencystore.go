@@ -151,6 +151,16 @@ func refused(err redis.Error) bool {
 	return strings.HasPrefix(msg, "ERR ") || strings.HasPrefix(msg, "NOPERM")
 }
 
+// pxOf is d for PX: whole milliseconds, rounded up, and at least one
+// (Redis refuses PX 0), as go-redis sends a SET's expiration.
+func pxOf(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return max(ms, 1)
+}
+
 // replaceIfHeld sets KEYS[1] to ARGV[2] for ARGV[3] ms if it holds ARGV[1].
 var replaceIfHeld = redis.NewScript(`
 if redis.call("GET", KEYS[1]) == ARGV[1] then
@@ -221,7 +231,7 @@ func (s *Store) Complete(ctx context.Context, key string, claim, rec idempotency
 	if err != nil {
 		return err
 	}
-	n, err := replaceIfHeld.Run(ctx, s.c, []string{s.prefix + key}, old, data, ttl.Milliseconds()).Int()
+	n, err := replaceIfHeld.Run(ctx, s.c, []string{s.prefix + key}, old, data, pxOf(ttl)).Int()
 	if err != nil {
 		return err
 	}
@@ -237,7 +247,7 @@ func (s *Store) Renew(ctx context.Context, key string, claim idempotency.Record,
 	if err != nil {
 		return err
 	}
-	n, err := renewIfHeld.Run(ctx, s.c, []string{s.prefix + key}, old, lease.Milliseconds()).Int()
+	n, err := renewIfHeld.Run(ctx, s.c, []string{s.prefix + key}, old, pxOf(lease)).Int()
 	if err != nil {
 		return err
 	}
