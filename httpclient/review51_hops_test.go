@@ -82,8 +82,8 @@ func review51NewHop(t testing.TB, name, next string, o review51Opts) *review51Ho
 	client := httpclient.New(copts...)
 	handler := func(w http.ResponseWriter, r *http.Request) error {
 		h.seen.Add(1)
-		if d, ok := deadline.Parse(r.Header.Get(deadline.Header)); ok {
-			h.budget.Store(int64(d / time.Millisecond))
+		if dl, ok := r.Context().Deadline(); ok { // deadline.Middleware's, from the header it takes off
+			h.budget.Store(int64((time.Until(dl) + time.Millisecond - 1) / time.Millisecond))
 		}
 		h.attHdr.Store(r.Header.Get(retrysignal.AttemptHeader))
 		var out map[string]any
