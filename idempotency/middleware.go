@@ -143,8 +143,7 @@ func refuse(w http.ResponseWriter, err error) {
 // says that nothing committed (Claim.Abandon, or a status of
 // ReleaseStatus). A response that never reached its client whole is
 // stored as Incomplete: a write failed; its body is shorter than the
-// Content-Length it declared; the client left (the request's context
-// canceled, not its deadline passed) before the handler
+// Content-Length it declared; the client left before the handler
 // returned, with nothing written, or after the response had begun (the
 // handler may have cut it short as its context ended; flushed or not,
 // since net/http sends a body as its buffer fills). A response begun only
@@ -167,7 +166,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	}()
 	h.next.ServeHTTP(rec, r.WithContext(claim.Context()))
 	returned = true
-	gone := errors.Is(r.Context().Err(), context.Canceled) // its client left; a deadline that passed sends what was written
+	gone := r.Context().Err() != nil
 	if rec.status == 0 && !gone && !rec.hijacked {
 		rec.WriteHeader(http.StatusOK)
 	}

@@ -658,29 +658,3 @@ func TestContextEndedAsTheKeyWasClaimedRunsNothing(t *testing.T) {
 		assert.Equal(t, 1, runs, cause)
 	}
 }
-
-// TestDeadlinePassedIsNotAClientGone: a handler that stops without a word
-// as its request's deadline passes (deadline.Middleware's budget) sends
-// its client net/http's empty 200, whole: that is stored and replayed,
-// not "response incomplete", which is for a client that left.
-func TestDeadlinePassedIsNotAClientGone(t *testing.T) {
-	runs := 0
-	h := idempotency.Middleware(nil, idempotency.SharedKeys())(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs++
-		<-r.Context().Done()
-	}))
-	serve := func(ctx context.Context) *httptest.ResponseRecorder {
-		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/orders", strings.NewReader("{}"))
-		r.Header.Set(idempotency.Header, "k")
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	first := serve(ctx)
-	retry := serve(t.Context())
-	assert.Equal(t, 1, runs)
-	assert.Equal(t, http.StatusOK, first.Code)
-	assert.Equal(t, http.StatusOK, retry.Code, retry.Body.String())
-}

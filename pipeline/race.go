@@ -470,6 +470,6 @@ func (p *Pipeline) IsHedge(ctx context.Context) bool {
 
 // retryAfter returns err's retry-after hint, 0 if none.
 func retryAfter(err error) time.Duration {
-	d, _ := resilience.RetryAfterHint(err)
+	d, _ := classify.RetryAfter(err)
 	return d
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -44,7 +45,7 @@ func (s *state) start(hedge bool) resilience.AttemptInfo {
 	}
 	if !hedge && s.hasEnd {
 		a.Delay = monotime.Since(s.lastEnd)
-		if hint, ok := resilience.RetryAfterHint(s.lastErr); ok && s.p.cfg.retry != nil {
+		if hint, ok := classify.RetryAfter(s.lastErr); ok && s.p.cfg.retry != nil {
 			a.RetryAfter = min(hint, s.p.cfg.retry.MaxDelay()) // as the retry used it
 		}
 	}

@@ -296,7 +296,7 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			delays = cfg.newDelays()
 		}
 		delay := delays.NextBackOff()
-		if hint, ok := resilience.RetryAfterHint(err); ok && hint > delay {
+		if hint, ok := classify.RetryAfter(err); ok && hint > delay {
 			delay = min(hint, cfg.maxDelay)
 		}
 		if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(delay).Before(deadline) {

@@ -6,7 +6,11 @@
 // holding it.
 package classify
 
-import "github.com/resiliencekit/resiliencekit/resilience"
+import (
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
 
 // Safely returns resilience.Classify(err), or false if a method of err
 // panicked as it was asked.
@@ -28,4 +32,15 @@ func Holds(test func(error) bool, err error) (yes bool) {
 		}
 	}()
 	return test(err)
+}
+
+// RetryAfter returns resilience.RetryAfterHint(err), or false if a method
+// of err panicked as it was asked.
+func RetryAfter(err error) (d time.Duration, ok bool) {
+	defer func() {
+		if recover() != nil {
+			d, ok = 0, false
+		}
+	}()
+	return resilience.RetryAfterHint(err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -45,4 +46,14 @@ func TestHolds(t *testing.T) {
 	assert.False(t, classify.Holds(resilience.IsUnrepeatable, errors.New("503")))
 	assert.False(t, classify.Holds(resilience.IsUnrepeatable, (*unwrapPanics)(nil)))
 	assert.False(t, classify.Holds(func(error) bool { panic("test") }, nil))
+}
+
+func TestRetryAfter(t *testing.T) {
+	d, ok := classify.RetryAfter(resilience.RetryAfter(errors.New("429"), 3))
+	assert.True(t, ok)
+	assert.Equal(t, time.Duration(3), d)
+	_, ok = classify.RetryAfter(errors.New("503"))
+	assert.False(t, ok)
+	_, ok = classify.RetryAfter((*unwrapPanics)(nil))
+	assert.False(t, ok)
 }
