@@ -152,7 +152,9 @@ func fleetRedisGone(t *testing.T, tp *topology, how string) {
 		require.True(t, ok, "replica %d never served", i)
 		lost, restored := r.sharing(went)
 		t.Logf("replica %d: first success %v after Redis went and the dependency recovered; Close took %v", i, d, r.close)
-		assert.True(t, lost && restored.IsZero(), "replica %d: Redis was gone all along", i)
+		// Gone until the replica served: a cluster may promote a replica
+		// of the master killed within the wait, on a loaded machine.
+		assert.True(t, lost && (restored.IsZero() || restored.After(healthy.Add(d))), "replica %d: Redis was gone until it served (back %v)", i, restored)
 		assert.LessOrEqual(t, d, fleetOpen+2*fleetFlush+binSlack)
 		if r.lag > closeSlack {
 			t.Logf("replica %d fell behind its clock by %v during Close: its time says nothing", i, r.lag)
