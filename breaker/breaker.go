@@ -247,8 +247,10 @@ func (b *Breaker) Check() error {
 // [ErrTooManyRequests] without calling op. A ctx already done returns
 // ctx.Err() without taking a probe slot. op's error is returned as it is. If
 // op panics or calls [runtime.Goexit], the breaker counts a failure (so a
-// half-open probe always reports) and the panic or Goexit goes on. A
-// forced mode ([Breaker.SetMode]) decides before the breaker does: forced
+// half-open probe always reports) and the panic or Goexit goes on; an
+// error that panics as it is counted (a method of its own, such as a typed
+// nil's Unwrap, or [FailIf]'s test) counts as a failure too, and is
+// returned. A forced mode ([Breaker.SetMode]) decides before the breaker does: forced
 // open rejects with an error matching [ErrForcedOpen] and [ErrOpen].
 func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
@@ -292,7 +294,7 @@ func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) er
 	err := op(ctx)
 	out := counted
 	if err != nil {
-		out = b.count(ctx, err, a) // may panic (a FailIf's, an Unwrap's): a failure, as a panic in op
+		out = b.count(ctx, err, a)
 	}
 	returned = true
 	b.cb.done(a, out)
@@ -311,9 +313,17 @@ func (b *Breaker) reject(err error) error {
 	return err
 }
 
-// count says how a call admitted as a that ended with err counts.
-func (b *Breaker) count(ctx context.Context, err error, a admission) outcome {
-	out := b.judge(ctx, err)
+// count says how a call admitted as a that ended with err counts: a
+// failure if telling panicked (a FailIf's, or a method of err's such as a
+// typed nil's Unwrap), as a panic in op is, though the call returns err
+// as a plain client would, not the panic.
+func (b *Breaker) count(ctx context.Context, err error, a admission) (out outcome) {
+	defer func() {
+		if recover() != nil {
+			out = failed
+		}
+	}()
+	out = b.judge(ctx, err)
 	switch {
 	case out == excluded && b.hungUp(ctx, err):
 		// A caller upstream that hung up as its deadline came: told the

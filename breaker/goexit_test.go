@@ -2,6 +2,7 @@ package breaker_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"testing"
 	"testing/synctest"
@@ -36,4 +37,34 @@ func TestProbeThatCallsGoexitReports(t *testing.T) {
 		require.NoError(t, b.Execute(t.Context(), func(context.Context) error { return nil }), "the next probe runs")
 		assert.Equal(t, resilience.StateClosed, b.State())
 	})
+}
+
+// unwrapPanics is an error whose Unwrap panics on a nil receiver, as a
+// typed nil of a caller's error type may.
+type unwrapPanics struct{ err error }
+
+func (e *unwrapPanics) Error() string { return "unwrap panics" }
+func (e *unwrapPanics) Unwrap() error { return e.err }
+
+// TestAnErrorThatPanicsAsItIsCountedIsReturned: an error whose own
+// methods panic as the breaker counts it, or a FailIf that panics, counts
+// as a failure (as a panic in op), and Execute returns the error, as a
+// plain client would, rather than the panic.
+func TestAnErrorThatPanicsAsItIsCountedIsReturned(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		opts []breaker.Option
+	}{
+		{"typed nil", (*unwrapPanics)(nil), nil},
+		{"FailIf panics", errors.New("503"), []breaker.Option{breaker.FailIf(func(error) bool { panic("FailIf") })}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := breaker.New("b", append(c.opts, breaker.ConsecutiveFailures(1))...)
+			var err error
+			assert.NotPanics(t, func() { err = b.Execute(t.Context(), func(context.Context) error { return c.err }) })
+			assert.Equal(t, c.err, err)
+			assert.Equal(t, resilience.StateOpen, b.State(), "counted as a failure")
+		})
+	}
 }

@@ -186,7 +186,10 @@ var zero Pipeline
 // breaker counts a failure (as gobreaker does), the throttle and the
 // concurrency limit learn nothing from the attempt (the caller's bug says
 // nothing of the dependency's load), every context the call made is
-// canceled, and the panic goes on.
+// canceled, and the panic goes on. An error whose own methods panic as
+// the stages ask it (a typed nil whose Unwrap dereferences it) is not
+// retried by default, counts as a failure for the breaker, teaches the
+// throttle and the limit nothing, and is returned.
 //
 // [breaker.ErrOpen]: https://pkg.go.dev/github.com/resiliencekit/resiliencekit/breaker#ErrOpen
 // [breaker.ErrTooManyRequests]: https://pkg.go.dev/github.com/resiliencekit/resiliencekit/breaker#ErrTooManyRequests
