@@ -703,7 +703,6 @@ func (o *orphans) due(now time.Time) (due map[orphan]Record, more bool) {
 		if now.Before(n.next) {
 			continue
 		}
-		n.next, n.wait = now.Add(n.wait), min(2*n.wait, o.most)
 		if due == nil {
 			due = make(map[orphan]Record)
 		}
@@ -713,6 +712,16 @@ func (o *orphans) due(now time.Time) (due map[orphan]Record, more bool) {
 		o.reaping = false
 	}
 	return due, more
+}
+
+// tried notes that the reaping tries to free the claim of id at now: its
+// next try waits, and the one after twice as long.
+func (o *orphans) tried(id orphan, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if n, ok := o.claims[id]; ok {
+		n.next, n.wait = now.Add(n.wait), min(2*n.wait, o.most)
+	}
 }
 
 // stop stops the reaping.
@@ -767,11 +776,14 @@ func (g *Guard) reap() {
 		return
 	}
 	for id, claim := range claims {
+		g.orphans.tried(id, time.Now())
 		ctx, cancel := g.storeCtx(context.Background())
 		err := g.store.Release(ctx, id.key, claim)
 		cancel()
 		if err == nil {
 			g.orphans.take(id.key, id.token)
+		} else if !errors.Is(err, ErrNotOwner) {
+			break // the store fails: the others are tried next round, not a store timeout each in turn now
 		}
 	}
 	time.AfterFunc(g.cfg.storeTimeout, g.reap)

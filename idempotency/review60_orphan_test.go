@@ -137,8 +137,15 @@ func TestReview60OrphansLongFreeze(t *testing.T) {
 				relAfter := fs.releases.Load()
 				time.Sleep(2 * time.Minute)
 				t.Logf("n=%d: releases in the 2 min after all keys freed: %d", n, fs.releases.Load()-relAfter)
-				if worst > 3*time.Second {
+				if worst > time.Second {
 					t.Errorf("n=%d: a key stayed held %v after the thaw", n, worst)
+				}
+				// A round stops at the store's first failure: one try a
+				// round (a store timeout, and one to the next round) while
+				// it is frozen, not a claim after another a store timeout
+				// each.
+				if rel > 15 {
+					t.Errorf("n=%d: %d releases against a store frozen 10 s", n, rel)
 				}
 			})
 		})
