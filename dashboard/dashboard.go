@@ -97,8 +97,10 @@ func WithAuthorizer(a Authorizer) Option {
 
 // Interval sets how often the page gets the state: a change shows within
 // it and a quarter (the state, encoded once for all the pages open, is
-// sent to each for a quarter of it). Default 500 ms. It panics if d is
-// not positive.
+// sent to each for a quarter of it), while reading and encoding the state
+// takes less than that: on a 2-core machine, 1,000 tiles at 200 ms and
+// 3,000 at the default held, 3,000 at 200 ms did not (265 to 495 ms).
+// Default 500 ms. It panics if d is not positive.
 func Interval(d time.Duration) Option {
 	if d <= 0 {
 		panic(fmt.Sprintf("dashboard: Interval(%v): d must be more than 0", d))

@@ -344,7 +344,9 @@ func (l *Listener) OnEvent(e resilience.Event) {
 	case resilience.EventRetry:
 		l.of(e.Name).retries.Add(1)
 	case resilience.EventRejected:
-		l.of(e.Name).rejections.Add(1)
+		if e.Attempt == 0 { // a call the breaker refused; not a stop between retries
+			l.of(e.Name).rejections.Add(1)
+		}
 	case resilience.EventStateChange:
 		l.state.Record(context.Background(), stateValue(e.To), l.of(e.Name).state...)
 	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted, resilience.EventTimeBudgetExceeded,
@@ -361,10 +363,15 @@ func (l *Listener) OnEvent(e resilience.Event) {
 // classOf is err's class, one that resilience does not name (an error's
 // own ResilienceClass past ClassRejected) counted as transient, as
 // Classify counts an error without a class.
-func classOf(err error) resilience.Class {
+func classOf(err error) (c resilience.Class) {
 	if err == nil { // most calls: no call of Classify
 		return resilience.ClassSuccess
 	}
+	defer func() {
+		if recover() != nil { // a method of err's panicked: counted, as an unknown class
+			c = resilience.ClassTransient
+		}
+	}()
 	if c := resilience.Classify(err); int(c) < classes {
 		return c
 	}

@@ -128,7 +128,18 @@ func (c *call[T]) timed(ctx context.Context) (T, error) {
 	if c.clock {
 		start = monotime.Now()
 	}
+	returned := false
+	defer func() {
+		if !returned { // a panic or runtime.Goexit, which goes on: the call ended, failed
+			var took time.Duration
+			if c.clock {
+				took = monotime.Since(start)
+			}
+			c.ended(errPanicked, took)
+		}
+	}()
 	res, err := c.budget(ctx)
+	returned = true
 	var took time.Duration
 	if c.clock {
 		took = monotime.Since(start)
@@ -383,7 +394,15 @@ func (c *call[T]) made() int {
 // which counts them, neither asks nor tells
 // (safe.Listener.TellsNoAttempts).
 func (c *call[T]) told(ctx context.Context) (T, error) {
+	returned := false
+	defer func() {
+		if !returned { // a panic or runtime.Goexit: a failed attempt, as the retry stage counts it
+			c.n++
+			c.p.cfg.listener.Attempted(c.n, errPanicked)
+		}
+	}()
 	res, err := c.from(ctx, c.via)
+	returned = true
 	if c.unsent(err) {
 		return res, err
 	}
@@ -443,6 +462,9 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	defer func() {
 		if !returned { // a panic or runtime.Goexit: a failed attempt, as the retry stage counts it
 			l.Count(n, errPanicked)
+			if c.attempts {
+				l.Attempted(n, errPanicked)
+			}
 		}
 	}()
 	res, err = c.from(ctx, c.firstInside())

@@ -18,10 +18,15 @@
 //
 // A pipeline's figures count each call once, as it starts, and each
 // attempt sent as it ends: a call succeeded if an attempt did, failed if
-// its last attempt sent failed, panicked or called runtime.Goexit (as its
+// its last attempt failed, panicked or called runtime.Goexit (as its
 // breaker counts it). An attempt refused before it was sent (throttle,
 // concurrency limit, the breaker's re-check) is neither a success nor a
-// failure but a rejection. A call that waits for its breaker
+// failure but a rejection, and a call whose retry was refused so counts
+// as that rejection, not as a failure. An attempt its caller canceled is
+// an attempt but no failure, as the breaker counts none. A failure
+// counts as one from its attempt's end until a retry follows it: the
+// failures of calls still retrying are told again as their retries
+// end. A call that waits for its breaker
 // (WaitWhenOpen) is one call however often the breaker refuses it; each
 // refusal is one of Rejected. A breaker's figures are the ones
 // it keeps anyway ([breaker.Breaker.Snapshot]); its successes, failures

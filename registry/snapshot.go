@@ -132,10 +132,20 @@ func (r *Registry) Snapshot() Snapshot {
 func diff(now, then totals) totals {
 	return totals{
 		Calls: now.Calls - then.Calls, Attempts: now.Attempts - then.Attempts, Successes: now.Successes - then.Successes,
-		Failures: now.Failures - then.Failures, Retries: now.Retries - then.Retries, Hedged: now.Hedged - then.Hedged,
+		Failures: since(now.Failures, then.Failures), Retries: now.Retries - then.Retries, Hedged: now.Hedged - then.Hedged,
 		Rejected: now.Rejected - then.Rejected, Throttled: now.Throttled - then.Throttled, Limited: now.Limited - then.Limited,
 		Waited: now.Waited - then.Waited,
 	}
+}
+
+// since is now - then, or 0 if now is less: the failures are told from
+// the attempts' counts (see stats.totals), and a call's first attempt
+// that failed counts as one until its retry succeeds, which takes it back.
+func since(now, then uint64) uint64 {
+	if now < then {
+		return 0
+	}
+	return now - then
 }
 
 // pipelineState reads a pipeline's figures: its stages' live state and its

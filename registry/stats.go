@@ -80,19 +80,24 @@ type totals struct {
 // attempt ends its call unless a retry follows it; an attempt refused
 // before it was sent (throttle, concurrency limit, the breaker's
 // re-check) is neither a success nor a failure, nor an attempt (it shows
-// as throttled, limited or rejected), and is not retried. An operation
-// that panics or calls runtime.Goexit is a failed attempt. A call that
-// waits for its breaker (WaitWhenOpen) is one call, however often the
-// breaker refused it: each refusal is one of Rejected.
+// as throttled, limited or rejected), and is not retried; an attempt its
+// caller canceled is an attempt, and ends its call, but no failure, as
+// the breaker counts none. An operation that panics or calls
+// runtime.Goexit is a failed attempt. A call that waits for its breaker
+// (WaitWhenOpen) is one call, however often the breaker refused it: each
+// refusal is one of Rejected.
 func (s *stats) totals() totals {
-	calls, fo, ff, _, lo, lf, lr := s.Load()
+	calls, f, l := s.Load()
 	t := totals{
-		Calls: calls, Attempts: fo + ff + lo + lf, Successes: fo + lo, Retries: lo + lf,
+		Calls: calls, Attempts: f.OK + f.Failed + f.Canceled + l.OK + l.Failed + l.Canceled,
+		Successes: f.OK + l.OK, Retries: l.OK + l.Failed + l.Canceled,
 		Hedged: s.hedged.Load(), Rejected: s.rejected.Load(),
 		Throttled: s.throttled.Load(), Limited: s.limited.Load(), Waited: s.waited.Load(),
 	}
-	if later := lo + lr; ff > later { // ff+lf less the failed attempts retried: lo+lf+lr
-		t.Failures = ff - later
+	// The failed attempts, less those that a retry followed (every later
+	// attempt, refused ones too, follows one).
+	if later := l.OK + l.Refused + l.Canceled; f.Failed > later {
+		t.Failures = f.Failed - later
 	}
 	return t
 }

@@ -10,7 +10,9 @@ import (
 )
 
 // Listener logs events to a *slog.Logger: a breaker opening and calls
-// giving up at Warn, other state changes at Info, attempts, retries,
+// giving up at Warn (their retries, the quota or the time budget spent;
+// a store failing), other state changes, and a failed call that was not
+// to be retried (resilience.EventNotRetried), at Info; attempts, retries,
 // rejections and finished calls at Debug. It wants ([resilience.Filter])
 // only the events its logger is enabled for, so that a pipeline skips the
 // rest, and the clock reads of call durations when Debug is off. It is

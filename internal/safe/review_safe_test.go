@@ -93,7 +93,7 @@ func TestReviewNestedKeeperCallCountedOnce(t *testing.T) {
 			outer.Wanted(resilience.Event{Kind: resilience.EventCallDone})
 		}
 	}
-	calls, _, _, _, _, _, _ := k.Load()
+	calls, _, _ := k.Load()
 	if calls != 10 {
 		t.Errorf("10 calls counted as %d by the nested keeper", calls)
 	}

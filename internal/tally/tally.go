@@ -23,47 +23,58 @@ import (
 const SampleEvery = 64
 
 // Counts are a pipeline's calls, and its attempts by whether they were a
-// call's first and how they ended: succeeded, failed, or refused before
+// call's first and how they ended: succeeded, failed, refused before
 // they were sent (an error of class [resilience.ClassRejected]: the
-// throttle's, the concurrency limit's, the breaker's re-check). An
-// attempt adds to one counter only. The zero Counts is ready; it is safe
+// throttle's, the concurrency limit's, the breaker's re-check), or
+// canceled by the caller (class [resilience.ClassCanceled]: no failure of
+// the dependency's, as the breaker does not count one). An attempt adds
+// to one counter only. The zero Counts is ready; it is safe
 // for concurrent use.
 type Counts struct {
 	calls                                      atomic.Uint64
 	next                                       atomic.Uint64 // the number of the next call to time
 	firstOK, firstFailed, laterOK, laterFailed atomic.Uint64
 	firstRefused, laterRefused                 atomic.Uint64
+	firstCanceled, laterCanceled               atomic.Uint64
 }
 
 // Attempt counts an attempt numbered n (1 for a call's first) that ended
 // with err.
 func (c *Counts) Attempt(n int, err error) {
+	first := n == 1
 	var k *atomic.Uint64
 	switch {
-	case n == 1 && err == nil:
-		k = &c.firstOK
 	case err == nil:
-		k = &c.laterOK
-	case rejected(err): // not sent
-		if n == 1 {
-			k = &c.firstRefused
-		} else {
-			k = &c.laterRefused
-		}
-	case n == 1:
-		k = &c.firstFailed
+		k = pick(first, &c.firstOK, &c.laterOK)
 	default:
-		k = &c.laterFailed
+		switch class(err) {
+		case resilience.ClassRejected: // not sent
+			k = pick(first, &c.firstRefused, &c.laterRefused)
+		case resilience.ClassCanceled:
+			k = pick(first, &c.firstCanceled, &c.laterCanceled)
+		default:
+			k = pick(first, &c.firstFailed, &c.laterFailed)
+		}
 	}
 	k.Add(1)
 }
 
-// rejected reports whether err is of class [resilience.ClassRejected]. An
-// error whose methods panic as it is classified is not: counting a call
-// does not change its outcome.
-func rejected(err error) bool {
+// pick returns a if first, else b.
+func pick(first bool, a, b *atomic.Uint64) *atomic.Uint64 {
+	if first {
+		return a
+	}
+	return b
+}
+
+// class is err's class; an error whose methods panic as it is classified
+// is transient: counting a call does not change its outcome.
+func class(err error) resilience.Class {
 	c, ok := classify.Safely(err)
-	return ok && c == resilience.ClassRejected
+	if !ok {
+		return resilience.ClassTransient
+	}
+	return c
 }
 
 // Call counts a call as it starts, and reports whether it is to be timed.
@@ -81,11 +92,14 @@ func (c *Counts) Call() (timed bool) {
 // Load returns the counts. The counts of later attempts are read before
 // those of first ones, so that every later attempt read has its call's
 // first attempt read too.
-func (c *Counts) Load() (calls, firstOK, firstFailed, firstRefused, laterOK, laterFailed, laterRefused uint64) {
-	laterOK, laterFailed, laterRefused = c.laterOK.Load(), c.laterFailed.Load(), c.laterRefused.Load()
-	firstOK, firstFailed, firstRefused = c.firstOK.Load(), c.firstFailed.Load(), c.firstRefused.Load()
-	return c.calls.Load(), firstOK, firstFailed, firstRefused, laterOK, laterFailed, laterRefused
+func (c *Counts) Load() (calls uint64, first, later Outcomes) {
+	later = Outcomes{c.laterOK.Load(), c.laterFailed.Load(), c.laterRefused.Load(), c.laterCanceled.Load()}
+	first = Outcomes{c.firstOK.Load(), c.firstFailed.Load(), c.firstRefused.Load(), c.firstCanceled.Load()}
+	return c.calls.Load(), first, later
 }
+
+// Outcomes count attempts by how they ended.
+type Outcomes struct{ OK, Failed, Refused, Canceled uint64 }
 
 func (c *Counts) counts() *Counts { return c }
 

@@ -1,7 +1,9 @@
 package tally_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,9 +31,14 @@ func TestAttemptsAreCountedByKind(t *testing.T) {
 	c.Attempt(1, resilience.Rejected(err))
 	c.Attempt(2, resilience.Rejected(err))
 	c.Attempt(3, resilience.Rejected(err))
+	c.Attempt(1, context.Canceled)
+	c.Attempt(2, fmt.Errorf("gone: %w", context.Canceled))
+	c.Attempt(2, context.Canceled)
 	assert.True(t, c.Call())
-	calls, fo, ff, fr, lo, lf, lr := c.Load()
-	assert.Equal(t, [7]uint64{1, 2, 1, 1, 1, 2, 2}, [7]uint64{calls, fo, ff, fr, lo, lf, lr}, "a refused attempt is neither a success nor a failure")
+	calls, f, l := c.Load()
+	assert.Equal(t, uint64(1), calls)
+	assert.Equal(t, tally.Outcomes{OK: 2, Failed: 1, Refused: 1, Canceled: 1}, f, "a refused or canceled attempt is neither a success nor a failure")
+	assert.Equal(t, tally.Outcomes{OK: 1, Failed: 2, Refused: 2, Canceled: 2}, l)
 }
 
 func TestAboutOneCallInSampleEveryIsTimed(t *testing.T) {
