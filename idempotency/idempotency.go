@@ -336,6 +336,7 @@ func (g *Guard) probe(ctx context.Context) {
 // claimLocal claims the key of c on the guard's local records.
 func (g *Guard) claimLocal(ctx context.Context, c *Claim) (*Record, monotime.Reading, error) {
 	c.local.Store(true)
+	c.madeLocal.Store(true)
 	g.usedLocal.Store(true)
 	return g.claim(ctx, c)
 }

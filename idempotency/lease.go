@@ -34,6 +34,7 @@ type Claim struct {
 	abandoned, completed, ended, lost atomic.Bool
 	keeping                           atomic.Bool // its renewals run (keep), which may yet move it or lose it
 	local                             atomic.Bool // claimed on the guard's local records (failed open), not its store
+	madeLocal                         atomic.Bool // claimed there as it began, not moved there since
 	// held is when the lease as last granted runs out, a monotonic
 	// reading (monotime): a step of the wall clock does not move it.
 	held atomic.Int64
@@ -134,13 +135,16 @@ func (c *Claim) Complete(ctx context.Context, result Record) error {
 	return c.complete(ctx, result, nil)
 }
 
-// Local reports whether the claim is kept on the guard's own records,
-// the guard having failed open (see [FailOpenAfter]), not on its store: a
-// handler that writes its result into the store itself, in its own
-// transaction (such as the SQL store's CompleteTx), finds no claim there,
-// and leaves the result to [Claim.Complete] then. It is safe for
-// concurrent use.
-func (c *Claim) Local() bool { return c.local.Load() }
+// Local reports whether the claim was made on the guard's own records,
+// the guard having failed open as it began (see [FailOpenAfter]), not on
+// its store: a handler that writes its result into the store itself, in
+// its own transaction (such as the SQL store's CompleteTx), finds no claim
+// there, and leaves the result to [Claim.Complete] then. A claim made on
+// the store and moved to the guard's records since, its renewals failing,
+// is not Local: the store may still hold it, or hold another's claim of
+// the key, and a transactional completion must check which, as it fences
+// the effect. It is safe for concurrent use.
+func (c *Claim) Local() bool { return c.madeLocal.Load() }
 
 // CompleteLater is [Claim.Complete] for a transport that cannot send its
 // answer before its handler returns, such as a gRPC unary call: it returns

@@ -197,11 +197,15 @@ func (s *Store) complete(ctx context.Context, q interface {
 // REPEATABLE READ or SERIALIZABLE, a tx that began before a renewal (every
 // third of the lease) fails here with a serialization error.
 //
-// A claim that the guard keeps on its own records, having failed open
+// A claim that the guard made on its own records, having failed open
 // while the store's connections failed (idempotency.Claim.Local), has no
 // row here: CompleteTx writes nothing and returns nil, the effect commits
 // alone, and the middleware keeps the result with the claim, at most once
-// per process, as for every request then.
+// per process, as for every request then. A claim made here and moved to
+// the guard's records since (its renewals failed until its lease ran out,
+// the guard failing open) is checked here as any: if its lease ran out
+// here, or another replica took the key, CompleteTx returns
+// idempotency.ErrNotOwner, and the effect must not commit.
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, c *idempotency.Claim, status int, header http.Header, body []byte) error {
 	if c.Local() {
 		return nil // no row holds it: the middleware keeps the result where the claim is
