@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,7 +131,7 @@ func TestReview62ClaimMovedLocalIsNotFencedByCompleteTx(t *testing.T) {
 			<-moved
 			t.Logf("A's claim moved to its records: %v; events A %s", wasMoved.Load(), evA)
 			require.NoError(t, lockTx.Rollback()) // the table back
-			time.Sleep(400 * time.Millisecond) // past the row's expiry as the database counts it
+			time.Sleep(400 * time.Millisecond)    // past the row's expiry as the database counts it
 			// A repeat to replica B, whose store is healthy.
 			codeB, repB, bodyB, _ := r48Post(http.DefaultClient, b.URL, "k1")
 			t.Logf("B: %d replay=%v %s", codeB, repB, bodyB)
