@@ -14,33 +14,41 @@ import (
 
 // Safely returns resilience.Classify(err), or false if a method of err
 // panicked as it was asked.
-func Safely(err error) (c resilience.Class, ok bool) {
-	defer func() {
-		if recover() != nil {
-			c, ok = 0, false
-		}
-	}()
-	return resilience.Classify(err), true
-}
+func Safely(err error) (resilience.Class, bool) { return ask(resilience.Classify, err) }
 
 // Holds returns test(err), or false if a method of err panicked as test
 // asked it.
-func Holds(test func(error) bool, err error) (yes bool) {
-	defer func() {
-		if recover() != nil {
-			yes = false
-		}
-	}()
-	return test(err)
+func Holds(test func(error) bool, err error) bool {
+	yes, _ := ask(test, err)
+	return yes
 }
 
 // RetryAfter returns resilience.RetryAfterHint(err), or false if a method
 // of err panicked as it was asked.
-func RetryAfter(err error) (d time.Duration, ok bool) {
+func RetryAfter(err error) (time.Duration, bool) {
+	h, _ := ask(hintOf, err)
+	return h.d, h.ok
+}
+
+// hint is resilience.RetryAfterHint's answer.
+type hint struct {
+	d  time.Duration
+	ok bool
+}
+
+func hintOf(err error) hint {
+	d, ok := resilience.RetryAfterHint(err)
+	return hint{d, ok}
+}
+
+// ask returns f(err), or the zero T and false if a method of err panicked
+// as f asked it.
+func ask[T any](f func(error) T, err error) (v T, ok bool) {
 	defer func() {
 		if recover() != nil {
-			d, ok = 0, false
+			var zero T
+			v, ok = zero, false
 		}
 	}()
-	return resilience.RetryAfterHint(err)
+	return f(err), true
 }
