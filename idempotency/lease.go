@@ -650,8 +650,7 @@ type orphans struct {
 	mu      sync.Mutex
 	claims  map[orphan]*noted
 	order   []orphan
-	reaping bool          // timers free them (Guard.reap)
-	most    time.Duration // the longest wait between two tries of a claim
+	reaping bool // timers free them (Guard.reap)
 }
 
 // orphan is a claim's key and token.
@@ -669,10 +668,10 @@ type noted struct {
 
 const maxOrphans = 1024
 
-// add notes a claim, to be tried from first on, each wait after the last
-// (doubled each time, up to most) until until, and reports whether the
-// reaping must start (it has not).
-func (o *orphans) add(key string, claim Record, first time.Time, wait, most time.Duration, until time.Time) (reap bool) {
+// add notes a claim, to be tried from first on, wait after that (see
+// tried) until until, and reports whether the reaping must start (it has
+// not).
+func (o *orphans) add(key string, claim Record, first time.Time, wait time.Duration, until time.Time) (reap bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.claims == nil {
@@ -683,7 +682,6 @@ func (o *orphans) add(key string, claim Record, first time.Time, wait, most time
 		o.order = append(o.order, id)
 	}
 	o.claims[id] = &noted{claim: claim, next: first, wait: wait, until: until}
-	o.most = most
 	for len(o.order) > maxOrphans {
 		delete(o.claims, o.order[0])
 		o.order = o.order[1:]
@@ -719,12 +717,12 @@ func (o *orphans) due(now time.Time) (due map[orphan]Record, more bool) {
 }
 
 // tried notes that the reaping tries to free the claim of id at now: its
-// next try waits, and the one after twice as long.
-func (o *orphans) tried(id orphan, now time.Time) {
+// next try waits, and the one after twice as long, up to most.
+func (o *orphans) tried(id orphan, now time.Time, most time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if n, ok := o.claims[id]; ok {
-		n.next, n.wait = now.Add(n.wait), min(2*n.wait, o.most)
+		n.next, n.wait = now.Add(n.wait), min(2*n.wait, most)
 	}
 }
 
@@ -753,7 +751,7 @@ func (o *orphans) take(key, token string) (Record, bool) {
 // reaping if it has not.
 func (g *Guard) orphan(key string, claim Record) {
 	now := time.Now()
-	if g.orphans.add(key, claim, now.Add(g.cfg.storeTimeout), g.cfg.storeTimeout, max(g.cfg.lease/12, g.cfg.storeTimeout), now.Add(g.cfg.lease)) {
+	if g.orphans.add(key, claim, now.Add(g.cfg.storeTimeout), g.cfg.storeTimeout, now.Add(g.cfg.lease)) {
 		time.AfterFunc(g.cfg.storeTimeout, g.reap)
 	}
 }
@@ -780,7 +778,7 @@ func (g *Guard) reap() {
 		return
 	}
 	for id, claim := range claims {
-		g.orphans.tried(id, time.Now())
+		g.orphans.tried(id, time.Now(), max(g.cfg.lease/12, g.cfg.storeTimeout))
 		ctx, cancel := g.storeCtx(context.Background())
 		err := g.store.Release(ctx, id.key, claim)
 		cancel()
