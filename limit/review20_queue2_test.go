@@ -64,8 +64,10 @@ func TestReview20ALateQueueDrainsAsFastAsAnOnTimeOne(t *testing.T) {
 	}
 	fd, ff := drain(0, 0)
 	t.Logf("no deadlines (FCFS): %d waiters drained in %v, %d failed", n, fd, ff)
-	left := max(3*fd, 200*time.Millisecond)
-	ld, lf := drain(6*left, 5*left)
+	// A loaded 2-core machine under -race drains the same queue at rates
+	// that vary by a factor of 3 or more from one run to the next.
+	left := max(5*fd, 500*time.Millisecond)
+	ld, lf := drain(3*left, 2*left)
 	t.Logf("deadlines leaving %v when the slot frees (late head): drained in %v, %d of %d failed", left, ld, lf, n)
 	assert.Zero(t, lf, "waiters the limiter could have served in time run out of budget in its queue")
 }

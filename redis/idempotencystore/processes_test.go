@@ -223,7 +223,9 @@ func TestReplicaProcessesThroughARedisKillAsTheHandlerStarts(t *testing.T) {
 			first := make(chan int)
 			start := time.Now()
 			go func() { code, _, _ := post(t, a.url, "k"); first <- code }()
-			time.Sleep(100 * time.Millisecond)
+			// As the handler starts: once it has written its run, not a
+			// guess at how long the claim takes on a loaded machine.
+			require.Eventually(t, func() bool { return countRuns(t, runs) == 1 }, 5*time.Second, time.Millisecond)
 			srv.Kill()
 			var onA, onB []int
 			for time.Since(start) < 3100*time.Millisecond {
