@@ -31,7 +31,9 @@ const (
 
 // record returns the record of a handler's answer: the metadata it set,
 // and its status, or its response message and the message's type, with
-// the HTTP status that the answer stands for. A CANCELED status abandons
+// the HTTP status that the answer stands for: an error that is not a
+// status, as the server tells it (a context's error, wrapped or not, is
+// CANCELED or DEADLINE_EXCEEDED). A CANCELED status abandons
 // the claim: the key is freed, for the call to run again. A response that
 // cannot be marshaled, or none (a handler that returned nil, nil), cannot
 // be replayed but may follow a commit: it is stored as incomplete, so that
@@ -39,7 +41,10 @@ const (
 func record(claim *idempotency.Claim, sts *capture, resp any, err error, types *sync.Map) idempotency.Record {
 	rec := idempotency.Record{Header: sts.stored()}
 	if err != nil {
-		st := grpcstatus.Convert(err)
+		st, ok := grpcstatus.FromError(err)
+		if !ok { // as grpc-go's server answers it: a context's error is CANCELED or DEADLINE_EXCEEDED, not UNKNOWN
+			st = grpcstatus.FromContextError(err)
+		}
 		switch st.Code() {
 		case codes.Canceled: // the handler stopped for its caller: nothing committed
 			claim.Abandon()
