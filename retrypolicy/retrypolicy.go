@@ -228,7 +228,11 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 // Resume, returned, with p, the policy that ran it. The attempts already
 // made count towards MaxAttempts, and the next is numbered after them;
 // the retry is charged to the [Quota] once, as the refused one would have
-// been, and its delays start again from the first. With an error that is
+// been, and its delays start again from the first. A guard that stopped
+// the loop after its delay, the retry charged already, leaves that charge
+// for Resume, which is then not charged again: a loop that is not resumed
+// has spent it, for the quota's window (one retry for each call that was
+// waiting out its delay as the breaker opened). With an error that is
 // not a guard's stop (nil among them), Resume is DoGuarded.
 func Resume[T any](ctx context.Context, p *Policy, guard func() error, stopped error, op resilience.Operation[T]) (T, error) {
 	e, ok := stopped.(*Error)
@@ -315,10 +319,7 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			}
 		}
 		cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: attempt, Delay: delay, Err: err})
-		if serr := cfg.sleep(ctx, delay); serr != nil {
-			if cfg.quota != nil {
-				cfg.quota.refund(bucket) // not made
-			}
+		if serr := cfg.backOff(ctx, delay, bucket); serr != nil {
 			reason := serr
 			if ctx.Err() != nil {
 				reason = stopReason(ctx)
@@ -333,6 +334,24 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			}
 		}
 	}
+}
+
+// backOff sleeps for d before a retry charged to the quota in bucket, and
+// gives the retry back if it is not made: the sleep failed (its context
+// ended), panicked or called runtime.Goexit.
+func (c *config) backOff(ctx context.Context, d time.Duration, bucket int64) error {
+	if c.quota == nil {
+		return c.sleep(ctx, d)
+	}
+	slept := false
+	defer func() {
+		if !slept {
+			c.quota.refund(bucket)
+		}
+	}()
+	err := c.sleep(ctx, d)
+	slept = err == nil
+	return err
 }
 
 // giveUp returns the error for a loop that stops after attempt, and

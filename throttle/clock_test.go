@@ -20,8 +20,9 @@ import (
 // stale window.
 //
 // A window of 1 s has buckets of 100 ms: 10 accepted attempts at 0 s, 12
-// failed at 0.9 s (the first of them counted at 0 s, by the reading
-// before it), and at 1 s the accepts are out of the window.
+// failed at 0.9 s (each counted there: while attempts are rare, each
+// reads the clock before it is counted), and at 1 s the accepts are out
+// of the window.
 func TestAnIdleThrottleIsReadExactlyByItsNextAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := throttle.New(throttle.Window(time.Second))
@@ -40,6 +41,6 @@ func TestAnIdleThrottleIsReadExactlyByItsNextAttempt(t *testing.T) {
 		assert.Zero(t, th.RejectProbability(), "the last reading's window: 22 requests, 10 accepts")
 		_, err := th.Admit() // out: counted as accepted at the rate of the answered, 0 of 12, one accept assumed beside them
 		require.NoError(t, err, "judged on the last reading")
-		assert.InDelta(t, (12-2*(1+1.0/13))/13, th.RejectProbability(), 1e-9, "read exactly: 12 requests in the window, 12 failures, none accepted, and 1 out")
+		assert.InDelta(t, (13-2*(1+1.0/13))/14, th.RejectProbability(), 1e-9, "read exactly: 13 requests in the window, 12 failures, none accepted, and 1 out")
 	})
 }

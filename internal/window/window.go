@@ -149,9 +149,19 @@ func (r *Ring) Sum(e int64) uint64 {
 func (c *Clock) Epoch() int64 { return c.epoch.Load() }
 
 // Tick counts one event in r, the ring of the events that set how often
-// the clock is read, and reads the clock when it is due. It returns the
-// bucket it counted the event in.
+// the clock is read, and reads the clock when it is due: before it counts
+// the event while events are rare (the bucket of the last reading may be
+// long over), after while they are frequent. It returns the bucket it
+// counted the event in. After a lull that follows frequent events, up to
+// [maxEvery]-1 events may be counted in the bucket of the last reading,
+// until a reading (this one's or another's, such as [Clock.Now]) finds
+// the buckets that went by.
 func (c *Clock) Tick(r *Ring) int64 {
+	if c.every.Load() == 1 {
+		e := c.Now(r)
+		r.Add(e)
+		return e
+	}
 	e := c.epoch.Load()
 	if r.Add(e)%uint64(c.every.Load()) == 0 {
 		c.Now(r)

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // While events are frequent, Tick reads the clock once in up to 64 of
@@ -64,4 +66,22 @@ func TestAddIfNeverMovesASlotBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTickCountsARareEventInItsOwnBucket: while events are rare, Tick
+// reads the clock before it counts one, so that an event after a lull is
+// counted now, not in the bucket of the reading before the lull, which
+// may be out of the window (a quota's call that then funded nothing).
+func TestTickCountsARareEventInItsOwnBucket(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := NewClock(time.Second)
+		var r Ring
+		for i, gap := range []time.Duration{0, 2 * time.Second, 550 * time.Millisecond, 150 * time.Millisecond} {
+			time.Sleep(gap)
+			e := c.Tick(&r)
+			now := c.Now(&r)
+			assert.Equal(t, now, e, "event %d counted in the bucket of now", i)
+			assert.EqualValues(t, 1, r.At(now), "event %d", i)
+		}
+	})
 }

@@ -1,0 +1,5 @@
+package retrypolicy_test
+
+import "runtime"
+
+func runtimeGoexit() { runtime.Goexit() }
