@@ -7,12 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/httpclient"
 	"github.com/resiliencekit/resiliencekit/idempotency"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
+	"github.com/resiliencekit/resiliencekit/retrysignal"
 )
 
 func ExampleClient_PostJSON() {
@@ -54,4 +57,25 @@ func ExampleClient_PostJSON() {
 	// Output:
 	// 17 <nil> 2
 	// true 404 2
+}
+
+// A reverse proxy over the Transport: when the dependency answers, the
+// proxy passes on the Transport's "don't retry" signal; when it does not
+// (here, it refuses connections), retrysignal.ProxyErrorHandler answers
+// with the signal, so that the proxy's callers do not retry what its
+// Transport retried.
+func ExampleNewTransport_reverseProxy() {
+	down := httptest.NewServer(http.NotFoundHandler())
+	target, _ := url.Parse(down.URL)
+	down.Close() // refuses connections from now on
+
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = httpclient.NewTransport(httpclient.WithPipeline(pipeline.New(
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(time.Millisecond))))))
+	proxy.ErrorHandler = retrysignal.ProxyErrorHandler
+
+	w := httptest.NewRecorder()
+	proxy.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/orders/17", nil))
+	fmt.Println(w.Code, w.Header().Get(retrysignal.NoRetryHeader))
+	// Output: 503 1
 }

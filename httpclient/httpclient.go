@@ -48,7 +48,11 @@
 // would (retrysignal.Retried), and none otherwise, whatever the
 // dependency sent: a reverse proxy on the Transport
 // (httputil.ReverseProxy) passes it to its caller, so that two layers do
-// not both retry. The caller's request is never modified.
+// not both retry. A call that got no answer (a refused or reset
+// connection, a timeout, an open breaker) returns an error, which the
+// proxy's ErrorHandler answers: set it to retrysignal.ProxyErrorHandler,
+// or the proxy's default answers 502 without the signal, and its caller
+// retries too. The caller's request is never modified.
 //
 // With [BreakerPerHost], each scheme, host and port gets a breaker of its
 // own, at most [MaxBreakers] of them, so that one dead host does not open
@@ -350,7 +354,8 @@ func MaxBufferedBody(n int64) Option {
 // service for whose URL fn reports true is not retried (it is terminal for
 // the call: still a breaker failure, its Retry-After ignored). Default: the
 // services of the same network, whose host is a loopback or private IP
-// address, "localhost", a name without a dot, or a name under .local,
+// address, "localhost", a name without a dot (but a number, which the C
+// library's resolver reads as an address), or a name under .local,
 // .internal or .svc.cluster.local; never an arbitrary internet server.
 // Opt out with a function that reports false.
 func TrustNoRetry(fn func(u *url.URL) bool) Option {
@@ -367,8 +372,19 @@ func sameNetwork(u *url.URL) bool {
 		parsed := net.ParseIP(ip)
 		return parsed != nil && (parsed.IsLoopback() || parsed.IsPrivate())
 	}
-	return host == "localhost" || !strings.Contains(host, ".") ||
+	return host == "localhost" || !strings.Contains(host, ".") && !inetNumber(host) ||
 		strings.HasSuffix(host, ".local") || strings.HasSuffix(host, ".internal") || strings.HasSuffix(host, ".svc.cluster.local")
+}
+
+// inetNumber reports whether host, without a dot, is a number that the C
+// library's resolver (inet_aton) reads as an IPv4 address, as
+// "134744072" or "0x8080808" is 8.8.8.8: not a name of the same network.
+func inetNumber(host string) bool {
+	digits := "0123456789"
+	if h, ok := strings.CutPrefix(host, "0x"); ok {
+		host, digits = h, "0123456789abcdef"
+	}
+	return host != "" && strings.Trim(host, digits) == ""
 }
 
 // WithJar sets the cookie jar of the [Client]'s *http.Client. Default none.

@@ -30,6 +30,12 @@ func TestSameNetwork(t *testing.T) {
 		"http://[fe80::1%25eth0]/":               false,
 		"http://[2001:4860:4860::8888%25eth0]/":  false,
 		"http://[fd00::1%25eth0]/":               true,
+		"http://134744072/":                      false, // 8.8.8.8 to inet_aton, as glibc's resolver reads it
+		"http://0x8080808/":                      false,
+		"http://0X8080808/":                      false,
+		"http://0x/":                             true, // a name
+		"http://42x/":                            true,
+		"http://orders2/":                        true,
 	} {
 		u, err := url.Parse(raw)
 		if err != nil {

@@ -19,7 +19,8 @@
 // [Middleware] puts it into the request's context ([FromContext]), beside
 // the deadline that package deadline puts there, so a handler knows
 // whether its caller will retry. [WriteError] and [Handler] answer with the
-// signal for a handler whose outbound call failed.
+// signal for a handler whose outbound call failed, [ProxyErrorHandler] for
+// a reverse proxy.
 package retrysignal
 
 import (
@@ -263,6 +264,20 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, err, Retried(err))
 	}
+}
+
+// ProxyErrorHandler answers, as [Handler] does, a request that an
+// httputil.ReverseProxy over httpclient's Transport could not forward: for
+// its ErrorHandler. The proxy passes on the signal of an answer the
+// dependency gave; with no answer (a refused or reset connection, a
+// timeout, an open breaker), the Transport returns an error, which the
+// proxy's default ErrorHandler answers with a 502 and no signal, and the
+// caller retries what this hop's Transport already retried. It is safe
+// for concurrent use.
+//
+//	proxy.ErrorHandler = retrysignal.ProxyErrorHandler
+func ProxyErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
+	writeError(w, err, Retried(err))
 }
 
 // Retried reports whether err, a resilient outbound call's, says that the
