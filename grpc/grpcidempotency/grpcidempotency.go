@@ -31,7 +31,12 @@
 // DEADLINE_EXCEEDED; see [HTTPStatus] and idempotency.ReleaseStatus),
 // CANCELED, ABORTED (gRPC's "retry at a higher level": the call did not
 // take effect, as a lower hop's "in progress" that the handler passes
-// on), and a handler that panicked.
+// on), and a handler that panicked. A handler's error that is not a
+// status is read as grpc-go's server answers it: a context's error,
+// wrapped or not, is CANCELED or DEADLINE_EXCEEDED, and frees the key; a
+// handler that may have taken effect before its context ended (a
+// database driver's commit that failed with a deadline is ambiguous)
+// answers a status of its own, such as INTERNAL, to keep the key.
 //
 // A store that fails as the handler ends holds the answer up for one
 // StoreTimeout (two for an answer that frees the key, as a renewal in
