@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -47,9 +46,11 @@ func TestReview65BareContextErrorIsNotAFinalAnswer(t *testing.T) {
 				cc := r.dial(t)
 				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 				if tc.cancel {
-					go func() { time.Sleep(100 * time.Millisecond); cancel() }()
-					ctx, cancel = context.WithCancel(context.Background())
-					go func() { time.Sleep(100 * time.Millisecond); cancel() }()
+					cancel()
+					var cancelNow context.CancelFunc
+					ctx, cancelNow = context.WithCancel(context.Background())
+					time.AfterFunc(100*time.Millisecond, cancelNow)
+					cancel = cancelNow
 				}
 				_, err := r65Call(ctx, cc, r65Method, "k1", "a")
 				cancel()
@@ -64,5 +65,4 @@ func TestReview65BareContextErrorIsNotAFinalAnswer(t *testing.T) {
 			})
 		}
 	}
-	_ = codes.OK
 }
