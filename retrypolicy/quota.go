@@ -80,12 +80,17 @@ func (q *Quota) available(e int64) float64 {
 	return min(inWindow-float64(q.retries.Sum(e)), inBucket-float64(q.retries.At(e)))
 }
 
-// deposit records a call.
-func (q *Quota) deposit() {
-	if q.limited {
-		q.clock.Tick(&q.calls)
+// deposit records a call, and returns the bucket it counted it in.
+func (q *Quota) deposit() int64 {
+	if !q.limited {
+		return notCounted
 	}
+	return q.clock.Tick(&q.calls)
 }
+
+// notCounted stands for the bucket of a call whose retry is not to be
+// checked against its own count (see take).
+const notCounted = math.MinInt64
 
 // withdraw takes one retry from the quota and reports whether there was
 // one. Concurrent withdrawals never take more than the quota allows: each
@@ -96,17 +101,25 @@ func (q *Quota) deposit() {
 // over: two withdrawals on either side of a bucket's end may then both
 // give theirs back, never both keep them.
 func (q *Quota) withdraw() bool {
-	_, ok := q.take()
+	_, ok := q.take(nil)
 	return ok
 }
 
 // take is withdraw, which also returns the bucket the retry was counted
-// in, for refund.
-func (q *Quota) take() (bucket int64, ok bool) {
+// in, for refund. counted, if not nil, is the bucket that the retrying
+// call was counted in (deposit): if that bucket has left the window, as
+// after a busy spell and an idle one it may have as it was counted (see
+// window.Clock.Tick), the call is counted again now, once, so that a
+// call always funds its own retries.
+func (q *Quota) take(counted *int64) (bucket int64, ok bool) {
 	if !q.limited {
 		return 0, true
 	}
 	e := q.clock.Now(&q.calls)
+	if counted != nil && *counted != notCounted && e-*counted >= windowpkg.Buckets {
+		q.calls.Add(e)
+		*counted = e
+	}
 	if !q.retries.AddIf(e, func(uint64) bool { return q.available(e) >= 1 }) {
 		return 0, false
 	}

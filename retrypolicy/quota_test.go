@@ -198,3 +198,32 @@ func TestQuotaWindowAtItsBounds(t *testing.T) {
 	assert.Panics(t, func() { retrypolicy.NewQuota(0.1, 0, 9*time.Millisecond) })
 	assert.Panics(t, func() { retrypolicy.NewQuota(0.1, 0, -time.Second) })
 }
+
+// TestACallFundsItsRetryAfterABusySpellAndALull: after a busy spell the
+// quota reads the clock once in up to 64 calls, so the first calls after
+// a lull are counted in the last bucket read, which has left the window;
+// a call that then retries is counted again, now, and funds its retry,
+// as a plain client retries it (ratio 1: a retry per call; no floor).
+func TestACallFundsItsRetryAfterABusySpellAndALull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := retrypolicy.NewQuota(1, 0, time.Second)
+		p := retrypolicy.New(retrypolicy.WithQuota(q), retrypolicy.BaseDelay(time.Millisecond))
+		for range 2000 { // busy: 2,000 calls in 100 ms
+			_, _ = retrypolicy.Do(context.Background(), p, func(context.Context) (int, error) { return 1, nil })
+			time.Sleep(50 * time.Microsecond)
+		}
+		time.Sleep(5 * time.Second) // a lull of five windows
+		for i := range 3 {
+			failed := false
+			_, err := retrypolicy.Do(context.Background(), p, func(context.Context) (int, error) {
+				if !failed {
+					failed = true
+					return 0, errors.New("blip")
+				}
+				return 1, nil
+			})
+			assert.NoError(t, err, "call %d after the lull", i)
+			time.Sleep(150 * time.Millisecond) // a bucket apart: the quota paces retries a bucket at a time
+		}
+	})
+}

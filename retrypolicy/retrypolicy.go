@@ -215,10 +215,11 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 		var zero T
 		return zero, cfg.giveUp(0, stopReason(ctx), nil)
 	}
+	counted := int64(notCounted)
 	if cfg.quota != nil {
-		cfg.quota.deposit()
+		counted = cfg.quota.deposit()
 	}
-	return loop(ctx, cfg, guard, op, 0, nil, false)
+	return loop(ctx, cfg, guard, op, 0, nil, false, counted)
 }
 
 // Resume goes on with a loop of [DoGuarded] that its guard stopped, from
@@ -247,19 +248,20 @@ func Resume[T any](ctx context.Context, p *Policy, guard func() error, stopped e
 	case e.Attempts >= math.MaxInt-1 || cfg.maxAttempts > 0 && e.Attempts >= cfg.maxAttempts:
 		return zero, cfg.giveUp(e.Attempts, ErrMaxAttempts, e.Last)
 	case e.Attempts == 0: // stopped before its first attempt was sent: no retry
-		return loop(ctx, cfg, guard, op, 0, nil, false)
+		return loop(ctx, cfg, guard, op, 0, nil, false, notCounted)
 	}
 	if cfg.quota != nil && !e.paid && !cfg.quota.withdraw() {
 		return zero, cfg.giveUp(e.Attempts, ErrQuotaExhausted, e.Last)
 	}
 	cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: e.Attempts, Err: e.Last})
-	return loop(ctx, cfg, guard, op, e.Attempts, e.Last, cfg.quota != nil)
+	return loop(ctx, cfg, guard, op, e.Attempts, e.Last, cfg.quota != nil, notCounted)
 }
 
 // loop runs op from attempt made+1 until it succeeds or the loop stops;
-// last is attempt made's error, and paid whether the quota was charged
-// for attempt made+1.
-func loop[T any](ctx context.Context, cfg *config, guard func() error, op resilience.Operation[T], made int, last error, paid bool) (T, error) {
+// last is attempt made's error, paid whether the quota was charged for
+// attempt made+1, and counted the bucket the quota counted the call in
+// (notCounted if none, or not to be checked).
+func loop[T any](ctx context.Context, cfg *config, guard func() error, op resilience.Operation[T], made int, last error, paid bool, counted int64) (T, error) {
 	attemptEvents := cfg.listener.Wants(resilience.EventAttempt)
 	var delays delaySource
 	running := 0 // the attempt op runs, 0 once it returned
@@ -314,7 +316,7 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		var bucket int64
 		if cfg.quota != nil {
 			var ok bool
-			if bucket, ok = cfg.quota.take(); !ok {
+			if bucket, ok = cfg.quota.take(&counted); !ok {
 				return res, cfg.giveUp(attempt, ErrQuotaExhausted, err)
 			}
 		}
