@@ -272,8 +272,10 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // dependency gave; with no answer (a refused or reset connection, a
 // timeout, an open breaker), the Transport returns an error, which the
 // proxy's default ErrorHandler answers with a 502 and no signal, and the
-// caller retries what this hop's Transport already retried. It is safe
-// for concurrent use.
+// caller retries what this hop's Transport already retried. The status is
+// [Status]'s, also for an error of the proxy's own (its ModifyResponse's):
+// 503 for one of no class, where the default answers 502 to all. It is
+// safe for concurrent use.
 //
 //	proxy.ErrorHandler = retrysignal.ProxyErrorHandler
 func ProxyErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
