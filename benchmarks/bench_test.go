@@ -187,8 +187,9 @@ func windowed(name string) gobreaker.Settings {
 	}
 }
 
-// quickStart is the README's quick start: a time budget, a breaker, three
-// attempts, an attempt timeout.
+// quickStart is the README's quick start (a time budget, a breaker, three
+// attempts) with an attempt timeout too, which the README adds only where
+// an attempt can hang: the costlier of the two.
 func quickStart(b *breaker.Breaker) *pipeline.Pipeline {
 	return pipeline.New(
 		pipeline.WithTimeBudget(2*time.Second),

@@ -47,7 +47,9 @@ func Example() {
 		pipeline.WithRetry(retrypolicy.New( // full jitter, 100 ms base, 10 s cap
 			retrypolicy.MaxAttempts(3),
 		)),
-		pipeline.WithAttemptTimeout(500*time.Millisecond), // each attempt
+		// No attempt timeout: add one (WithAttemptTimeout) only where an attempt
+		// can hang, and above the dependency's slowest healthy answer, queueing
+		// included; below it, a slowdown fails healthy calls (docs/retries.md).
 	)
 
 	receipt, err := pipeline.Do(ctx, charge, func(ctx context.Context) (Receipt, error) {
@@ -66,8 +68,12 @@ func describe(err error) string {
 		return "breaker open"
 	case errors.Is(err, retrypolicy.ErrOutOfTime): // the time budget or the caller's deadline ran out
 		return "out of time"
+	case errors.Is(err, context.Canceled): // the caller gave up
+		return "canceled"
 	case resilience.IsPermanent(err): // a bad request: retrying will not help
 		return "bad request"
+	case resilience.Classify(err) == resilience.ClassRejected: // shed on this side, or the caller's own error: not sent
+		return "not sent"
 	default: // the dependency failed: a 500, or retries used up
 		return "dependency failed"
 	}
@@ -102,10 +108,21 @@ func ExampleDo_errors() {
 		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(2), retrypolicy.BaseDelay(0))))
 	_, err = pipeline.Do(context.Background(), impatient, hung)
 	fmt.Println(describe(err))
+
+	// The caller's own doing: it gave up, or its request could not be made
+	// (as httpclient marks a bad URL or a body it cannot encode).
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = pipeline.Do(gone, slow, hung)
+	fmt.Println(describe(err))
+	_, err = pipeline.Do(context.Background(), slow, fail(resilience.Rejected(errors.New(`parse "http://[::1": missing ']'`))))
+	fmt.Println(describe(err))
 	// Output:
 	// bad request
 	// dependency failed
 	// breaker open
 	// out of time
 	// dependency failed
+	// canceled
+	// not sent
 }

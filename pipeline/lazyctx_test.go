@@ -189,8 +189,9 @@ func TestFirstAttemptTimeoutRunsFromTheBudget(t *testing.T) {
 }
 
 // TestBudgetAndAttemptTimeoutCostOneAllocation: the README's quick start
-// (a budget, a breaker, a retry, an attempt timeout) costs one
-// allocation a successful call: the two contexts, together.
+// with an attempt timeout (a budget, a breaker, a retry, an attempt
+// timeout) costs one allocation a successful call: the two contexts,
+// together.
 func TestBudgetAndAttemptTimeoutCostOneAllocation(t *testing.T) {
 	p := New(WithTimeBudget(2*time.Second), WithBreaker(breaker.New("dep")),
 		WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3))), WithAttemptTimeout(500*time.Millisecond))

@@ -6,7 +6,6 @@
 //		pipeline.WithTimeBudget(2*time.Second),
 //		pipeline.WithBreaker(breaker.New("payments")),
 //		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3))),
-//		pipeline.WithAttemptTimeout(500*time.Millisecond),
 //	)
 //	receipt, err := pipeline.Do(ctx, payments, func(ctx context.Context) (Receipt, error) {
 //		return client.Charge(ctx, order)

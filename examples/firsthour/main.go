@@ -59,8 +59,8 @@ func run(out io.Writer) {
 	defer srv.Close()
 
 	logger := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{
-		// Info: give-ups, state changes and open-breaker rejections; Debug
-		// would add every attempt and retry.
+		// Info: give-ups and state changes; Debug would add every attempt,
+		// retry and open-breaker rejection.
 		Level: slog.LevelInfo,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey { // shorter lines

@@ -269,7 +269,7 @@ const strategyLegend = `Strategies (each within the caller's deadline of 1 s):
   failsafe-go retry + breaker  failsafe-go v0.9.8's retry and circuit breaker with their defaults (3 attempts,
                                no delay; opens after 1 failure for 1 minute); attempt timeout 250 ms
   pipeline, defaults           breaker.New() (opens after 5 failures in a row, for 100 ms) and retrypolicy.New();
-                               attempt timeout 250 ms (the README's quick start sets one too)
+                               attempt timeout 250 ms (as a user may set one; the README's quick start sets none)
   pipeline, recommended        what docs/retries.md recommends: the same with no attempt timeout;
                                hedging at the p90 for the heavy tail
 `

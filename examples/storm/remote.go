@@ -124,7 +124,16 @@ func serveBackends(out io.Writer) error {
 	}
 	fmt.Fprintln(out, lis[0].Addr().String(), lis[1].Addr().String())
 	bs := newBackends()
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
+	if os.Getenv(envParentPipe) != "" {
+		// Started by startBackendProcess, which holds the other end of
+		// stdin: it reaches its end when that process is gone, however it
+		// ended (a SIGTERM to it alone, say), and this one ends too.
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			errs <- nil
+		}()
+	}
 	go func() { errs <- http.Serve(lis[0], bs.httpHandler()) }()
 	go func() {
 		errs <- grpcServer(func(md metadata.MD) (*backend, error) {
@@ -141,6 +150,10 @@ type remoteAddrs struct{ http, grpc string }
 // -serve makes the storm binary.
 const envServe = "STORM_SERVE_BACKENDS"
 
+// envParentPipe tells the backends' process that its stdin is a pipe from
+// the process that started it, and to end with it.
+const envParentPipe = "STORM_SERVE_PARENT_PIPE"
+
 // startBackendProcess starts the storm binary itself with -serve and
 // returns the addresses it listens on, and how to stop it.
 func startBackendProcess() (remoteAddrs, func(), error) {
@@ -149,9 +162,13 @@ func startBackendProcess() (remoteAddrs, func(), error) {
 		return remoteAddrs{}, nil, err
 	}
 	cmd := exec.Command(self, "-serve")
-	cmd.Env = append(os.Environ(), envServe+"=1") // a test binary serves on this (TestMain)
+	cmd.Env = append(os.Environ(), envServe+"=1", envParentPipe+"=1") // a test binary serves on envServe (TestMain)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return remoteAddrs{}, nil, err
+	}
+	stdin, err := cmd.StdinPipe() // held open until stop, or until this process ends
 	if err != nil {
 		return remoteAddrs{}, nil, err
 	}
@@ -159,6 +176,7 @@ func startBackendProcess() (remoteAddrs, func(), error) {
 		return remoteAddrs{}, nil, err
 	}
 	stop := func() {
+		_ = stdin.Close()
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}
