@@ -31,9 +31,13 @@
 // under 100 ms, or under the slowest recent answer, never opens the
 // breaker by running out; a dependency that hangs opens it through the
 // calls that had more, and, once its slowest answer is over 80 s old,
-// through every call that had 100 ms. One breaker for calls of very
-// different lengths (a long poll beside short reads) takes the short
-// calls' budgets by the long ones'.
+// through every call that had 100 ms. So does a new breaker, which has
+// timed no answer yet: callers whose deadlines are over 100 ms and under
+// a healthy dependency's answers (150 ms against 200, say) can open it
+// before its first answer comes, for an open timeout, until a probe with
+// more time closes it. One breaker for calls of very different lengths (a
+// long poll beside short reads) takes the short calls' budgets by the long
+// ones'.
 //
 // One Breaker serves every call to its dependency, whatever the result
 // type, and is safe for concurrent use. The zero Breaker is always closed:
