@@ -64,8 +64,10 @@ type Store struct {
 }
 
 // New returns a Store keeping its keys in c under prefix ("breaker:" if
-// empty). c must have ContextTimeoutEnabled, so that a flush's time bound
-// holds against a frozen server; New panics otherwise.
+// empty), which on a Redis Cluster must hold no braces: a breaker's keys
+// are prefix{name}:..., which the name in braces keeps in one slot. c must
+// have ContextTimeoutEnabled, so that a flush's time bound holds against a
+// frozen server; New panics otherwise.
 //
 // A *redis.ClusterClient learns the slot map again after a failover by
 // asking the nodes with no deadline but its ReadTimeout (3 s by default),
@@ -636,5 +638,13 @@ func (s *Store) reload(err error) {
 
 // key is the prefix of the keys of the breaker called name: its name in
 // braces, so that a Redis Cluster keeps them all in one slot, which a
-// script needs.
-func (s *Store) key(name string) string { return s.prefix + "{" + name + "}" }
+// script needs. The slot is the hash of what lies between the first {
+// and the next }, or of the whole key if that is empty: a name that is
+// empty or begins with } (or with the NUL byte that marks the others)
+// goes in after a NUL byte.
+func (s *Store) key(name string) string {
+	if name == "" || name[0] == '}' || name[0] == 0 {
+		name = "\x00" + name
+	}
+	return s.prefix + "{" + name + "}"
+}
