@@ -53,8 +53,9 @@ func (a *audience) remove(s *subscription) {
 // Listen for the pipeline's listener, so that every pipeline built on b
 // hears its state changes, whatever the order they were built in; a
 // pipeline no longer used stops listening when it is garbage collected.
-// State changes are reported under b's lock: l must not call b. Listen is
-// safe for concurrent use; a nil l adds nothing.
+// State changes are reported under b's lock: l must not call b, and every
+// call through b waits while l runs. Listen is safe for concurrent use; a
+// nil l adds nothing.
 func (b *Breaker) Listen(l resilience.Listener) (stop func()) {
 	if b == nil || b.cb == nil || l == nil {
 		return func() {}

@@ -117,7 +117,9 @@ func OpenTimeout(d time.Duration) Option {
 // another each 10 open timeouts after, so that a probe that never answers
 // does not hold the breaker half-open for ever; an answer that comes late
 // still counts. A shared breaker's fleet ([Shared]) runs that many at
-// once fleet-wide, one per replica. Default 1; n = 0 means 1.
+// once fleet-wide, one per replica. Default 1; n = 0 means 1. A large n
+// keeps a breaker half-open for as many calls, any failure among them
+// opening it again: with math.MaxUint32, it never closes.
 func HalfOpenRequests(n uint32) Option {
 	return optionFunc(func(c *config) { c.halfOpenRequests = max(n, 1) })
 }
@@ -144,7 +146,9 @@ func IgnoreIf(fn func(err error) bool) Option {
 // (pipeline.WithListener) hears the state changes of its breaker without
 // it, and the rejections of its own calls; a listener given to both hears
 // each event once. State changes are reported under the breaker's
-// lock: l must not call the breaker. Default none, at no cost.
+// lock: l must not call the breaker, and every call through the breaker
+// waits while l runs (a listener that writes to the network should hand
+// the event to a goroutine of its own). Default none, at no cost.
 func WithListener(l resilience.Listener) Option {
 	return optionFunc(func(c *config) { c.listeners = append(c.listeners, l) })
 }

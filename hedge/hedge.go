@@ -19,8 +19,10 @@
 // default) plus one, whatever the latencies do; so up to one more than
 // that share plus one, where it is not a whole number (2 hedges for a
 // lone call at 10%). The window slides by whole seconds (ten buckets of
-// one): a span of 10 s across a second's edge may see the budgets of two
-// windows, up to twice that.
+// one): the bound holds over each window of ten whole seconds, and a span
+// of 10 s across a second's edge may see the budgets of the two windows it
+// straddles, up to twice that, also against its own calls (a lull after a
+// busy spell leaves the busy calls' budget to the calls after it).
 //
 // In a pipeline (see pipeline.WithHedging), hedging runs inside the retry
 // stage, around each attempt: only calls that may be repeated are hedged

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"container/heap"
+	"math"
 	"sync"
 	"time"
 
@@ -56,6 +57,9 @@ func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) bool {
 		return false
 	}
 	e.at = now + monotime.Reading(d)
+	if e.at < now {
+		e.at = math.MaxInt64 // past the end of time: never, as time.Time.Add saturates
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	heap.Push(&t.due, e)

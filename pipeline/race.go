@@ -151,7 +151,8 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 }
 
 // arm starts the hedging delay, as the first attempt is sent: not from a
-// wait for a slot of the concurrency limit. No other goroutine sees r
+// wait for a slot of the concurrency limit, nor while the tracer starts
+// the attempt's span. No other goroutine sees r
 // before the pipeline's timer, under its own lock, does: r.mu is taken for
 // a timer of r's own only.
 func (r *race[T]) arm() {

@@ -530,12 +530,6 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 		return res, err
 	}
 	info := c.s.start(hedge) // numbered as it is sent: an attempt refused at the gates takes no number
-	if hedge {
-		return c.sent(ctx, info, held, r)
-	}
-	if r != nil {
-		r.arm()
-	}
 	return c.sent(ctx, info, held, r)
 }
 
@@ -577,6 +571,12 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	ctx, end, ok := c.spanned(ctx, info, held)
 	if !ok {
 		return res, context.Canceled
+	}
+	if r != nil && !info.Hedge {
+		// The hedging delay runs from here, as the operation is called:
+		// not while the gates or the tracer held the attempt up, which
+		// the latencies the policy learns leave out too.
+		r.arm()
 	}
 	if info.Hedge {
 		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
