@@ -183,6 +183,25 @@ func (r *race[T]) ownTimer() {
 	}
 }
 
+// returned tells r that an attempt of its (a hedge if hedge) returned
+// err. An error not to retry decides the race, before the attempt's slot
+// is given back (attemptEnded): no hedge queued for it is sent. Once the
+// first attempt returned, a hedge that ends cannot cut it, whatever the
+// gates and the tracer take to hear of it, and one not yet sent will not
+// be if it won.
+func (r *race[T]) returned(hedge bool, err error) {
+	if err != nil && !retryable(err) {
+		r.decided.Store(true)
+	}
+	if !hedge {
+		phase := firstReturned
+		if err == nil {
+			phase = firstWon
+		}
+		r.phase.CompareAndSwap(firstRunning, phase)
+	}
+}
+
 // stopHedges sends no more hedges, and reports whether any is still out.
 func (r *race[T]) stopHedges() bool {
 	r.mu.Lock()

@@ -572,15 +572,7 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	if !ok {
 		return res, context.Canceled
 	}
-	if r != nil && !info.Hedge {
-		// The hedging delay runs from here, as the operation is called:
-		// not while the gates or the tracer held the attempt up, which
-		// the latencies the policy learns leave out too.
-		r.arm()
-	}
-	if info.Hedge {
-		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
-	}
+	c.racing(r, info)
 	var start monotime.Reading
 	learns := c.p.cfg.hedge.Learns()
 	if learns {
@@ -590,18 +582,8 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	defer func() { c.attemptEnded(ctx, err, returned, held, end) }()
 	res, err = c.timeout(ctx)
 	returned = true
-	if r != nil && err != nil && !retryable(err) {
-		r.decided.Store(true) // before its slot is given back (attemptEnded): no hedge queued for it is sent
-	}
-	if r != nil && !info.Hedge {
-		// Returned: from now on a hedge that ends cannot cut this attempt,
-		// whatever the gates and the tracer take to hear of it, and one not
-		// yet sent will not be if this one won.
-		phase := firstReturned
-		if err == nil {
-			phase = firstWon
-		}
-		r.phase.CompareAndSwap(firstRunning, phase)
+	if r != nil {
+		r.returned(info.Hedge, err)
 	}
 	if learns {
 		// Every attempt's latency, a loser's too: cut short by the
@@ -610,6 +592,20 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 		c.p.cfg.hedge.Observe(monotime.Since(start))
 	}
 	return res, err
+}
+
+// racing tells r, if not nil, that an attempt of its is being sent, its
+// span started: the first starts the hedging delay, as the operation is
+// called (not while the gates or the tracer held it up, which the
+// latencies the policy learns leave out too); a hedge is reported.
+func (c *call[T]) racing(r *race[T], info resilience.AttemptInfo) {
+	switch {
+	case r == nil:
+	case info.Hedge:
+		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
+	default:
+		r.arm()
+	}
 }
 
 // attemptEnded gives the outcome of an attempt that ended with err to the
