@@ -53,7 +53,10 @@ type callOptionFunc func(*http.Request)
 func (f callOptionFunc) applyCall(r *http.Request) { f(r) }
 
 // IdempotencyKey sends key as the Idempotency-Key header on every attempt
-// of the call, which lets a POST or PATCH be retried.
+// of the call, which lets a POST or PATCH be retried. A request that
+// follows a redirect gets a key drawn from key and its URL (the
+// Transport's), the same on every retry: a server binds a key to one
+// request, and would refuse the redirected one as the key reused.
 func IdempotencyKey(key string) CallOption {
 	return callOptionFunc(func(r *http.Request) { r.Header.Set(idempotencykey.Header, key) })
 }

@@ -67,8 +67,10 @@ package httpclient
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -478,6 +480,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return nil, err
 }
 
+// redirectedKey is the key of req, a request that follows a redirect,
+// whose caller's key was key: net/http's Client copies the header onto
+// it, and a server that honours keys binds a key to one request (method,
+// path, query, body), so that the redirected request with the same key is
+// refused as the key reused (422), or, redirected to the same path on
+// another host, is answered with the stored redirect until the client
+// stops following. Each hop gets a key of its own, drawn from the
+// caller's and the URL: the same on every retry of the call, so that a
+// hop that ran replays as the first does.
+func redirectedKey(key string, req *http.Request) string {
+	sum := sha256.Sum256([]byte(key + "\x00" + req.Method + " " + req.URL.String()))
+	return "redirected-" + hex.EncodeToString(sum[:16])
+}
+
 // do is RoundTrip that also returns the error for a failed status, with
 // its response.
 func (t *Transport) do(req *http.Request) (*http.Response, error) {
@@ -490,6 +506,8 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	}
 	if key == "" && cfg.autoKey && (req.Method == http.MethodPost || req.Method == http.MethodPatch) {
 		key = uuid.NewString()
+	} else if key != "" && req.Response != nil {
+		key = redirectedKey(key, req)
 	}
 	retryable := cfg.retryMethods.has(req.Method) || key != ""
 	a := &attempt{cfg: cfg, req: req, key: [1]string{key}}

@@ -21,7 +21,12 @@ const ReplayedHeader = "Idempotent-Replayed"
 // documentation), replaying the stored response to repeats: its status,
 // end-to-end headers and body, marked [ReplayedHeader]: true. A repeat
 // while the first runs gets 409 with Retry-After, one with another
-// payload (method, path, query and body) 422, a malformed key 400. A nil
+// payload (method, path, query and body; among the covered methods, see
+// [Methods]) 422, a malformed key 400. A client that sends a key on the
+// request that follows a 307 or 308 (net/http's Client copies the header)
+// gets 422 for the new path, or the stored redirect again for the same
+// path on another host: a key belongs to one request, and a client gives
+// each hop its own (httpclient does). A nil
 // store means a [MemoryStore] of default size. When the store fails, the
 // request gets 503 and the handler does not run, until the store has
 // failed for [FailOpenAfter]: then requests run on this process's own
