@@ -187,8 +187,13 @@ func WaitWhenOpen() Option {
 
 // WithTracer reports each call and each of its attempts to t, with their
 // contexts, to record them as spans; a panic in t is logged, and changes
-// neither the call's outcome nor the breaker's counts. Default none, at no
-// cost; nil means none.
+// neither the call's outcome nor the breaker's counts, nor does a nil
+// context from its StartAttempt (the attempt keeps its own). t is called
+// outside the pipeline's locks: a slow StartAttempt holds up its own
+// attempt only, and a hedge's, still starting as its call returns, ends
+// the call's span once it has started, after the call returned (a
+// testing/synctest bubble must outlast it). Default none, at no cost; nil
+// means none.
 func WithTracer(t resilience.Tracer) Option {
 	return optionFunc(func(c *config) { c.tracer = t })
 }

@@ -52,7 +52,7 @@ type race[T any] struct {
 	due     hedgeDue        // in the pipeline's hedgeTimers while a hedge is due; the attempts sent
 	timer   *time.Timer     // instead, in a testing/synctest bubble
 	results chan outcome[T] // made with the first hedge
-	keepers []*keeper       // the hedges'
+	keepers *[]*keeper      // the hedges', made with the first (r stays within a spare's size)
 
 	last    outcome[T] // the answer to return if no attempt wins; the caller's
 	refused error      // the first attempt's refusal by the breaker as it was about to be sent (call.refused)
@@ -285,7 +285,10 @@ func (r *race[T]) launch(n int32) {
 	hk := &keeper{hedge: n}
 	actx, cancel := context.WithCancel(context.WithValue(r.ctx, hedgeKey{}, r.c.p))
 	hk.budget = cancel
-	r.keepers = append(r.keepers, hk)
+	if r.keepers == nil {
+		r.keepers = new([]*keeper)
+	}
+	*r.keepers = append(*r.keepers, hk)
 	a := r.c
 	a.k = hk
 	results := r.results
@@ -400,7 +403,7 @@ func (r *race[T]) abandon(winner *keeper) {
 	if n == 0 {
 		return
 	}
-	for _, hk := range keepers {
+	for _, hk := range *keepers { // n > 0: a hedge was launched
 		if hk != winner {
 			hk.budget() // cancels the attempt's context
 		}

@@ -58,7 +58,8 @@ func TestReview73PanickingErrors(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { recover() }()
-			where := "Class"; _ = i
+			where := "Class"
+			_ = i
 			pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
 				time.Sleep(2 * time.Millisecond)
 				return 0, review73PanicErr{where}

@@ -565,9 +565,14 @@ func (c *call[T]) spanned(ctx context.Context, info resilience.AttemptInfo, held
 	if !c.spans() {
 		return ctx, nil, true
 	}
-	if ctx, end, ok = c.s.span(ctx, info); !ok {
-		release(c.p.cfg.gates, held, context.Canceled)
-	}
+	started := false
+	defer func() {
+		if !started || !ok { // not sent: a span refused, or a tracer that called runtime.Goexit
+			release(c.p.cfg.gates, held, context.Canceled)
+		}
+	}()
+	ctx, end, ok = c.s.span(ctx, info)
+	started = true
 	return ctx, end, ok
 }
 

@@ -19,13 +19,15 @@ type state struct {
 	p     *Pipeline
 	trace resilience.CallTrace
 
-	n       atomic.Int32     // attempts started
-	mu      sync.Mutex       // hedged attempts run at once: for the tracer's fields
-	over    bool             // the call's span has ended: no attempt's starts
-	hasEnd  bool             // an attempt ended, while tracing: lastEnd is set
-	decided bool             // a race's answer is lastErr, until the next attempt not a hedge starts
-	lastEnd monotime.Reading // when the last attempt ended, while tracing
-	lastErr error
+	n        atomic.Int32     // attempts started
+	mu       sync.Mutex       // hedged attempts run at once: for the tracer's fields
+	over     bool             // the call's span has ended: no attempt's starts
+	hasEnd   bool             // an attempt ended, while tracing: lastEnd is set
+	decided  bool             // a race's answer is lastErr, until the next attempt not a hedge starts
+	starting int32            // attempts' spans the tracer is starting, outside mu
+	lastEnd  monotime.Reading // when the last attempt ended, while tracing
+	lastErr  error
+	pending  *error // end's, while spans start: the last of them ends the call's span
 }
 
 // start numbers a new attempt and describes it for the tracer.
@@ -53,24 +55,44 @@ func (s *state) start(hedge bool) resilience.AttemptInfo {
 }
 
 // span starts an attempt's span, unless the call's has ended (a hedge
-// admitted as its call returned, which is then not sent): under s.mu, as
-// end marks the call over, so that every attempt's span starts before the
-// call's ends.
+// admitted as its call returned, which is then not sent). Every attempt's
+// span starts before the call's ends: an end that comes while spans
+// start is left to the last of them. The tracer is called outside s.mu: a
+// slow one holds up neither the call's return nor another attempt being
+// numbered (start).
 func (s *state) span(ctx context.Context, info resilience.AttemptInfo) (context.Context, func(error), bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.over {
+		s.mu.Unlock()
 		return ctx, nil, false
 	}
+	s.starting++
+	s.mu.Unlock()
+	defer func() { // also when the tracer calls runtime.Goexit
+		s.mu.Lock()
+		var ended *error
+		if s.starting--; s.starting == 0 {
+			ended, s.pending = s.pending, nil
+		}
+		s.mu.Unlock()
+		if ended != nil {
+			safe.EndCall(s.trace, *ended)
+		}
+	}()
 	ctx, end := safe.StartAttempt(s.trace, ctx, info)
 	return ctx, end, true
 }
 
-// end ends the call's span, once no attempt's span is starting; none
-// starts after it.
+// end ends the call's span, or leaves it to the last attempt's span that
+// is starting; none starts after it.
 func (s *state) end(err error) {
 	s.mu.Lock()
 	s.over = true
+	if s.starting > 0 {
+		s.pending = &err
+		s.mu.Unlock()
+		return
+	}
 	s.mu.Unlock()
 	safe.EndCall(s.trace, err)
 }

@@ -16,6 +16,7 @@ type orderTrace struct {
 	hold        chan struct{}
 	ended, late bool
 	starting    chan struct{}
+	endedNow    chan struct{} // closed by End, if not nil
 }
 
 func (o *orderTrace) StartAttempt(ctx context.Context, _ resilience.AttemptInfo) (context.Context, func(error)) {
@@ -27,11 +28,18 @@ func (o *orderTrace) StartAttempt(ctx context.Context, _ resilience.AttemptInfo)
 	return ctx, func(error) {}
 }
 
-func (o *orderTrace) End(error) { o.ended = true }
+func (o *orderTrace) End(error) {
+	o.ended = true
+	if o.endedNow != nil {
+		close(o.endedNow)
+	}
+}
 
 // No attempt's span starts once the call's has ended, and the call's span
-// ends only once an attempt's span that was starting has started: a hedge
-// admitted as its call returned is not sent (state.span says no).
+// ends only once an attempt's span that was starting has started, by that
+// attempt's goroutine: the call returns meanwhile (a slow tracer does not
+// hold it). A hedge admitted as its call returned is not sent (state.span
+// says no).
 func TestNoAttemptSpanAfterTheCallsEnd(t *testing.T) {
 	tr := &orderTrace{}
 	s := &state{trace: tr}
@@ -41,7 +49,7 @@ func TestNoAttemptSpanAfterTheCallsEnd(t *testing.T) {
 	assert.Nil(t, end)
 	assert.False(t, tr.late)
 
-	tr = &orderTrace{hold: make(chan struct{}), starting: make(chan struct{})}
+	tr = &orderTrace{hold: make(chan struct{}), starting: make(chan struct{}), endedNow: make(chan struct{})}
 	s = &state{trace: tr}
 	spanned := make(chan bool)
 	go func() {
@@ -49,18 +57,14 @@ func TestNoAttemptSpanAfterTheCallsEnd(t *testing.T) {
 		spanned <- ok
 	}()
 	<-tr.starting // the hedge's span is starting
-	ended := make(chan struct{})
-	go func() {
-		s.end(nil)
-		close(ended)
-	}()
+	s.end(nil)    // returns at once
 	select {
-	case <-ended:
+	case <-tr.endedNow:
 		t.Fatal("the call's span ended while an attempt's was starting")
 	case <-time.After(20 * time.Millisecond):
 	}
 	close(tr.hold)
 	assert.True(t, <-spanned)
-	<-ended
+	<-tr.endedNow // ended by the attempt's goroutine, once its span started
 	assert.False(t, tr.late, "the attempt's span started after the call's ended")
 }

@@ -33,6 +33,9 @@ func StartAttempt(ct resilience.CallTrace, ctx context.Context, a resilience.Att
 		defer tracerRecovered("StartAttempt")
 		out, end = ct.StartAttempt(ctx, a)
 	}()
+	if out == nil { // a tracer's fault: the attempt goes on with its own context
+		out = ctx
+	}
 	return out, end
 }
 
