@@ -202,6 +202,14 @@ func (r *race[T]) returned(hedge bool, err error) {
 	}
 }
 
+// keepHedge adds hk to the keepers of r's hedges; r.mu is held.
+func (r *race[T]) keepHedge(hk *keeper) {
+	if r.keepers == nil {
+		r.keepers = new([]*keeper)
+	}
+	*r.keepers = append(*r.keepers, hk)
+}
+
 // stopHedges sends no more hedges, and reports whether any is still out.
 func (r *race[T]) stopHedges() bool {
 	r.mu.Lock()
@@ -285,10 +293,7 @@ func (r *race[T]) launch(n int32) {
 	hk := &keeper{hedge: n}
 	actx, cancel := context.WithCancel(context.WithValue(r.ctx, hedgeKey{}, r.c.p))
 	hk.budget = cancel
-	if r.keepers == nil {
-		r.keepers = new([]*keeper)
-	}
-	*r.keepers = append(*r.keepers, hk)
+	r.keepHedge(hk)
 	a := r.c
 	a.k = hk
 	results := r.results
