@@ -29,6 +29,9 @@ func review69Proxy(t *testing.T, target string, tr http.RoundTripper, mod func(*
 		mod(p)
 	}
 	s := httptest.NewServer(deadline.Middleware(retrysignal.Middleware(p)))
+	// After the servers close (cleanups run last first): the connections
+	// the default transport keeps would outlive the test (goleak).
+	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
 	t.Cleanup(s.Close)
 	return s
 }

@@ -153,9 +153,10 @@ func (c *Clock) Epoch() int64 { return c.epoch.Load() }
 // the event while events are rare (the bucket of the last reading may be
 // long over), after while they are frequent. It returns the bucket it
 // counted the event in. After a lull that follows frequent events, up to
-// [maxEvery]-1 events may be counted in the bucket of the last reading,
-// until a reading (this one's or another's, such as [Clock.Now]) finds
-// the buckets that went by.
+// [maxEvery] events (the one that makes the reading due among them, and
+// those counted at once by other goroutines as it is taken) may be
+// counted in the bucket of the last reading, until a reading (this one's
+// or another's, such as [Clock.Now]) finds the buckets that went by.
 func (c *Clock) Tick(r *Ring) int64 {
 	if c.every.Load() == 1 {
 		e := c.Now(r)
