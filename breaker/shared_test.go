@@ -180,7 +180,12 @@ func TestSharedFlushesOncePerInterval(t *testing.T) {
 		close(release)
 		t.Logf("%d calls rejected, %d flushes in 1 s by 2 replicas", rejected, syncs)
 		assert.Greater(t, rejected, 10000)
-		assert.LessOrEqual(t, syncs, int64(2*time.Second/sharedFlush)+2)
+		// Two replicas a tick each interval, 10 or 11 ticks each as the
+		// second falls between them, and a flush now and then for the
+		// probe of bs[0]'s loop: not one for each of 100,000 calls (in a
+		// synctest bubble, goroutines woken at one instant run in any
+		// order: 23 was seen once in about 15 runs).
+		assert.LessOrEqual(t, syncs, int64(2*time.Second/sharedFlush)+4)
 	})
 }
 
