@@ -89,7 +89,8 @@ func (s *state) end(err error) {
 	s.mu.Lock()
 	s.over = true
 	if s.starting > 0 {
-		s.pending = &err
+		pending := err // on the heap only here: err itself stays on the stack
+		s.pending = &pending
 		s.mu.Unlock()
 		return
 	}
