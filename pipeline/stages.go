@@ -530,14 +530,11 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 		return res, err
 	}
 	info := c.s.start(hedge) // numbered as it is sent: an attempt refused at the gates takes no number
-	if r != nil && !hedge && !c.spans() {
+	if r != nil && !hedge && !c.s.traced() {
 		r.arm() // as sent would after the span, which there is none of: here it costs less
 	}
 	return c.sent(ctx, info, held, r)
 }
-
-// spans reports whether the call's attempts have spans (WithTracer).
-func (c *call[T]) spans() bool { return c.s != nil && c.s.trace != nil }
 
 // reopened asks the breaker again once the gates have admitted an
 // attempt, which may have waited for a slot meanwhile: if it has opened
@@ -562,7 +559,7 @@ func (c *call[T]) reopened() error {
 // false for a hedge admitted as its call returned, which is then not sent
 // and gives its slot back.
 func (c *call[T]) spanned(ctx context.Context, info resilience.AttemptInfo, held tickets) (_ context.Context, end func(error), ok bool) {
-	if !c.spans() {
+	if !c.s.traced() {
 		return ctx, nil, true
 	}
 	started := false
@@ -614,7 +611,7 @@ func (c *call[T]) racing(r *race[T], info resilience.AttemptInfo) {
 	case r == nil:
 	case info.Hedge:
 		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
-	case c.spans(): // else attempt armed it
+	case c.s.traced(): // else attempt armed it
 		r.arm()
 	}
 }

@@ -98,10 +98,13 @@ func (s *state) end(err error) {
 	safe.EndCall(s.trace, err)
 }
 
+// traced reports whether the call's attempts have spans (WithTracer).
+func (s *state) traced() bool { return s != nil && s.trace != nil }
+
 // ended records the end of an attempt, for the tracer; not that of a
 // hedge that ends after its race was decided (raced).
 func (s *state) ended(err error) {
-	if s == nil || s.trace == nil {
+	if !s.traced() {
 		return
 	}
 	s.mu.Lock()
@@ -115,7 +118,7 @@ func (s *state) ended(err error) {
 // that the retry stage acts on (the longest retry-after hint of the race's
 // failures), not that of the last attempt to end.
 func (s *state) raced(err error) {
-	if s == nil || s.trace == nil {
+	if !s.traced() {
 		return
 	}
 	s.mu.Lock()
