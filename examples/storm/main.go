@@ -19,7 +19,7 @@
 //	go run ./examples/storm                  # the outage, metastable failure and slow recovery
 //	go run ./examples/storm -all             # all seven
 //	go run ./examples/storm -scenarios outage,flapping
-//	go run ./examples/storm -extra           # two more pipelines (-wait: and WaitWhenOpen)
+//	go run ./examples/storm -extra           # three more pipelines (-wait: and WaitWhenOpen)
 //	go run ./examples/storm -chain           # the "don't retry" signal through a flapping chain
 //	go run ./examples/storm -contention      # Brooker's contention model
 //	go run ./examples/storm -realtime [-http | -grpc] [-remote] [-runs 3] [-maxshort 0.05] -scenarios outage
@@ -73,7 +73,7 @@ func parseArgs(args []string) (options, error) {
 	only := fs.String("scenarios", "", "the scenarios to run, comma-separated: "+strings.Join(scenarioKeys(), ", "))
 	seed := fs.Uint64("seed", 1, "the seed of every random draw")
 	svgDir := fs.String("svgdir", "", "write a goodput chart per scenario, storm-<scenario>.svg, to this directory")
-	extra := fs.Bool("extra", false, "add the default pipeline with the former 30 s open timeout, and the recommended one with a retry quota")
+	extra := fs.Bool("extra", false, "add the default pipeline with the former 30 s open timeout, and with an attempt timeout, and the recommended one with a retry quota")
 	wait := fs.Bool("wait", false, "add the recommended pipeline with WaitWhenOpen (its outage row moves by several percent from run to run)")
 	contention := fs.Bool("contention", false, "run Brooker's contention model instead")
 	chain := fs.Bool("chain", false, "run the flapping chain A -> B -> C -> D, without and with the \"don't retry\" signal, instead")
@@ -269,15 +269,18 @@ const strategyLegend = `Strategies (each within the caller's deadline of 1 s):
   failsafe-go retry + breaker  failsafe-go v0.9.8's retry and circuit breaker with their defaults (3 attempts,
                                no delay; opens after 1 failure for 1 minute); attempt timeout 250 ms
   pipeline, defaults           breaker.New() (opens after 5 failures in a row, for 100 ms) and retrypolicy.New();
-                               attempt timeout 250 ms (as a user may set one; the README's quick start sets none)
-  pipeline, recommended        what docs/retries.md recommends: the same with no attempt timeout;
-                               hedging at the p90 for the heavy tail
+                               no attempt timeout (the README's quick start sets none)
+  pipeline, recommended        what docs/retries.md recommends: the defaults, and hedging at the p90 for the
+                               heavy tail
 `
 
 // extraLegends explain the strategies of -extra and -wait.
 var extraLegends = map[string]string{
 	openName: `  pipeline, defaults + OpenTimeout 30s
                                the default pipeline with the breaker's former default, open for 30 s
+`,
+	timeoutName: `  pipeline, defaults + attempt timeout
+                               the default pipeline with an attempt timeout of 250 ms, as a user may set one
 `,
 	quotaName: "  ... + quota 10%              the recommended pipeline with a retry quota of 10% of the calls plus 10 a second\n",
 	waitName:  "  ... + WaitWhenOpen           the recommended pipeline, calls waiting while the breaker is open\n",

@@ -41,7 +41,7 @@ func TestServiceFollowsTheSpeed(t *testing.T) {
 const seedSpread = 0.10
 
 // TestSlowRecoveryAgreesAcrossSeeds: in the slow recovery, the calls ok
-// and requests per call of the Pipeline's recommended row, over 20 seeds,
+// and requests per call of the Pipeline's defaults row, over 20 seeds,
 // are within seedSpread of each other. The moment its breaker closes, on
 // a probe served while the capacity comes back, decides the load of the
 // ramp; when the probe went at the speed of the moment it started, it
@@ -54,7 +54,7 @@ func TestSlowRecoveryAgreesAcrossSeeds(t *testing.T) {
 	}
 	sc := scenarioByKey("slowrecovery")
 	var run []strategy
-	for _, name := range []string{grpcName, recommendedName} {
+	for _, name := range []string{grpcName, defaultsName} {
 		s, _ := strategyByName(name)
 		run = append(run, s)
 	}

@@ -115,12 +115,12 @@ var strategies = []strategy{
 	pipelineStrategy(recommendedName, recommended),
 }
 
-// defaultsWith is the Pipeline with its defaults and the README's attempt
-// timeout, its breaker made with opts.
+// defaultsWith is the Pipeline with a breaker and a retry policy of
+// their defaults, as the README's quick start has them (no attempt
+// timeout), its breaker made with opts.
 func defaultsWith(opts ...breaker.Option) func(sc *scenario, retry newRetry) []pipeline.Option {
 	return func(sc *scenario, retry newRetry) []pipeline.Option {
-		return []pipeline.Option{pipeline.WithBreaker(breaker.New("backend", opts...)),
-			pipeline.WithRetry(retry()), pipeline.WithAttemptTimeout(sc.attemptTimeout)}
+		return []pipeline.Option{pipeline.WithBreaker(breaker.New("backend", opts...)), pipeline.WithRetry(retry())}
 	}
 }
 
@@ -128,7 +128,7 @@ func defaultsWith(opts ...breaker.Option) func(sc *scenario, retry newRetry) []p
 var strategyKeys = map[string]string{
 	"none": noRetryName, "retry": plainName, "grpc": grpcName, "grpc-throttled": grpcThrottled,
 	"failsafe": failsafeName, "defaults": defaultsName, "recommended": recommendedName,
-	"defaults-open30s": openName, "wait": waitName, "quota": quotaName,
+	"defaults-open30s": openName, "defaults-timeout": timeoutName, "wait": waitName, "quota": quotaName,
 }
 
 // strategyByName returns the strategy called name, or false.
@@ -306,12 +306,14 @@ func recommended(sc *scenario, retry newRetry) []pipeline.Option {
 }
 
 // Strategies the demo adds on request (-extra): the default pipeline with
-// the breaker's former open timeout, 30 s, and the recommended pipeline
-// with a retry quota of 10% plus 10 a second.
+// the breaker's former open timeout, 30 s, the default pipeline with an
+// attempt timeout of 250 ms, and the recommended pipeline with a retry
+// quota of 10% plus 10 a second.
 const (
-	openName  = "pipeline, defaults + OpenTimeout 30s"
-	waitName  = "pipeline, recommended + WaitWhenOpen"
-	quotaName = "pipeline, recommended + quota 10%"
+	openName    = "pipeline, defaults + OpenTimeout 30s"
+	timeoutName = "pipeline, defaults + attempt timeout"
+	waitName    = "pipeline, recommended + WaitWhenOpen"
+	quotaName   = "pipeline, recommended + quota 10%"
 )
 
 // waitStrategy is the recommended pipeline with WaitWhenOpen (-wait). It is
@@ -324,6 +326,9 @@ var waitStrategy = pipelineStrategy(waitName, func(sc *scenario, retry newRetry)
 
 var extraStrategies = []strategy{
 	pipelineStrategy(openName, defaultsWith(breaker.OpenTimeout(oldOpenTimeout))),
+	pipelineStrategy(timeoutName, func(sc *scenario, retry newRetry) []pipeline.Option {
+		return append(defaultsWith()(sc, retry), pipeline.WithAttemptTimeout(sc.attemptTimeout))
+	}),
 	pipelineStrategy(quotaName, func(sc *scenario, retry newRetry) []pipeline.Option {
 		return append(recommended(sc, retry),
 			pipeline.WithRetry(retry(retrypolicy.WithQuota(retrypolicy.NewQuota(0.1, 10, time.Second)))))
