@@ -12,9 +12,10 @@
 // What counts as a failure follows the shared classes of package
 // resilience: transient and terminal errors count; permanent errors (the
 // caller's fault, such as HTTP 400) count as successes, since the dependency
-// answered; cancellations by the caller, and calls refused on the
-// caller's side (class rejected), are left out. [FailIf] changes what is a
-// failure, and [IgnoreIf] leaves out more.
+// answered; cancellations by the caller, calls refused on the caller's
+// side (class rejected), and calls whose op panicked or called
+// runtime.Goexit (the caller's bug) are left out. [FailIf] changes what is
+// a failure, and [IgnoreIf] leaves out more.
 //
 // A call that its context's deadline ended (the caller's, or a budget an
 // upstream sent) in its one attempt is left out too, as the caller's
@@ -250,10 +251,13 @@ func (b *Breaker) Check() error {
 // A rejected call returns an error matching [ErrOpen] or
 // [ErrTooManyRequests] without calling op. A ctx already done returns
 // ctx.Err() without taking a probe slot. op's error is returned as it is. If
-// op panics or calls [runtime.Goexit], the breaker counts a failure (so a
-// half-open probe always reports) and the panic or Goexit goes on; an
-// error that panics as it is counted (a method of its own, such as a typed
-// nil's Unwrap, or [FailIf]'s test) counts as a failure too, and is
+// op panics or calls [runtime.Goexit], the panic or Goexit goes on, and
+// the breaker counts the call neither way (unlike gobreaker, which counts
+// a failure): it is the caller's bug, which says nothing of the
+// dependency, and calls that panic must not open the breaker for those
+// that do not. A half-open probe that panics frees its slot for the next
+// call. An error that panics as it is counted (a method of its own, such
+// as a typed nil's Unwrap, or [FailIf]'s test) counts as a failure, and is
 // returned. A forced mode ([Breaker.SetMode]) decides before the breaker does: forced
 // open rejects with an error matching [ErrForcedOpen] and [ErrOpen].
 func (b *Breaker) Execute(ctx context.Context, op func(ctx context.Context) error) error {
@@ -279,7 +283,7 @@ func (b *Breaker) executeNormal(ctx context.Context, op func(ctx context.Context
 }
 
 // executeOn runs op through b's own breaker, counting a panic or
-// runtime.Goexit in op as a failure, and returns how the call counted (a
+// runtime.Goexit in op neither way, and returns how the call counted (a
 // refusal's is never read) and op's error.
 func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) error) (outcome, error) {
 	v, a := b.cb.admit()
@@ -291,8 +295,9 @@ func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) er
 	}
 	returned := false
 	defer func() {
-		if !returned {
-			b.cb.done(a, failed) // a panic or Goexit, which goes on
+		if !returned { // a panic or Goexit, which goes on: the caller's bug, not a verdict
+			b.cb.done(a, excluded)
+			b.probeIgnored()
 		}
 	}()
 	err := op(ctx)
@@ -319,8 +324,8 @@ func (b *Breaker) reject(err error) error {
 
 // count says how a call admitted as a that ended with err counts: a
 // failure if telling panicked (a FailIf's, or a method of err's such as a
-// typed nil's Unwrap), as a panic in op is, though the call returns err
-// as a plain client would, not the panic.
+// typed nil's Unwrap), though the call returns err as a plain client
+// would, not the panic.
 func (b *Breaker) count(ctx context.Context, err error, a admission) (out outcome) {
 	defer func() {
 		if recover() != nil {

@@ -204,12 +204,21 @@ func TestWindowForgetsOldFailures(t *testing.T) {
 	})
 }
 
-func TestPanicCountsAsFailure(t *testing.T) {
+// TestPanicIsNotCounted: a panic in op is the caller's bug, not the
+// dependency's failure: it goes on, and the breaker counts the call
+// neither way, so that panicking calls never open it for the healthy ones.
+func TestPanicIsNotCounted(t *testing.T) {
 	b := breaker.New("x", breaker.ConsecutiveFailures(1))
-	assert.PanicsWithValue(t, "boom", func() {
-		_ = b.Execute(context.Background(), func(context.Context) error { panic("boom") })
-	})
-	assert.Equal(t, resilience.StateOpen, b.State())
+	for range 10 {
+		assert.PanicsWithValue(t, "boom", func() {
+			_ = b.Execute(context.Background(), func(context.Context) error { panic("boom") })
+		})
+	}
+	assert.Equal(t, resilience.StateClosed, b.State())
+	c := b.Counts()
+	assert.EqualValues(t, 10, c.TotalExclusions)
+	assert.Zero(t, c.TotalFailures+c.TotalSuccesses)
+	require.NoError(t, b.Execute(context.Background(), func(context.Context) error { return nil }))
 }
 
 func TestSafeForConcurrentUse(t *testing.T) {

@@ -49,10 +49,10 @@ func openIt(t *testing.T, b *breaker.Breaker, n int) {
 	}
 }
 
-// A half-open probe that panics counts as a failure: the breaker opens
-// again, the listener hears it once, the panic goes on, and the breaker
-// is not left locked.
-func TestReviewProbePanicReopens(t *testing.T) {
+// A half-open probe that panics counts neither way: the breaker stays
+// half-open with the probe's slot free, the panic goes on, the breaker is
+// not left locked, and the next call's success closes it.
+func TestReviewProbePanicFreesTheProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := &recL{}
 		b := breaker.New("x", breaker.ConsecutiveFailures(2), breaker.OpenTimeout(time.Second), breaker.WithListener(l))
@@ -66,19 +66,23 @@ func TestReviewProbePanicReopens(t *testing.T) {
 		if rec != "probe" {
 			t.Errorf("panic went as %v", rec)
 		}
-		if b.State() != resilience.StateOpen {
+		if b.State() != resilience.StateHalfOpen {
 			t.Errorf("state %v after a panicking probe", b.State())
 		}
-		want := []string{"closed>open", "open>half-open", "half-open>open"}
+		if err := b.Execute(context.Background(), func(context.Context) error { return nil }); err != nil {
+			t.Errorf("the next probe: %v", err)
+		}
+		want := []string{"closed>open", "open>half-open", "half-open>closed"}
 		if got := l.changes(); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("changes %v, want %v", got, want)
 		}
 	})
 }
 
-// runtime.Goexit in a probe: a failure, the Goexit goes on (deferred
-// functions run, the goroutine ends), the breaker opens again.
-func TestReviewProbeGoexitReopens(t *testing.T) {
+// runtime.Goexit in a probe: not counted, the Goexit goes on (deferred
+// functions run, the goroutine ends), the breaker stays half-open, and
+// the next calls probe.
+func TestReviewProbeGoexitFreesTheProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := &recL{}
 		b := breaker.New("x", breaker.ConsecutiveFailures(2), breaker.OpenTimeout(time.Second), breaker.HalfOpenRequests(2), breaker.WithListener(l))
@@ -94,10 +98,15 @@ func TestReviewProbeGoexitReopens(t *testing.T) {
 		if <-done {
 			t.Errorf("Execute returned after a Goexit")
 		}
-		if b.State() != resilience.StateOpen {
+		if b.State() != resilience.StateHalfOpen {
 			t.Errorf("state %v after a Goexit probe", b.State())
 		}
-		want := []string{"closed>open", "open>half-open", "half-open>open"}
+		for range 2 { // HalfOpenRequests(2): both slots free
+			if err := b.Execute(context.Background(), func(context.Context) error { return nil }); err != nil {
+				t.Errorf("a probe: %v", err)
+			}
+		}
+		want := []string{"closed>open", "open>half-open", "half-open>closed"}
 		if got := l.changes(); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("changes %v, want %v", got, want)
 		}

@@ -854,7 +854,7 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 	if err != nil {
 		return err
 	}
-	out := failed // a panic or runtime.Goexit unless op returns
+	out := excluded // a panic or runtime.Goexit unless op returns
 	ran := false
 	defer func() {
 		switch {

@@ -44,7 +44,7 @@
 // types: [Do] and [DoStream] take the type from the operation. The breaker
 // stage runs the rest of the call inside the breaker's Execute: a
 // successful call allocates nothing, and a panic or runtime.Goexit counts
-// as a failure.
+// neither way.
 //
 // The stages are the methods of one value per call, in the order above,
 // in stages.go; docs/architecture.md follows one call through them and
@@ -182,10 +182,11 @@ var zero Pipeline
 // [breaker.ErrOpen] or [breaker.ErrTooManyRequests], a retry that gave up
 // is a [*retrypolicy.Error], and a spent time budget matches
 // [context.DeadlineExceeded]. If op panics or calls [runtime.Goexit], the
-// breaker counts a failure (as gobreaker does), the throttle and the
-// concurrency limit learn nothing from the attempt (the caller's bug says
-// nothing of the dependency's load), every context the call made is
-// canceled, and the panic goes on. An error whose own methods panic as
+// breaker counts the call neither way (gobreaker counts a failure), and
+// the throttle and the concurrency limit learn nothing from the attempt:
+// the caller's bug says nothing of the dependency, and calls that panic
+// must not open the breaker for those that do not. Every context the
+// call made is canceled, and the panic goes on. An error whose own methods panic as
 // the stages ask it (a typed nil whose Unwrap dereferences it) is not
 // retried by default, counts as a failure for the breaker, teaches the
 // throttle and the limit nothing, and is returned.

@@ -11,9 +11,9 @@ import (
 )
 
 // A call whose operation panics or calls runtime.Goexit is a call, and a
-// failure: its breaker counts it so, the registry does not count it at all
-// (no attempt is counted on the way out), so a pipeline whose every call
-// panics shows no traffic next to a breaker full of failures.
+// failure for the registry's figures (the call failed), though its breaker
+// counts it neither way (the caller's bug says nothing of the dependency):
+// a pipeline whose every call panics shows its traffic and its failures.
 func TestPanickedCallsNotCounted(t *testing.T) {
 	b := breaker.New("edges27-panic", breaker.ConsecutiveFailures(100))
 	r := registry.New()

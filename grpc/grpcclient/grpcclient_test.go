@@ -335,7 +335,10 @@ func TestZeroInterceptorWorksAsNew(t *testing.T) {
 	assert.Equal(t, 2, srv.Count(grpctest.Get))
 }
 
-func TestAPanickingInvokerCountsAsAFailureAndGoesOn(t *testing.T) {
+// TestAPanickingInvokerIsNotCountedAndGoesOn: an invoker or streamer that
+// panics (a codec's bug) is not the server's failure: the breaker counts
+// it neither way, and the panic goes on.
+func TestAPanickingInvokerIsNotCountedAndGoesOn(t *testing.T) {
 	b := breaker.New("dep", breaker.ConsecutiveFailures(0))
 	ic := grpcclient.New(grpcclient.WithPipeline(fastPipeline(pipeline.WithBreaker(b))))
 	cc, err := grpctest.Dial("127.0.0.1:1")
@@ -347,7 +350,8 @@ func TestAPanickingInvokerCountsAsAFailureAndGoesOn(t *testing.T) {
 	assert.PanicsWithValue(t, "codec bug", func() {
 		_ = ic.Unary(t.Context(), grpctest.Get, nil, nil, cc, panicking)
 	})
-	assert.Equal(t, uint32(1), b.Counts().TotalFailures)
+	assert.Equal(t, uint32(0), b.Counts().TotalFailures)
+	assert.Equal(t, uint32(1), b.Counts().TotalExclusions)
 	ok := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
 	assert.NoError(t, ic.Unary(t.Context(), grpctest.Get, nil, nil, cc, ok))
 
@@ -357,7 +361,8 @@ func TestAPanickingInvokerCountsAsAFailureAndGoesOn(t *testing.T) {
 	assert.PanicsWithValue(t, "stream bug", func() {
 		_, _ = ic.Stream(t.Context(), grpctest.ListDesc, cc, grpctest.List, panicky)
 	})
-	assert.Equal(t, uint32(2), b.Counts().TotalFailures)
+	assert.Equal(t, uint32(0), b.Counts().TotalFailures)
+	assert.Equal(t, uint32(2), b.Counts().TotalExclusions)
 }
 
 func TestManyGoroutinesAtOnce(t *testing.T) {
