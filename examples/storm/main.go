@@ -268,8 +268,8 @@ const strategyLegend = `Strategies (each within the caller's deadline of 1 s):
   grpc-go retry + throttling   and its retryThrottling: maxTokens 10, tokenRatio 0.1
   failsafe-go retry + breaker  failsafe-go v0.9.8's retry and circuit breaker with their defaults (3 attempts,
                                no delay; opens after 1 failure for 1 minute); attempt timeout 250 ms
-  pipeline, defaults           breaker.New() (opens after 5 failures in a row, for 100 ms) and retrypolicy.New();
-                               no attempt timeout (the README's quick start sets none)
+  pipeline, defaults           breaker.New() (opens after 5 failures in a row, for 100 ms) and retrypolicy.New()
+                               (4 attempts); no attempt timeout (none by default)
   pipeline, recommended        what docs/retries.md recommends: the defaults, and hedging at the p90 for the
                                heavy tail
 `

@@ -39,8 +39,8 @@ func breakerLog(t *testing.T, sc *scenario, withTimeout bool) ([]string, time.Du
 		})
 		s := pipelineStrategy("review59", func(sc *scenario, retry newRetry) []pipeline.Option {
 			o := defaultsWith(breaker.WithListener(l))(sc, retry)
-			if !withTimeout {
-				o = o[:2]
+			if withTimeout {
+				o = append(o, pipeline.WithAttemptTimeout(sc.attemptTimeout))
 			}
 			return o
 		})
@@ -74,7 +74,7 @@ func TestReview59BreakerOpensAQuarterSecondIn(t *testing.T) {
 
 // TestReview59SlowRecoveryBreaker logs the breaker's changes in the slow
 // recovery from 3 s, with and without the attempt timeout, and the calls
-// failed while healthy: without it (the recommended row), the breaker
+// failed while healthy: without it (the defaults row), the breaker
 // does not open again once it closed in the ramp.
 func TestReview59SlowRecoveryBreaker(t *testing.T) {
 	for _, withTimeout := range []bool{true, false} {

@@ -116,8 +116,8 @@ var strategies = []strategy{
 }
 
 // defaultsWith is the Pipeline with a breaker and a retry policy of
-// their defaults, as the README's quick start has them (no attempt
-// timeout), its breaker made with opts.
+// their defaults (4 attempts, where the README's quick start sets 3), and
+// no attempt timeout, its breaker made with opts.
 func defaultsWith(opts ...breaker.Option) func(sc *scenario, retry newRetry) []pipeline.Option {
 	return func(sc *scenario, retry newRetry) []pipeline.Option {
 		return []pipeline.Option{pipeline.WithBreaker(breaker.New("backend", opts...)), pipeline.WithRetry(retry())}
