@@ -401,8 +401,15 @@ func (b *Breaker) executeForced(ctx context.Context, f *forcing, op func(ctx con
 		return b.reject(f.reject)
 	case ForcedClosed:
 		a := admission{at: monotime.Now()}
-		err := op(ctx)
 		f.requests.Add(1)
+		returned := false
+		defer func() {
+			if !returned { // a panic or Goexit, which goes on: left out, as in Normal
+				f.exclusions.Add(1)
+			}
+		}()
+		err := op(ctx)
+		returned = true
 		switch b.count(ctx, err, a) {
 		case failed:
 			f.failures.Add(1)

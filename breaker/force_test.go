@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -226,4 +227,25 @@ func TestModeStringsParse(t *testing.T) {
 	}
 	_, err := breaker.ParseMode("open")
 	assert.Error(t, err)
+}
+
+// TestForcedClosedCountsAPanicAsNormalDoes: forced closed, a call whose
+// op panics or calls runtime.Goexit is a request left out, as in Normal
+// mode, and the panic goes on.
+func TestForcedClosedCountsAPanicAsNormalDoes(t *testing.T) {
+	b := breaker.New("search")
+	require.NoError(t, b.SetMode(t.Context(), breaker.ForcedClosed, "oncall"))
+	assert.PanicsWithValue(t, "bug", func() {
+		_ = b.Execute(t.Context(), func(context.Context) error { panic("bug") })
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = b.Execute(t.Context(), func(context.Context) error { runtime.Goexit(); return nil })
+	}()
+	<-done
+	c := b.Snapshot().Counts
+	assert.EqualValues(t, 2, c.Requests)
+	assert.EqualValues(t, 2, c.TotalExclusions)
+	assert.Zero(t, c.TotalFailures+c.TotalSuccesses)
 }

@@ -18,8 +18,8 @@
 //
 // A pipeline's figures count each call once, as it starts, and each
 // attempt sent as it ends: a call succeeded if an attempt did, failed if
-// its last attempt failed, panicked or called runtime.Goexit (as its
-// breaker counts it). An attempt refused before it was sent (throttle,
+// its last attempt failed, panicked or called runtime.Goexit (which its
+// breaker counts neither way: the caller's bug). An attempt refused before it was sent (throttle,
 // concurrency limit, the breaker's re-check) is neither a success nor a
 // failure but a rejection, and a call whose retry was refused so counts
 // as that rejection, not as a failure. An attempt its caller canceled is
