@@ -116,8 +116,7 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 	if err != nil {
 		return unwrapURLError(err)
 	}
-	defer resp.Body.Close()
-	defer func() { _, _ = io.CopyN(io.Discard, resp.Body, DrainLimit) }() // lets the connection be reused
+	defer drain(ctx, resp.Body) // lets the connection be reused, for DrainTimeout at most
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return c.cfg.failed(req, resp)
 	}

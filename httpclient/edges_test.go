@@ -160,10 +160,15 @@ func TestBodyTooLongToBufferSaysSo(t *testing.T) {
 	assert.Equal(t, 5000, n, "whole")
 	assert.Contains(t, events, "not_retried", "and an event says it was not retried")
 
-	// Without an answer, the error says why there was no retry.
+	// A refused connection read none of the body: kept whole (nothing),
+	// it is retried.
 	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPut, "http://127.0.0.1:1/", onceReader{strings.NewReader(strings.Repeat("b", 5000))})
 	_, err = hc.Do(req)
-	require.ErrorIs(t, err, httpclient.ErrBodyNotRetried)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, httpclient.ErrBodyNotRetried)
+	var re *retrypolicy.Error
+	require.ErrorAs(t, err, &re)
+	assert.Greater(t, re.Attempts, 1)
 }
 
 func TestClientFollowsRedirectsAndKeepsCookies(t *testing.T) {
@@ -378,7 +383,13 @@ func TestBodyNotRetriedErrorOnlyWhenTheBodyWasWhy(t *testing.T) {
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, httpclient.ErrBodyNotRetried)
 
-	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPut, "http://127.0.0.1:1/", long()) // a PUT would be retried
+	// A PUT would be retried, but a server that read its body (more than
+	// could be kept) and then failed leaves it sent once.
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		panic(http.ErrAbortHandler) // the connection cut: no answer
+	}))
+	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL, long())
 	_, err = hc.Do(req)
 	require.ErrorIs(t, err, httpclient.ErrBodyNotRetried)
 }

@@ -38,7 +38,8 @@
 // Each attempt sends the time left in its budget in the header of package
 // deadline, so the next service can stop when nobody waits any more. The
 // request body is rewound for each attempt (one without GetBody is kept in
-// memory up to [MaxBufferedBody]); the body of a transient failure is read
+// memory if its length is known and at most [MaxBufferedBody]; any other
+// is sent once, as it is read); the body of a transient failure is read
 // up to [DrainLimit], for [DrainTimeout] at most, before the next attempt,
 // so the connection is reused.
 // The last answer is handed back as it came, its body unread and whole,
@@ -83,6 +84,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -109,9 +111,9 @@ const DrainLimit = 256 << 10
 const DrainTimeout = 50 * time.Millisecond
 
 // ErrBodyNotRetried is joined to the error of a request whose body could
-// not be kept for a retry: it had no GetBody and was longer than
-// [MaxBufferedBody], so its one attempt was its last.
-var ErrBodyNotRetried = errors.New("httpclient: request body too long to buffer for a retry")
+// not be kept for a retry: it had no GetBody, and its length was unknown
+// or over [MaxBufferedBody] (see there), so its one attempt was its last.
+var ErrBodyNotRetried = errors.New("httpclient: request body not kept for a retry")
 
 // ErrNoIdempotencyKey is matched by the error of a request that failed in a
 // way a retry might fix (a transient error) and was sent once all the
@@ -339,11 +341,19 @@ func MaxErrorBody(n int) Option {
 
 // MaxBufferedBody sets how long a request body without GetBody (any reader
 // but a *bytes.Buffer, *bytes.Reader or *strings.Reader) may be for the
-// transport to keep it in memory so that the request can be retried. A
-// longer one is sent once: if that attempt fails with an error that would
-// have been retried, the error also matches [ErrBodyNotRetried], and the
-// pipeline reports [resilience.EventNotRetried]. Default 1 MiB; 0 buffers
-// nothing. It panics if n < 0.
+// transport to keep it in memory so that the request can be retried: it
+// reads such a body whole before the first attempt if its length is known
+// (Request.ContentLength above 0) and at most n. Any other is sent once,
+// as it is read, as net/http sends it: a longer one, and one of unknown
+// length, which may be a stream that waits for the response (a full-duplex
+// exchange over HTTP/2, or HTTP/1.1 with http.ResponseController's
+// EnableFullDuplex) and which reading ahead would hold up for good; give
+// such a request a GetBody to have it retried. If that one attempt fails
+// with an error that would have been retried, the error also matches
+// [ErrBodyNotRetried], and the pipeline reports
+// [resilience.EventNotRetried]. A body of a known length that waits for
+// the response is read ahead all the same: give it a GetBody, or set
+// ContentLength to -1. Default 1 MiB; 0 buffers nothing. It panics if n < 0.
 func MaxBufferedBody(n int64) Option {
 	if n < 0 {
 		panic(fmt.Sprintf("httpclient: MaxBufferedBody(%d): n must be 0 or more", n))
@@ -466,6 +476,15 @@ func (t *Transport) config() *config {
 	return t.cfg
 }
 
+// CloseIdleConnections closes the idle connections of the base
+// RoundTripper, if it has that method, as [http.Client.CloseIdleConnections]
+// asks of its transport. Safe for concurrent use.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.config().base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // RoundTrip sends req through the stages. When the last attempt got an
 // HTTP answer, that answer is returned as it came, body unread, as from
 // any RoundTripper; otherwise the error says why (errors.Is works with
@@ -522,10 +541,17 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	a.p, a.max = p, 1               // a SingleAttempt call's; another's is read as it is sent
 	retries := p.MaxAttempts() != 1 // before the call, which may open the breaker
 	resp, release, err := pipeline.DoStream(req.Context(), p, a.run, opts...)
-	if a.hasBody {
-		req.Body.Close() // a RoundTripper always closes the body; the attempts sent copies
+	switch {
+	case a.replay != nil:
+		a.replay.finish()
+	case a.hasBody && !a.handed.Load():
+		// A RoundTripper always closes the body: here if the attempts sent
+		// copies, or if none was sent; a body handed as it is to the one
+		// attempt is the base's to close, which may be after RoundTrip
+		// returns (it may still be sending it, full duplex).
+		req.Body.Close()
 	}
-	if retryable && a.tooLong && err != nil && resilience.Classify(err).Retryable() {
+	if retryable && a.notKept && err != nil && resilience.Classify(err).Retryable() {
 		err = errors.Join(err, ErrBodyNotRetried) // the body was why it was not retried
 	}
 	if !retryable && err != nil && req.Context().Err() == nil && resilience.Classify(err).Retryable() && retries {
@@ -580,9 +606,12 @@ var discardResponse = pipeline.Discard(func(r *http.Response) {
 })
 
 // pipelineFor returns the pipeline for a request to u: the configured
-// one, or with BreakerPerHost the one with u's authority's breaker.
+// one, or with BreakerPerHost the one with u's authority's breaker. A URL
+// that net/http will not send (a scheme but http and https, no host) gets
+// the configured one: the caller's mistakes take no breaker of a host, of
+// which there are at most MaxBreakers.
 func (t *Transport) pipelineFor(u *url.URL) *pipeline.Pipeline {
-	if t.breakers == nil {
+	if t.breakers == nil || u == nil || u.Hostname() == "" || !strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https") {
 		return t.config().pipeline
 	}
 	b, ok := t.breakers.Get(authority(u))
@@ -614,9 +643,12 @@ type attempt struct {
 	key        [1]string // the Idempotency-Key, if any: every attempt's header value
 	hasBody    bool
 	rewindable bool
-	tooLong    bool
-	once       bool // sent once: not retried, whatever its error
-	buffered   bool // getBody gives copies of our own, which cannot fail
+	notKept    bool          // retryable, but its body could not be kept: sent once
+	once1      io.ReadCloser // the body sent once, as it is
+	handed     atomic.Bool   // once1 went to an attempt: the base's to close
+	replay     *replay       // the body of unknown length, sent as it is read
+	once       bool          // sent once: not retried, whatever its error
+	buffered   bool          // getBody gives copies of our own, which cannot fail
 	getBody    func() (io.ReadCloser, error)
 	max        int                // the most attempts there will be, read as the first is sent; under mu
 	p          *pipeline.Pipeline // the one the attempts run through: it tells its hedges
@@ -642,9 +674,10 @@ func (a *attempt) finish() []*http.Response {
 }
 
 // bufferBody makes the request's body rewindable, if it may be retried:
-// by its GetBody, or by keeping it in memory if it is at most
-// MaxBufferedBody long. The attempts send copies; the caller's body is
-// closed when the request is done.
+// by its GetBody, or by keeping it in memory if its length is known and at
+// most MaxBufferedBody. The attempts send copies, and the caller's body is
+// closed when the request is done; a body sent once is handed as it is to
+// its attempt, whose base closes it.
 func (a *attempt) bufferBody(retryable bool) error {
 	r := a.req
 	a.hasBody = r.Body != nil && r.Body != http.NoBody
@@ -655,9 +688,13 @@ func (a *attempt) bufferBody(retryable bool) error {
 	case r.GetBody != nil:
 		a.getBody = r.GetBody
 		return nil
-	case !retryable: // sent once, as it is
-		a.rewindable = false
-		a.getBody = onceBody(io.NopCloser(r.Body))
+	case !retryable || r.ContentLength > a.cfg.maxBuffered:
+		a.rewindable, a.notKept = false, retryable
+		a.once1, a.getBody = r.Body, a.handOver
+		return nil
+	case r.ContentLength <= 0: // unknown: perhaps a stream that waits for the answer
+		a.replay = &replay{src: r.Body, max: a.cfg.maxBuffered}
+		a.getBody = a.replay.next
 		return nil
 	}
 	head, err := io.ReadAll(io.LimitReader(r.Body, plusOne(a.cfg.maxBuffered)))
@@ -672,14 +709,35 @@ func (a *attempt) bufferBody(retryable bool) error {
 		a.buffered = true
 		return nil
 	}
-	a.rewindable, a.tooLong = false, true
-	a.getBody = onceBody(io.NopCloser(io.MultiReader(bytes.NewReader(head), r.Body)))
+	// Longer than its ContentLength: sent once, what was read first
+	// included (net/http refuses it, the caller's error).
+	a.rewindable, a.notKept = false, true
+	a.once1 = readCloser{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
+	a.getBody = a.handOver
 	return nil
 }
 
-// onceBody returns a GetBody for a body that can be sent only once.
-func onceBody(body io.ReadCloser) func() (io.ReadCloser, error) {
-	return func() (io.ReadCloser, error) { return body, nil }
+// unrepeatable marks err, the failure of an attempt whose body cannot be
+// sent again whole (see replay), as one that no other attempt may follow,
+// if it would have been retried.
+func unrepeatable(err error) error {
+	if !resilience.Classify(err).Retryable() {
+		return err
+	}
+	return resilience.Unrepeatable(errors.Join(err, ErrBodyNotRetried))
+}
+
+// handOver is the GetBody of a body sent once, by its one attempt: the
+// caller's body, which the base then closes.
+func (a *attempt) handOver() (io.ReadCloser, error) {
+	a.handed.Store(true)
+	return a.once1, nil
+}
+
+// readCloser reads from one reader and closes another.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 func (a *attempt) run(ctx context.Context) (*http.Response, error) {
@@ -715,12 +773,19 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
+		if a.replay != nil && !a.replay.canReplay(ctx) {
+			// Sent once after all: a cut upload is the server refusing it.
+			return nil, unrepeatable(classify(err, a.hasBody, true))
+		}
 		return nil, classify(err, a.hasBody, a.once)
 	}
 	if a.cfg.class(resp.StatusCode) == resilience.ClassSuccess {
 		return resp, nil
 	}
 	err = a.cfg.statusError(r, resp, hedge)
+	if a.replay != nil && resilience.Classify(err).Retryable() && !a.replay.canReplay(ctx) {
+		err = unrepeatable(err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.done {
@@ -1038,6 +1103,10 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	if v[0] >= '0' && v[0] <= '9' {
+		v = strings.TrimLeft(v, "0") // delay-seconds is 1*DIGIT: leading zeros too
+		if v == "" {
+			v = "0"
+		}
 		if len(v) > 9 { // over 31 years: not a real hint
 			return 0, false
 		}

@@ -369,7 +369,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{"099", 99 * time.Second, true},
 		{"999999999", 999999999 * time.Second, true},
 		{"000000009", 9 * time.Second, true},
-		{"0000000009", 0, false},
+		{"0000000009", 9 * time.Second, true}, // 1*DIGIT: leading zeros are not length
 		{"1000000000", 0, false},
 		{"9s", 0, false},
 		{":9", 0, false},
