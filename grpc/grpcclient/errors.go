@@ -60,7 +60,9 @@ func (e *attemptError) ResilienceClass() resilience.Class { return e.class }
 // retry-after hint; ABORTED (permanent by default) is transient with a
 // pushback that allows a retry; rejected for an error that the dependency
 // did not cause ([localStatus]), told by what the attempt was made of
-// (at). An error without a status is left to resilience.Classify.
+// (at); permanent for a message that one side could not decode
+// ([undecodable]). An error without a status is left to
+// resilience.Classify.
 // timedOut names the pipeline's attempt timeout in err, the error of an
 // attempt whose context it was that ended (grpc-go answers
 // DEADLINE_EXCEEDED, which says nothing of whose deadline it was), so that
@@ -87,6 +89,9 @@ func (c *config) classify(err error, trailer metadata.MD, at attemptOf) error {
 	}
 	if localStatus(st, at) {
 		return &attemptError{err: err, st: st, class: resilience.ClassRejected}
+	}
+	if undecodable(st) {
+		return &attemptError{err: err, st: st, class: resilience.ClassPermanent}
 	}
 	class := resilience.ClassTerminal // a code from beyond the standard: as UNKNOWN
 	if code := st.Code(); code <= maxCode {
@@ -115,6 +120,16 @@ func (c *config) classify(err error, trailer metadata.MD, at attemptOf) error {
 		return resilience.RetryAfter(e, d)
 	}
 	return e
+}
+
+// undecodable reports whether st is grpc-go's INTERNAL for a message that
+// did not unmarshal: a request that the server could not decode (the
+// caller sent another type, or the two sides' schemas drifted apart), or
+// a reply that the client could not. The server answered, healthy: like
+// an INVALID_ARGUMENT, a retry would meet it again, and a breaker that
+// counted it would reject the calls of the methods that work.
+func undecodable(st *status.Status) bool {
+	return st.Code() == codes.Internal && strings.HasPrefix(st.Message(), "grpc: failed to unmarshal the received message: ")
 }
 
 // messageSizeLimits start the messages of grpc-go's errors for a message
