@@ -85,9 +85,9 @@ func review78Sum(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToSt
 // "503after": read whole body, answer 503; "cut": read X-Cut bytes then abort the connection;
 // "503before": answer 503 without reading. Other attempts read the body and answer 200 with its sha256.
 type review78Server struct {
-	mu    sync.Mutex
-	seen  map[string]int
-	sums  map[string][]string
+	mu   sync.Mutex
+	seen map[string]int
+	sums map[string][]string
 }
 
 func newReview78Server() *review78Server {
