@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -57,10 +58,9 @@ func TestPanickingCallsDoNotOpenTheBreakerForHealthyOnes(t *testing.T) {
 					go func() {
 						defer close(done)
 						defer func() { _ = recover() }()
-						n := 0
+						var n atomic.Int32 // the first attempt and its hedge run at once
 						_, _ = pipeline.Do(t.Context(), p, func(context.Context) (int, error) {
-							n++
-							return 0, c.op(n)
+							return 0, c.op(int(n.Add(1)))
 						})
 					}()
 					<-done
