@@ -773,7 +773,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
-		if a.replay != nil && !a.replay.canReplay(ctx) {
+		if a.replay != nil && !a.replay.canReplay(ctx, cutWrite(err)) {
 			// Sent once after all: a cut upload is the server refusing it.
 			return nil, unrepeatable(classify(err, a.hasBody, true))
 		}
@@ -783,7 +783,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 		return resp, nil
 	}
 	err = a.cfg.statusError(r, resp, hedge)
-	if a.replay != nil && resilience.Classify(err).Retryable() && !a.replay.canReplay(ctx) {
+	if a.replay != nil && resilience.Classify(err).Retryable() && !a.replay.canReplay(ctx, false) {
 		err = unrepeatable(err)
 	}
 	a.mu.Lock()
@@ -907,14 +907,20 @@ func classify(err error, body, once bool) error {
 // connection as it accepts it cuts a request before its first byte, and
 // that is the dependency failing.
 func cutRequest(err error, body, once bool) bool {
-	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "write" && op.Op != "readfrom" || !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+	if !cutWrite(err) {
 		return false
 	}
 	if body {
 		return once
 	}
 	return strings.Contains(err.Error(), "net/http: HTTP/1.x transport connection broken: ")
+}
+
+// cutWrite reports whether err is a write of the request that the server
+// cut short with a reset or by closing the connection (see cutRequest).
+func cutWrite(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && (op.Op == "write" || op.Op == "readfrom") && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
 }
 
 // netHTTPLocal are parts of the messages of the errors that net/http

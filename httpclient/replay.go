@@ -30,6 +30,7 @@ type replay struct {
 	end     error         // src's io.EOF, or its read error, once read
 	reading bool          // a Read of src is under way
 	live    int           // readers handed out and not closed
+	ahead   bool          // one of them is readAhead\'s, not a base\'s
 	done    bool          // the request returned
 	closed  bool          // src was closed
 	changed chan struct{} // closed at the next read's end or reader's close, if waited on
@@ -54,14 +55,30 @@ func (p *replay) next() (io.ReadCloser, error) {
 // waiting up to DrainTimeout, while ctx lasts, for the base to be done
 // with a reader: net/http may still be ending a body's write (one it did
 // not send, for a 100-continue answered otherwise) as RoundTrip returns.
-func (p *replay) canReplay(ctx context.Context) bool {
+// After an upload the server cut (cut is true), the rest is read too, in
+// the same time: a body longer than max, or one that does not end by then
+// (a stream, perhaps waiting for the answer), is not sent again. A server
+// refusing an upload over its limit cuts it at every attempt (nginx, a
+// chunked body), so that only the length tells such a refusal, which a
+// body sent once gets (see cutRequest), from a server that died mid-upload
+// and came back, whose retry goes through.
+func (p *replay) canReplay(ctx context.Context, cut bool) bool {
 	var t *time.Timer
+	ahead := false
 	for {
 		p.mu.Lock()
-		if p.replayable() || p.over || p.closed {
-			ok := p.replayable()
+		if p.over || p.closed {
 			p.mu.Unlock()
-			return ok
+			return false
+		}
+		if p.replayable() && (!cut || p.end != nil) {
+			p.mu.Unlock()
+			return true
+		}
+		if p.replayable() && !ahead { // cut, and not read to its end: read the rest
+			ahead, p.ahead = true, true
+			p.live++
+			go p.readAhead(&replayReader{p: p, off: p.read})
 		}
 		if p.changed == nil {
 			p.changed = make(chan struct{})
@@ -80,6 +97,28 @@ func (p *replay) canReplay(ctx context.Context) bool {
 			return false
 		}
 	}
+}
+
+// readAhead reads the rest of the body through r, keeping it up to max,
+// and closes r. A read that blocks for good ends with the request, which
+// closes src.
+func (p *replay) readAhead(r *replayReader) {
+	var b [32 << 10]byte
+	for {
+		if _, err := r.Read(b[:]); err != nil {
+			break
+		}
+		p.mu.Lock()
+		over := p.over
+		p.mu.Unlock()
+		if over {
+			break
+		}
+	}
+	p.mu.Lock()
+	p.ahead = false
+	p.mu.Unlock()
+	_ = r.Close()
 }
 
 // signal wakes canReplay; p.mu is held.
@@ -103,12 +142,16 @@ func (p *replay) finish() {
 	p.closeIfUnused()
 }
 
-// closeIfUnused closes src once the request returned and no reader is
-// live; p.mu is held. A Read of src may still be under way, on a base's
-// goroutine that closed its reader to stop it: closing src stops it, as
-// net/http's closing the caller's body would.
+// closeIfUnused closes src once the request returned and no base's
+// reader is live; p.mu is held. A Read of src may still be under way, on
+// a base's goroutine that closed its reader to stop it, or on readAhead's:
+// closing src stops it, as net/http's closing the caller's body would.
 func (p *replay) closeIfUnused() {
-	if p.done && p.live == 0 && !p.closed {
+	bases := p.live
+	if p.ahead {
+		bases--
+	}
+	if p.done && bases == 0 && !p.closed {
 		p.closed = true
 		_ = p.src.Close()
 	}

@@ -237,8 +237,14 @@ func TestReview78_RetryByteExact(t *testing.T) {
 					if res.status == 200 && res.sum != review78Sum(data) {
 						t.Errorf("#%d %s: body corrupted: sum %s want %s", i, key, res.sum, review78Sum(data))
 					}
-					// within the buffer, a failed first attempt must be retried and succeed
-					if size <= max && mode != "ok" && res.status != 200 {
+					// Within the buffer, a failed first attempt must be retried
+					// and succeed; but a 503 answered before the body was read
+					// leaves the base still sending it, and the Transport waits
+					// DrainTimeout at most for it to be done (documented): on a
+					// loaded machine under -race, HTTP/2's body writer took
+					// longer once in CI, and the 503 came back as it was.
+					late := mode == "503before" && res.status == 503 && res.attempts == 1
+					if size <= max && mode != "ok" && res.status != 200 && !late {
 						t.Errorf("#%d %s: not retried within MaxBufferedBody: err=%v", i, key, res.err)
 					}
 					mu.Lock()
