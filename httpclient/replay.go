@@ -10,9 +10,11 @@ import (
 
 // replay sends a request body of unknown length that has no GetBody as it
 // is read, as net/http sends it, and keeps what the attempts read of it,
-// up to max bytes, so that a later attempt can send it again. It never
-// reads ahead of an attempt: such a body may be a stream that waits for
-// the answer (full duplex), which a read ahead would hold up for good.
+// up to max bytes, so that a later attempt can send it again. It reads
+// ahead of no attempt: such a body may be a stream that waits for the
+// answer (full duplex), which a read ahead would hold up for good. Only
+// once an attempt's upload was cut does it read the rest, for a moment
+// (canReplay).
 //
 // One reader at a time reads the caller's body (its frontier); another
 // attempt gets a reader only if none is at the frontier: when the body
@@ -30,7 +32,7 @@ type replay struct {
 	end     error         // src's io.EOF, or its read error, once read
 	reading bool          // a Read of src is under way
 	live    int           // readers handed out and not closed
-	ahead   bool          // one of them is readAhead\'s, not a base\'s
+	ahead   bool          // one of them is readAhead's, not a base's
 	done    bool          // the request returned
 	closed  bool          // src was closed
 	changed chan struct{} // closed at the next read's end or reader's close, if waited on
