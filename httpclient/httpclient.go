@@ -551,7 +551,7 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 		// returns (it may still be sending it, full duplex).
 		req.Body.Close()
 	}
-	if retryable && a.notKept && err != nil && resilience.Classify(err).Retryable() {
+	if retryable && !a.rewindable && err != nil && resilience.Classify(err).Retryable() {
 		err = errors.Join(err, ErrBodyNotRetried) // the body was why it was not retried
 	}
 	if !retryable && err != nil && req.Context().Err() == nil && resilience.Classify(err).Retryable() && retries {
@@ -643,7 +643,6 @@ type attempt struct {
 	key        [1]string // the Idempotency-Key, if any: every attempt's header value
 	hasBody    bool
 	rewindable bool
-	notKept    bool          // retryable, but its body could not be kept: sent once
 	once1      io.ReadCloser // the body sent once, as it is
 	handed     atomic.Bool   // once1 went to an attempt: the base's to close
 	replay     *replay       // the body of unknown length, sent as it is read
@@ -689,7 +688,7 @@ func (a *attempt) bufferBody(retryable bool) error {
 		a.getBody = r.GetBody
 		return nil
 	case !retryable || r.ContentLength > a.cfg.maxBuffered:
-		a.rewindable, a.notKept = false, retryable
+		a.rewindable = false
 		a.once1, a.getBody = r.Body, a.handOver
 		return nil
 	case r.ContentLength <= 0: // unknown: perhaps a stream that waits for the answer
@@ -711,7 +710,7 @@ func (a *attempt) bufferBody(retryable bool) error {
 	}
 	// Longer than its ContentLength: sent once, what was read first
 	// included (net/http refuses it, the caller's error).
-	a.rewindable, a.notKept = false, true
+	a.rewindable = false
 	a.once1 = readCloser{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
 	a.getBody = a.handOver
 	return nil

@@ -131,7 +131,8 @@ func (p *replay) signal() {
 	}
 }
 
-// replayable is canReplay; p.mu is held.
+// replayable reports whether a new reader could send the whole body now,
+// waiting for nothing; p.mu is held.
 func (p *replay) replayable() bool {
 	return !p.over && !p.reading && !p.closed && (p.end != nil || p.live == 0)
 }
