@@ -3,6 +3,7 @@ package otelevents_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,7 +122,12 @@ func TestReview61WaitWhenOpen(t *testing.T) {
 	healthy.Store(true)
 	wg.Wait()
 	s := r61Sums(t, rd)
-	ps := reg.Snapshot().Pipelines[0]
+	snap := reg.Snapshot()
+	runtime.KeepAlive(p) // the registry holds pipelines weakly: p, unused from here, could be collected first
+	if len(snap.Pipelines) != 1 {
+		t.Fatalf("%d pipelines registered", len(snap.Pipelines))
+	}
+	ps := snap.Pipelines[0]
 	t.Logf("truth calls=%d attempts=%d ok=%d", calls.Load(), attempts.Load(), okCalls.Load())
 	t.Logf("otel calls=%v attempts=%v rejections=%v retries=%v giveups=%v", s["resilience.calls"], s["resilience.attempts"], s["resilience.rejections"], s["resilience.retries"], s["resilience.giveups"])
 	t.Logf("registry calls=%d attempts=%d succ=%d fail=%d rej=%d retries=%d waited=%d", ps.Calls, ps.Attempts, ps.Successes, ps.Failures, ps.Rejected, ps.Retries, ps.Waited)
