@@ -38,8 +38,7 @@
 // Each attempt sends the time left in its budget in the header of package
 // deadline, so the next service can stop when nobody waits any more. The
 // request body is rewound for each attempt (one without GetBody is kept in
-// memory if its length is known and at most [MaxBufferedBody]; any other
-// is sent once, as it is read); the body of a transient failure is read
+// memory, up to [MaxBufferedBody], see there); the body of a transient failure is read
 // up to [DrainLimit], for [DrainTimeout] at most, before the next attempt,
 // so the connection is reused.
 // The last answer is handed back as it came, its body unread and whole,
@@ -341,19 +340,29 @@ func MaxErrorBody(n int) Option {
 
 // MaxBufferedBody sets how long a request body without GetBody (any reader
 // but a *bytes.Buffer, *bytes.Reader or *strings.Reader) may be for the
-// transport to keep it in memory so that the request can be retried: it
-// reads such a body whole before the first attempt if its length is known
-// (Request.ContentLength above 0) and at most n. Any other is sent once,
-// as it is read, as net/http sends it: a longer one, and one of unknown
-// length, which may be a stream that waits for the response (a full-duplex
-// exchange over HTTP/2, or HTTP/1.1 with http.ResponseController's
-// EnableFullDuplex) and which reading ahead would hold up for good; give
-// such a request a GetBody to have it retried. If that one attempt fails
-// with an error that would have been retried, the error also matches
-// [ErrBodyNotRetried], and the pipeline reports
-// [resilience.EventNotRetried]. A body of a known length that waits for
-// the response is read ahead all the same: give it a GetBody, or set
-// ContentLength to -1. Default 1 MiB; 0 buffers nothing. It panics if n < 0.
+// transport to keep it in memory so that the request can be retried. Such
+// a body of a known length (Request.ContentLength above 0) and at most n
+// is read whole before the first attempt; a longer one is sent once, as it
+// is read, as net/http sends it. One of unknown length may be a stream
+// that waits for the response (a full-duplex exchange over HTTP/2, or
+// HTTP/1.1 with http.ResponseController's EnableFullDuplex), which reading
+// ahead would hold up for good: it is sent as it is read, and what the
+// attempts read is kept, up to n, for a retry, which sends what was kept,
+// then the rest as it is read, once no earlier attempt still reads it
+// (net/http may, for a moment, after an answer that came before the whole
+// body was sent). After an upload the server cut, the rest of the body is
+// read for [DrainTimeout] at most: one that ends by then within n bytes is
+// sent again (a server that died mid-upload); one that is longer, does not
+// end by then, or fails to read, is not, and the cut counts as the server
+// refusing it (class rejected, as nginx cuts a body over its limit). Such
+// a stream is closed when the caller's context ends, so that one whose
+// writer stalled does not hold the request (net/http waits for it for
+// good). A request whose body is not retried fails, where a retry would
+// have followed, with an error that also matches [ErrBodyNotRetried], and
+// the pipeline reports [resilience.EventNotRetried]. A body of a known
+// length that waits for the response is read ahead all the same: give it a
+// GetBody, or set ContentLength to -1. Default 1 MiB; 0 buffers nothing.
+// It panics if n < 0.
 func MaxBufferedBody(n int64) Option {
 	if n < 0 {
 		panic(fmt.Sprintf("httpclient: MaxBufferedBody(%d): n must be 0 or more", n))
@@ -540,9 +549,14 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	p := t.pipelineFor(req.URL)
 	a.p, a.max = p, 1               // a SingleAttempt call's; another's is read as it is sent
 	retries := p.MaxAttempts() != 1 // before the call, which may open the breaker
+	var stop func() bool
+	if a.replay != nil {
+		stop = context.AfterFunc(req.Context(), a.replay.abort)
+	}
 	resp, release, err := pipeline.DoStream(req.Context(), p, a.run, opts...)
 	switch {
 	case a.replay != nil:
+		stop()
 		a.replay.finish()
 	case a.hasBody && !a.handed.Load():
 		// A RoundTripper always closes the body: here if the attempts sent
@@ -919,7 +933,8 @@ func cutRequest(err error, body, once bool) bool {
 // cut short with a reset or by closing the connection (see cutRequest).
 func cutWrite(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && (op.Op == "write" || op.Op == "readfrom") && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+	return errors.As(err, &op) && (op.Op == "write" || op.Op == "readfrom") &&
+		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
 // netHTTPLocal are parts of the messages of the errors that net/http

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/bits"
 	"sync"
 	"time"
 )
@@ -26,10 +27,11 @@ type replay struct {
 	mu      sync.Mutex
 	src     io.ReadCloser
 	max     int64
-	kept    []byte        // the first bytes read, while no more than max were
+	kept    [][]byte      // the first bytes read, while no more than max were (see chunk)
+	nkept   int64         // bytes in kept
 	read    int64         // bytes read from src
 	over    bool          // more than max were read: kept is dropped
-	end     error         // src's io.EOF, or its read error, once read
+	end     error         // src's io.EOF, or its read error, once read (see failed)
 	reading bool          // a Read of src is under way
 	live    int           // readers handed out and not closed
 	ahead   bool          // one of them is readAhead's, not a base's
@@ -69,7 +71,7 @@ func (p *replay) canReplay(ctx context.Context, cut bool) bool {
 	ahead := false
 	for {
 		p.mu.Lock()
-		if p.over || p.closed {
+		if p.over || p.closed || p.failed() {
 			p.mu.Unlock()
 			return false
 		}
@@ -134,7 +136,43 @@ func (p *replay) signal() {
 // replayable reports whether a new reader could send the whole body now,
 // waiting for nothing; p.mu is held.
 func (p *replay) replayable() bool {
-	return !p.over && !p.reading && !p.closed && (p.end != nil || p.live == 0)
+	return !p.over && !p.reading && !p.closed && !p.failed() && (p.end != nil || p.live == 0)
+}
+
+// failed reports whether src failed to read: what was kept is not the
+// whole body, and a retry would send a part of it; p.mu is held.
+func (p *replay) failed() bool { return p.end != nil && p.end != io.EOF }
+
+// chunk returns the index of the chunk of kept that holds byte off, and
+// off's place in it. Chunk k holds 4 KiB << k bytes, so that a long body
+// is kept without copying what was kept already (a slice grown by append
+// copies it again at each growth: 8 MiB took longer than DrainTimeout to
+// read ahead), and at most twice its length is allocated.
+func chunk(off int64) (k int, at int64) {
+	k = bits.Len64(uint64(off)/keepFirst+1) - 1
+	return k, off - keepFirst*(1<<k-1)
+}
+
+// keepFirst is the length of kept's first chunk.
+const keepFirst = 4 << 10
+
+// keep appends b to kept; p.mu is held. The first chunk grows as a
+// slice does, so that a short body takes no more than its length.
+func (p *replay) keep(b []byte) {
+	for len(b) > 0 {
+		k, at := chunk(p.nkept)
+		if k == len(p.kept) {
+			var c []byte
+			if k > 0 {
+				c = make([]byte, 0, keepFirst<<k)
+			}
+			p.kept = append(p.kept, c)
+		}
+		n := min(int64(len(b)), keepFirst<<k-at)
+		p.kept[k] = append(p.kept[k], b[:n]...)
+		p.nkept += n
+		b = b[n:]
+	}
 }
 
 // finish is called as the request returns.
@@ -143,6 +181,19 @@ func (p *replay) finish() {
 	defer p.mu.Unlock()
 	p.done = true
 	p.closeIfUnused()
+}
+
+// abort closes src as the caller's context ends: a body whose Read
+// blocks (a stream waiting for more to send) would otherwise hold the
+// attempt's write, and the request, for good, as it holds net/http's.
+func (p *replay) abort() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.closed = true
+		_ = p.src.Close()
+	}
+	p.signal()
 }
 
 // closeIfUnused closes src once the request returned and no base's
@@ -170,8 +221,9 @@ type replayReader struct {
 func (r *replayReader) Read(b []byte) (int, error) {
 	p := r.p
 	p.mu.Lock()
-	if r.off < int64(len(p.kept)) && !p.over {
-		n := copy(b, p.kept[r.off:])
+	if r.off < p.nkept && !p.over {
+		k, at := chunk(r.off)
+		n := copy(b, p.kept[k][at:])
 		r.off += int64(n)
 		p.mu.Unlock()
 		return n, nil
@@ -191,10 +243,10 @@ func (r *replayReader) Read(b []byte) (int, error) {
 	defer p.mu.Unlock()
 	p.reading = false
 	if !p.over {
-		if int64(len(p.kept)+n) > p.max {
-			p.over, p.kept = true, nil
+		if p.nkept+int64(n) > p.max {
+			p.over, p.kept, p.nkept = true, nil, 0
 		} else {
-			p.kept = append(p.kept, b[:n]...)
+			p.keep(b[:n])
 		}
 	}
 	p.read += int64(n)
