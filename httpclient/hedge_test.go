@@ -144,3 +144,42 @@ func TestAnOuterHedgeIsNotThisTransports(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"1/3"}, seen, "the inner request's first attempt, not a hedge")
 }
+
+// TestAHedgedFailureSaysItWasRetried: with one attempt and hedging, a
+// request whose hedge was sent reached the server twice, as a retry
+// would: its failed answer carries the "don't retry" signal, so that a
+// proxy's caller does not send it twice more. One whose answer came
+// before its hedge was due carries none.
+func TestAHedgedFailureSaysItWasRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		delay, takes time.Duration
+		sent         int64
+		signal       string
+	}{
+		{"hedged", 20 * time.Millisecond, 150 * time.Millisecond, 2, "1"},
+		{"not hedged", 5 * time.Second, 0, 1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var n atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n.Add(1)
+				time.Sleep(tc.takes)
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}))
+			defer srv.Close()
+			base := &http.Transport{}
+			defer base.CloseIdleConnections()
+			client := &http.Client{Transport: httpclient.NewTransport(httpclient.Base(base), httpclient.WithPipeline(pipeline.New(
+				pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1))),
+				pipeline.WithHedging(hedge.New(hedge.Delay(tc.delay)))))),
+			}
+			resp, err := client.Get(srv.URL)
+			require.NoError(t, err)
+			resp.Body.Close()
+			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+			assert.Equal(t, tc.sent, n.Load())
+			assert.Equal(t, tc.signal, resp.Header.Get(retrysignal.NoRetryHeader))
+		})
+	}
+}

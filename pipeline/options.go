@@ -140,7 +140,10 @@ func WithLimit(l *limit.Limiter) Option {
 // retries; none is sent once the breaker has opened or an attempt failed
 // with an error that is not retried. A hedged group of attempts counts as
 // one attempt of the retry stage; each hedge is reported as
-// [resilience.EventHedged]. Default none; nil means none.
+// [resilience.EventHedged]. A call that failed after a hedge was sent
+// says so ([Hedged]): the dependency got it twice, and retrysignal tells
+// the caller not to retry it, as after a retry. Default none; nil means
+// none.
 //
 // The first attempt runs on the caller's goroutine, and a call whose first
 // attempt answers in time costs one allocation and a place in the

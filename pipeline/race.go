@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"runtime"
@@ -42,6 +43,7 @@ type race[T any] struct {
 	firstCtx *lazyCtx     // allocated with r, unless r is reused (spareHedged): its operation may keep it
 	phase    atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
 	decided  atomic.Bool  // an attempt failed with an error not retried: no more hedges
+	hedged   atomic.Bool  // a hedge was sent (see Hedged)
 	over     bool         // no more hedges; under mu
 	have     bool         // last is set
 	alone    bool         // no hedge was or will be sent: no other goroutine has seen r's call
@@ -495,6 +497,25 @@ func (p *Pipeline) IsHedge(ctx context.Context) bool {
 	by, _ := ctx.Value(hedgeKey{}).(*Pipeline)
 	return p != nil && by == p
 }
+
+// Hedged reports whether err is the error of a call through a pipeline
+// that sent a hedge ([WithHedging]), or of one that such a call's
+// operation made: the dependency got the call more than once, as a retry
+// would have sent it, so that retrysignal tells the caller not to retry
+// it, though the retry stage made one attempt (MaxAttempts(1)) or the
+// pipeline has none. The error is the attempts' as it would be without
+// hedges, wrapped to say so.
+func Hedged(err error) bool {
+	var h *hedgedError
+	return errors.As(err, &h)
+}
+
+// hedgedError is the error of an attempt of the retry stage (a race) that
+// sent a hedge.
+type hedgedError struct{ err error }
+
+func (e *hedgedError) Error() string { return e.err.Error() }
+func (e *hedgedError) Unwrap() error { return e.err }
 
 // retryAfter returns err's retry-after hint, 0 if none.
 func retryAfter(err error) time.Duration {

@@ -491,6 +491,9 @@ func (c *call[T]) hedge(ctx context.Context) (T, error) {
 		if d, ok := h.After(); ok {
 			r := newRace(c, ctx, d)
 			res, err := r.run()
+			if err != nil && r.hedged.Load() {
+				err = &hedgedError{err}
+			}
 			if !r.alone {
 				c.s.raced(err)
 			}
@@ -610,6 +613,7 @@ func (c *call[T]) racing(r *race[T], info resilience.AttemptInfo) {
 	switch {
 	case r == nil:
 	case info.Hedge:
+		r.hedged.Store(true)
 		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
 	case c.s.traced(): // else attempt armed it
 		r.arm()

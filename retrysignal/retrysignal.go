@@ -34,6 +34,7 @@ import (
 	"strings"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -287,18 +288,18 @@ func ProxyErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
 // breaker refused it (the dependency is down), its retry policy (or that
 // of a resilient call inside its operation, such as an SDK's over
 // httpclient's Transport) made more than one attempt or its retry quota
-// refused a retry, it ran out of its
-// caller's time (the deadline of the request's context, which the caller
-// propagated: the caller has no more), even before a retry it had no time
-// for, or the dependency's answer was not to be retried (a class of
-// permanent or terminal of its own in err's chain, as httpclient and
+// refused a retry, its hedging sent a hedge (pipeline.Hedged), it ran out
+// of its caller's time (the deadline of the request's context, which the
+// caller propagated: the caller has no more), even before a retry it had
+// no time for, or the dependency's answer was not to be retried (a class
+// of permanent or terminal of its own in err's chain, as httpclient and
 // grpcclient give it). One attempt that failed and that nobody retried is
 // not: a POST without an idempotency key, one that ran out of this
 // service's own time budget (retrypolicy.Error's OwnBudget: its caller,
 // with more time, may retry it), a plain client's error. A deadline the
-// handler set on its own context, rather than a pipeline's time budget,
-// is taken for the caller's. [Handler] answers with the signal what it reports, and
-// grpcsignal's server interceptors pass on only that.
+// handler set on its own context, rather than a pipeline's time budget, is
+// taken for the caller's. [Handler] answers with the signal what it
+// reports, and grpcsignal's server interceptors pass on only that.
 func Retried(err error) bool {
 	if breaker.IsRejection(err) {
 		return true
@@ -309,7 +310,7 @@ func Retried(err error) bool {
 	if re := (*retrypolicy.Error)(nil); errors.As(err, &re) && errors.Is(re.Reason, retrypolicy.ErrOutOfTime) && !re.OwnBudget {
 		return true
 	}
-	if retriedBelow(err) {
+	if retriedBelow(err) || pipeline.Hedged(err) {
 		return true
 	}
 	c, ok := resilience.ClassOf(err) // one attempt: an answer not to be retried (a CANCELED, a proxy's reset, is not one)

@@ -54,7 +54,8 @@ func TestReview52_RetriedOwnBudget(t *testing.T) {
 		{"own budget, two attempts", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond)), slowFail52(50 * time.Millisecond), 2 * time.Second, false, false, true},
 		{"own budget behind breaker", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond), pipeline.WithBreaker(breaker.New("b1"))), hang52, 2 * time.Second, false, false, false},
 		{"own budget, wait when open", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond), pipeline.WithBreaker(breaker.New("b2")), pipeline.WaitWhenOpen()), hang52, 2 * time.Second, false, false, false},
-		{"own budget, hedged", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond), pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond)))), hang52, 2 * time.Second, false, false, false},
+		// A hedge sent is a second request, as the two attempts above.
+		{"own budget, hedged", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond), pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond)))), hang52, 2 * time.Second, false, false, true},
 		{"own budget, stream", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond)), hang52, 2 * time.Second, true, false, false},
 		{"own budget, single attempt", mk(pipeline.WithRetry(rp52(3)), pipeline.WithTimeBudget(80*time.Millisecond)), hang52, 2 * time.Second, false, true, false},
 		{"own budget, no retry stage", mk(pipeline.WithTimeBudget(80 * time.Millisecond)), hang52, 2 * time.Second, false, false, false},
