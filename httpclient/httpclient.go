@@ -350,10 +350,11 @@ func MaxErrorBody(n int) Option {
 // attempts read is kept, up to n, for a retry, which sends what was kept,
 // then the rest as it is read, once no earlier attempt still reads it
 // (net/http may, for a moment, after an answer that came before the whole
-// body was sent). After an upload the server cut, the rest of the body is
-// read for [DrainTimeout] at most: one that ends by then within n bytes is
-// sent again (a server that died mid-upload); one that is longer, does not
-// end by then, or fails to read, is not, and the cut counts as the server
+// body was sent). After an upload the server cut (the write failed, or
+// net/http read the reset first), the rest of the body is read for
+// [DrainTimeout] at most: one that ends by then within n bytes is sent
+// again (a server that died mid-upload); one that is longer, does not end
+// by then, or fails to read, is not, and the cut counts as the server
 // refusing it (class rejected, as nginx cuts a body over its limit). Such
 // a stream is closed when the caller's context ends, so that one whose
 // writer stalled does not hold the request (net/http waits for it for
@@ -565,7 +566,7 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 		// returns (it may still be sending it, full duplex).
 		req.Body.Close()
 	}
-	if retryable && !a.rewindable && err != nil && resilience.Classify(err).Retryable() {
+	if retryable && !a.rewindable && err != nil && req.Context().Err() == nil && resilience.Classify(err).Retryable() {
 		err = errors.Join(err, ErrBodyNotRetried) // the body was why it was not retried
 	}
 	if !retryable && err != nil && req.Context().Err() == nil && resilience.Classify(err).Retryable() && retries {
@@ -786,8 +787,13 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
-		if a.replay != nil && !a.replay.canReplay(ctx, cutWrite(err)) {
-			// Sent once after all: a cut upload is the server refusing it.
+		// A stream's upload that the server cut may come back as the
+		// write's error or as the reset that net/http read first; its
+		// length tells a refusal from a failure (canReplay).
+		if cut := cutWrite(err) || resetRead(err); a.replay != nil && ctx.Err() == nil && !a.replay.canReplay(ctx, cut) {
+			if cut { // sent once after all: the server refusing it
+				return nil, unrepeatable(resilience.Rejected(err))
+			}
 			return nil, unrepeatable(classify(err, a.hasBody, true))
 		}
 		return nil, classify(err, a.hasBody, a.once)
@@ -796,7 +802,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 		return resp, nil
 	}
 	err = a.cfg.statusError(r, resp, hedge)
-	if a.replay != nil && resilience.Classify(err).Retryable() && !a.replay.canReplay(ctx, false) {
+	if a.replay != nil && ctx.Err() == nil && resilience.Classify(err).Retryable() && !a.replay.canReplay(ctx, false) {
 		err = unrepeatable(err)
 	}
 	a.mu.Lock()
@@ -935,6 +941,12 @@ func cutWrite(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && (op.Op == "write" || op.Op == "readfrom") &&
 		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
+}
+
+// resetRead reports whether err is a read that the server's reset cut.
+func resetRead(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "read" && errors.Is(err, syscall.ECONNRESET)
 }
 
 // netHTTPLocal are parts of the messages of the errors that net/http
