@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"runtime"
@@ -43,7 +44,7 @@ type race[T any] struct {
 	firstCtx *lazyCtx     // allocated with r, unless r is reused (spareHedged): its operation may keep it
 	phase    atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
 	decided  atomic.Bool  // an attempt failed with an error not retried: no more hedges
-	hedged   atomic.Bool  // a hedge was sent (see Hedged)
+	sent     atomic.Int32 // hedges sent, that the operation did not refuse (see Hedged)
 	over     bool         // no more hedges; under mu
 	have     bool         // last is set
 	alone    bool         // no hedge was or will be sent: no other goroutine has seen r's call
@@ -297,7 +298,7 @@ func (r *race[T]) launch(n int32) {
 	hk.budget = cancel
 	r.keepHedge(hk)
 	a := r.c
-	a.k = hk
+	a.k, a.hedged = hk, false // set as it is sent (racing)
 	results := r.results
 	r.running++
 	go func() {
@@ -321,6 +322,9 @@ func (r *race[T]) launch(n int32) {
 			results <- o
 		}()
 		o.res, o.err = a.attempt(actx, true, r)
+		if c, ok := classify.Safely(o.err); a.hedged && o.err != nil && ok && c == resilience.ClassRejected {
+			r.sent.Add(-1) // the operation did not send it (httpclient: a stream still being read)
+		}
 		returned = true
 	}()
 }
@@ -503,8 +507,12 @@ func (p *Pipeline) IsHedge(ctx context.Context) bool {
 // operation made: the dependency got the call more than once, as a retry
 // would have sent it, so that retrysignal tells the caller not to retry
 // it, though the retry stage made one attempt (MaxAttempts(1)) or the
-// pipeline has none. The error is the attempts' as it would be without
-// hedges, wrapped to say so.
+// pipeline has none. A hedge counts once the gates let it through and the
+// operation is called, unless the operation refuses it with an error of
+// class rejected (httpclient refuses to send a hedge while the first
+// attempt still reads a streamed body), which it may also give for a
+// request that it sent in part. The error is the attempts' as it would be
+// without hedges, wrapped to say so.
 func Hedged(err error) bool {
 	var h *hedgedError
 	return errors.As(err, &h)
@@ -514,7 +522,7 @@ func Hedged(err error) bool {
 // sent a hedge.
 type hedgedError struct{ err error }
 
-func (e *hedgedError) Error() string { return e.err.Error() }
+func (e *hedgedError) Error() string { return fmt.Sprint(e.err) } // as fmt prints a caller's error whose Error panics
 func (e *hedgedError) Unwrap() error { return e.err }
 
 // retryAfter returns err's retry-after hint, 0 if none.

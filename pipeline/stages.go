@@ -58,6 +58,7 @@ type call[T any] struct {
 	n        int                // attempts told by this run of the retry stage, with attempts
 	ran      bool               // the breaker admitted the call: inside ran
 	budgeted bool               // the time budget, not the caller, set the call's deadline
+	hedged   bool               // a race of the call sent a hedge (Hedged); of a hedge's copy, it was sent
 	caller   context.Context    // with WaitWhenOpen and budgeted, the caller's context, for the breaker
 	stopped  *retrypolicy.Error // with WaitWhenOpen, the retry stage's stop by the breaker that the call waited out; nil if none
 	refused  error              // the breaker's refusal of the last attempt as it was about to be sent (reopened): not sent
@@ -491,18 +492,26 @@ func (c *call[T]) hedge(ctx context.Context) (T, error) {
 		if d, ok := h.After(); ok {
 			r := newRace(c, ctx, d)
 			res, err := r.run()
-			if err != nil && r.hedged.Load() {
-				err = &hedgedError{err}
-			}
+			c.hedged = c.hedged || r.sent.Load() > 0
 			if !r.alone {
 				c.s.raced(err)
 			}
 			c.shared = c.shared || !r.alone
 			c.refused = r.refused
-			return res, err
+			return res, c.markHedged(err)
 		}
 	}
-	return c.attempt(ctx, false, nil)
+	res, err := c.attempt(ctx, false, nil)
+	return res, c.markHedged(err)
+}
+
+// markHedged returns err said to be of a call that sent a hedge (Hedged),
+// if an attempt of c did.
+func (c *call[T]) markHedged(err error) error {
+	if err != nil && c.hedged {
+		return &hedgedError{err}
+	}
+	return err
 }
 
 // attempt sends one attempt if the gates admit it; r, if not nil, is the
@@ -613,7 +622,8 @@ func (c *call[T]) racing(r *race[T], info resilience.AttemptInfo) {
 	switch {
 	case r == nil:
 	case info.Hedge:
-		r.hedged.Store(true)
+		c.hedged = true
+		r.sent.Add(1)
 		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
 	case c.s.traced(): // else attempt armed it
 		r.arm()
