@@ -943,7 +943,9 @@ func cutWrite(err error) bool {
 		(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed))
 }
 
-// resetRead reports whether err is a read that the server's reset cut.
+// resetRead reports whether err is a read of the answer that the server
+// cut with a reset: it left what it was sent unread. (One that read the
+// whole request and hung up with no answer is failing.)
 func resetRead(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "read" && errors.Is(err, syscall.ECONNRESET)

@@ -20,7 +20,9 @@ import (
 // r82RawServer accepts connections, reads the request head and up to
 // readBody bytes of the body, then ends the connection per mode:
 // "rst" (SO_LINGER 0), "close" (plain close, kernel RST if unread data),
-// "fin" (half-close write, drain a while, close).
+// "fin" (a 413, half-close write, drain a while, close), "eof"
+// (half-close write with no answer, close a moment later). A server that
+// reads the whole body and hangs up with no answer is failing, and counts.
 func r82RawServer(t *testing.T, readBody int, mode string) (string, *atomic.Int32) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,7 +53,12 @@ func r82RawServer(t *testing.T, readBody int, mode string) (string, *atomic.Int3
 					tc.Close()
 				case "close":
 					tc.Close()
-				case "fin":
+				case "eof": // hangs up with no answer, reading nothing more
+					tc.CloseWrite()
+					time.Sleep(50 * time.Millisecond)
+					tc.Close()
+				case "fin": // as nginx refuses a body over its limit: an answer, then lingering close
+					io.WriteString(tc, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 					tc.CloseWrite()
 					tc.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 					io.Copy(io.Discard, tc)
@@ -77,7 +84,7 @@ func (s *r82Stream) Read(b []byte) (int, error) {
 
 // Over-limit streamed uploads cut by the server must never open a breaker.
 func TestReview82_CutOverLimitNeverOpens(t *testing.T) {
-	for _, mode := range []string{"rst", "close", "fin"} {
+	for _, mode := range []string{"rst", "close", "fin", "eof"} {
 		t.Run(mode, func(t *testing.T) {
 			url, _ := r82RawServer(t, 4096, mode)
 			const runs = 60
@@ -115,7 +122,7 @@ func TestReview82_CutOverLimitNeverOpens(t *testing.T) {
 // A server that crashes (RST) at every request with a small streamed body
 // is failing: the breaker must open.
 func TestReview82_CrashSmallStreamOpens(t *testing.T) {
-	for _, mode := range []string{"rst", "close"} {
+	for _, mode := range []string{"rst", "close", "eof"} {
 		t.Run(mode, func(t *testing.T) {
 			url, n := r82RawServer(t, 100, mode)
 			b := breaker.New("r82", breaker.ConsecutiveFailures(5), breaker.OpenTimeout(time.Hour))

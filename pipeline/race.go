@@ -322,11 +322,19 @@ func (r *race[T]) launch(n int32) {
 			results <- o
 		}()
 		o.res, o.err = a.attempt(actx, true, r)
-		if c, ok := classify.Safely(o.err); a.hedged && o.err != nil && ok && c == resilience.ClassRejected {
-			r.sent.Add(-1) // the operation did not send it (httpclient: a stream still being read)
-		}
+		r.refusedHedge(&a, o.err)
 		returned = true
 	}()
+}
+
+// refusedHedge takes a hedge that was sent (a, the hedge's call) out of
+// r's count if its operation refused it as the caller's, with an error of
+// class rejected: httpclient's refusal to send a hedge while the first
+// attempt still reads a streamed body.
+func (r *race[T]) refusedHedge(a *call[T], err error) {
+	if c, ok := classify.Safely(err); a.hedged && err != nil && ok && c == resilience.ClassRejected {
+		r.sent.Add(-1)
+	}
 }
 
 // settle takes the outcome of an attempt, and reports whether it ends the
