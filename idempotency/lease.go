@@ -135,6 +135,29 @@ func (c *Claim) Complete(ctx context.Context, result Record) error {
 	return c.complete(ctx, result, nil)
 }
 
+// Completion returns the record that completing c with result stores:
+// result's Status, Header, Body, Truncated and Incomplete, with c's
+// fingerprint and token, done; a body over [MaxResponse] is left out, as
+// Truncated (not replayable). A store that writes the result in the
+// handler's own transaction (such as the SQL store's CompleteTx) stores
+// it. It is safe for concurrent use.
+func (c *Claim) Completion(result Record) Record {
+	done := Record{
+		Fingerprint: c.Record.Fingerprint,
+		Token:       c.Record.Token, // so that a save whose answer was lost is recognised as this one's
+		Done:        true,
+		Status:      result.Status,
+		Header:      result.Header,
+		Body:        result.Body,
+		Truncated:   result.Truncated,
+		Incomplete:  result.Incomplete,
+	}
+	if c.guard != nil && len(done.Body) > c.guard.cfg.maxResponse {
+		done.Body, done.Truncated = nil, true
+	}
+	return done
+}
+
 // Local reports whether the claim was made on the guard's own records,
 // the guard having failed open as it began (see [FailOpenAfter]), not on
 // its store: a handler that writes its result into the store itself, in
@@ -497,19 +520,7 @@ func (g *Guard) renewOnce(ctx context.Context, c *Claim) error {
 // complete stores result under c's key, retried with backoff while c's
 // lease can be renewed; a failure is reported.
 func (g *Guard) complete(ctx context.Context, c *Claim, result Record, failed func()) error {
-	done := Record{
-		Fingerprint: c.Record.Fingerprint,
-		Token:       c.Record.Token, // so that a save whose answer was lost is recognised as this one's
-		Done:        true,
-		Status:      result.Status,
-		Header:      result.Header,
-		Body:        result.Body,
-		Truncated:   result.Truncated,
-		Incomplete:  result.Incomplete,
-	}
-	if len(done.Body) > g.cfg.maxResponse {
-		done.Body, done.Truncated = nil, true
-	}
+	done := c.Completion(result)
 	delay := g.cfg.storeTimeout / 5
 	budget := monotime.Reading(leaseEnd(monotime.Now(), g.cfg.lease)) // one lease of failed saves while the renewals get through
 	var err error

@@ -178,8 +178,11 @@ func (s *Store) complete(ctx context.Context, q interface {
 // or not at all, and tells the middleware (c.Completed) to store nothing
 // more. If tx then does not commit, the handler calls c.Abandon(), so that
 // the key is freed. The response should be the one the handler then
-// writes. It returns [idempotency.ErrNotOwner] if the key no longer holds
-// the claim (its lease ran out): the handler should then roll back.
+// writes; a body over the guard's idempotency.MaxResponse is stored
+// without it, as the middleware stores one, and a repeat of the key is
+// refused (idempotency.ErrNotReplayable). It returns
+// [idempotency.ErrNotOwner] if the key no longer holds the claim (its
+// lease ran out): the handler should then roll back.
 //
 // The statement is bounded by the claim's lease (c.LeaseDeadline), and
 // the handler bounds its transaction, commit included, the same way: begin
@@ -210,7 +213,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, c *idempotency.Claim
 	if c.Local() {
 		return nil // no row holds it: the middleware keeps the result where the claim is
 	}
-	rec := idempotency.Record{Fingerprint: c.Record.Fingerprint, Token: c.Record.Token, Done: true, Status: status, Header: header, Body: body}
+	rec := c.Completion(idempotency.Record{Status: status, Header: header, Body: body}) // a body over MaxResponse left out
 	ctx, cancel := c.WithLeaseDeadline(ctx)
 	defer cancel()
 	if err := s.complete(ctx, tx, c.Key, c.Record, rec, c.TTL); err != nil {
