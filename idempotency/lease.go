@@ -137,10 +137,12 @@ func (c *Claim) Complete(ctx context.Context, result Record) error {
 
 // Completion returns the record that completing c with result stores:
 // result's Status, Header, Body, Truncated and Incomplete, with c's
-// fingerprint and token, done; a body over [MaxResponse] is left out, as
-// Truncated (not replayable). A store that writes the result in the
-// handler's own transaction (such as the SQL store's CompleteTx) stores
-// it. It is safe for concurrent use.
+// fingerprint and token, done; a body over the guard's [MaxResponse] is
+// left out, as Truncated (not replayable). A store that writes the result
+// in the handler's own transaction (such as the SQL store's CompleteTx)
+// stores it. A Claim that no guard made (a zero Claim, not one from
+// [FromContext] or [Guard.Begin]) has no MaxResponse: its body is kept
+// whole. It is safe for concurrent use.
 func (c *Claim) Completion(result Record) Record {
 	done := Record{
 		Fingerprint: c.Record.Fingerprint,
