@@ -787,14 +787,17 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
-		// A stream's upload that the server cut may come back as the
-		// write's error or as the reset that net/http read first; its
-		// length tells a refusal from a failure (canReplay).
-		if cut := cutWrite(err) || resetRead(err); a.replay != nil && ctx.Err() == nil && !a.replay.canReplay(ctx, cut) {
-			if cut { // sent once after all: the server refusing it
-				return nil, unrepeatable(resilience.Rejected(err))
+		if a.replay != nil && ctx.Err() == nil {
+			// A stream's upload that the server cut may come back as the
+			// write's error or as the reset that net/http read first; its
+			// length tells a refusal from a failure (canReplay).
+			cut := cutWrite(err) || resetRead(err)
+			if !a.replay.canReplay(ctx, cut) {
+				if cut { // sent once after all: the server refusing it
+					return nil, unrepeatable(resilience.Rejected(err))
+				}
+				return nil, unrepeatable(classify(err, a.hasBody, true))
 			}
-			return nil, unrepeatable(classify(err, a.hasBody, true))
 		}
 		return nil, classify(err, a.hasBody, a.once)
 	}

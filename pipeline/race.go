@@ -332,7 +332,10 @@ func (r *race[T]) launch(n int32) {
 // class rejected: httpclient's refusal to send a hedge while the first
 // attempt still reads a streamed body.
 func (r *race[T]) refusedHedge(a *call[T], err error) {
-	if c, ok := classify.Safely(err); a.hedged && err != nil && ok && c == resilience.ClassRejected {
+	if !a.hedged || err == nil {
+		return
+	}
+	if c, ok := classify.Safely(err); ok && c == resilience.ClassRejected {
 		r.sent.Add(-1)
 	}
 }
