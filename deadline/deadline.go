@@ -17,10 +17,14 @@
 // that the hop it is sent to runs out of time after its caller, not
 // before: its 504 would come back while the caller's own deadline has not
 // passed, as a failure of the hop's. Each hop may so add up to a
-// millisecond: a chain of n hops ends up to n ms after the first
-// caller's deadline, and a cycle of calls whose hops each take less than
-// a millisecond is not ended by the budget alone (each hop's own time
-// budget or attempt timeout still ends it). A pipeline's throttle and adaptive
+// millisecond, and the time its request took to arrive, which the budget
+// does not know of: a chain of n hops ends up to n ms, plus the requests'
+// time in transit, after the first caller's deadline; and a cycle of calls whose hops each take less
+// than a millisecond is not ended by the budget alone (each hop's own
+// time budget or attempt timeout still ends it). Package httpclient sets
+// the header again as the request gets its connection, so that the time
+// it waited for one, dialed or shook hands is taken off; the time an
+// HTTP/2 request waits for a stream on its connection is not. A pipeline's throttle and adaptive
 // concurrency limit learn nothing from an attempt that a caller's budget
 // ended; the pipeline's own attempt timeout and time budget teach them.
 package deadline
@@ -88,11 +92,14 @@ func Parse(v string) (time.Duration, bool) {
 // Middleware bounds each request's context by the budget in its [Header]:
 // the deadline becomes the earlier of now plus that budget and any deadline
 // the context already has. A missing, repeated or malformed header is
-// ignored. The header is taken off the request that next gets (a copy):
-// the budget is the context's, and a handler that forwards the request's
-// headers (an httputil.ReverseProxy) would send the budget as it came,
-// which a hop further on would take from when it arrives there. Send
-// what is left with [Inject] instead. It is safe for concurrent use.
+// ignored, and so is 0: [Inject] sends it only for a caller whose deadline
+// has passed, who has gone, and a client of another convention may mean
+// "no limit" by it. The header, whether taken or ignored, is taken off the
+// request that next gets (a copy): the budget is the context's, and a
+// handler that forwards the request's headers (an httputil.ReverseProxy)
+// would send the budget as it came, which a hop further on would take
+// from when it arrives there. Send what is left with [Inject] instead. It
+// is safe for concurrent use.
 //
 // The budget counts from when Middleware runs: time the request spent
 // before it (in transit, or in an outer handler that queues, limits or
@@ -101,20 +108,20 @@ func Parse(v string) (time.Duration, bool) {
 func Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		vs := r.Header.Values(Header)
-		if len(vs) != 1 {
+		if len(vs) == 0 {
 			next.ServeHTTP(w, r)
 			return
 		}
 		d, ok := Parse(vs[0])
-		if !ok {
-			next.ServeHTTP(w, r)
-			return
+		if len(vs) == 1 && ok && d > 0 {
+			ctx, cancel := context.WithTimeout(r.Context(), d)
+			defer cancel()
+			r = r.WithContext(ctx)
+		} else {
+			r = r.WithContext(r.Context()) // a copy, whose header below is not the caller's
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), d)
-		defer cancel()
-		r = r.WithContext(ctx)
 		r.Header = r.Header.Clone()
-		r.Header.Del(Header) // the budget is the context's now: a proxy that forwards the headers sends none stale
+		r.Header.Del(Header) // the budget is the context's now, or none: a proxy that forwards the headers sends none stale
 		next.ServeHTTP(w, r)
 	})
 }

@@ -64,13 +64,22 @@ func TestReview42MiddlewareNeverExtends(t *testing.T) {
 			t.Errorf("header %q: deadline %v (had %v), same ctx %v", v, got, had, sameCtx)
 		}
 	}
-	// 0: a context already done.
+	// 0: ignored (Inject sends it only for a caller gone; another
+	// convention means "no limit" by it), the header taken off.
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set(deadline.Header, "0")
 	var err error
-	deadline.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { err = r.Context().Err() })).ServeHTTP(httptest.NewRecorder(), r)
-	if err == nil {
-		t.Errorf("budget 0: context not done")
+	var has bool
+	var left []string
+	deadline.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err, left = r.Context().Err(), r.Header.Values(deadline.Header)
+		_, has = r.Context().Deadline()
+	})).ServeHTTP(httptest.NewRecorder(), r)
+	if err != nil || has || len(left) != 0 {
+		t.Errorf("budget 0: context done %v, deadline %v, header left %q", err, has, left)
+	}
+	if r.Header.Get(deadline.Header) != "0" {
+		t.Errorf("the caller's request changed")
 	}
 }
 

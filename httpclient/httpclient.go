@@ -78,6 +78,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
@@ -845,7 +846,6 @@ func sameName(k, name string) bool { return len(k) == len(name) && strings.Equal
 // length so that a header added to one attempt's request is not written
 // into another's.
 func (a *attempt) request(ctx context.Context, n, most int, hedge bool) *http.Request {
-	r := a.req.WithContext(ctx)
 	h := make(http.Header, len(a.req.Header)+3)
 	for k, v := range a.req.Header {
 		// The caller's budget header, whatever its case, is not forwarded:
@@ -863,7 +863,9 @@ func (a *attempt) request(ctx context.Context, n, most int, hedge bool) *http.Re
 	}
 	if _, ok := ctx.Deadline(); ok {
 		deadline.Inject(ctx, h)
+		ctx = budgetOnConn(ctx, h)
 	}
+	r := a.req.WithContext(ctx)
 	v := retrysignal.Attempt{N: n, Max: most, Hedge: hedge}.String()
 	if n == 1 && !hedge { // the first attempt's value is kept in a, allocated with it
 		a.first[0] = v
@@ -873,6 +875,24 @@ func (a *attempt) request(ctx context.Context, n, most int, hedge bool) *http.Re
 	}
 	r.Header = h
 	return r
+}
+
+// budgetOnConn returns ctx with a trace that sets h's budget header
+// ([deadline.Header]) again once the request has its connection, before
+// net/http writes it: the time it waited for a free connection, dialed or
+// shook hands is then taken off, so that the hop it goes to does not run
+// out of time after its caller by that much. Only the first connection's:
+// a request that net/http sends again on another may still be written on
+// the first. A base that reports no connection (not net/http's) sends the
+// budget as the request was made.
+func budgetOnConn(ctx context.Context, h http.Header) context.Context {
+	got := false
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+		if !got {
+			got = true
+			deadline.Inject(ctx, h)
+		}
+	}})
 }
 
 // drain reads what is left of the body of an answer that is being retried,

@@ -302,7 +302,7 @@ func TestReview15DeadlineHeaderBound(t *testing.T) {
 // deadline.Middleware with malformed values.
 func TestReview15DeadlineMiddleware(t *testing.T) {
 	cases := map[string]string{
-		"-5": "none", "0": "expired", "1e3": "none", "999999999": "long", "9999999999": "none",
+		"-5": "none", "0": "none", "1e3": "none", "999999999": "long", "9999999999": "none",
 		" 100 ": "100", "+100": "none", "0x10": "none", "100,200": "none", "١٢٣": "none",
 	}
 	for v, want := range cases {

@@ -117,18 +117,23 @@ func (q *Quota) take(counted *int64) (bucket int64, ok bool) {
 	}
 	e := q.clock.Now(&q.calls)
 	if counted != nil && *counted != notCounted && e-*counted >= windowpkg.Buckets {
-		q.calls.Add(e)
+		q.calls.AddIf(e, anyCount) // not over a newer bucket, if e is a window old by now
 		*counted = e
 	}
 	if !q.retries.AddIf(e, func(uint64) bool { return q.available(e) >= 1 }) {
 		return 0, false
 	}
-	if q.available(q.clock.Epoch()) < 0 {
+	// Counted in a bucket that has left the window meanwhile (the
+	// goroutine waited that long), the retry would not be seen.
+	if now := q.clock.Epoch(); now-e >= windowpkg.Buckets || q.available(now) < 0 {
 		q.retries.Remove(e)
 		return 0, false
 	}
 	return e, true
 }
+
+// anyCount lets [windowpkg.Ring.AddIf] count whatever the bucket's count.
+func anyCount(uint64) bool { return true }
 
 // refund gives back a retry taken in bucket, that was not made (its caller
 // left as it waited to send it), if the window still counts it.

@@ -59,9 +59,9 @@ func TestResume(t *testing.T) {
 		// resumed one does, and the next is refused.
 		{name: "quota pays for the refused retry", quota: retrypolicy.NewQuota(0, 0.1, 10*time.Second), stopAfter: 1, check: 1,
 			sent: []int{2}, reason: retrypolicy.ErrQuotaExhausted, attempts: 2},
-		// Stopped after the delay, the retry had taken the one: the resumed
-		// one is not charged again, and the next is refused.
-		{name: "quota not charged twice", quota: retrypolicy.NewQuota(0, 0.1, 10*time.Second), stopAfter: 1, check: 2,
+		// Stopped after the delay, the retry had taken the one and gave it
+		// back: the resumed one takes it, and the next is refused.
+		{name: "quota charge given back", quota: retrypolicy.NewQuota(0, 0.1, 10*time.Second), stopAfter: 1, check: 2,
 			sent: []int{2}, reason: retrypolicy.ErrQuotaExhausted, attempts: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,8 +144,8 @@ func TestResumeWhenDone(t *testing.T) {
 
 // An attempt refused by what the guard guards, as it was about to be sent
 // (its error of class rejected matches the guard's), is not counted and
-// stops the loop as the guard would: Resume sends it again under its own
-// number, charged to the quota once.
+// stops the loop as the guard would, and gives its retry's charge back:
+// Resume sends it again under its own number, charged to the quota once.
 func TestAnAttemptRefusedByTheGuardsStageIsAStop(t *testing.T) {
 	quota := retrypolicy.NewQuota(0, 0.2, 10*time.Second) // 2 retries
 	var sent []int
@@ -178,16 +178,17 @@ func TestAnAttemptRefusedByTheGuardsStageIsAStop(t *testing.T) {
 	assert.ErrorIs(t, stopped, errOpen)
 	assert.ErrorIs(t, stopped, errDown, "the last attempt sent")
 	assert.Equal(t, []int{1}, sent)
-	assert.Equal(t, before-1, quota.Available(), "one retry charged")
+	assert.Equal(t, before, quota.Available(), "the refused retry's charge given back")
 
 	open = false
 	_, err := retrypolicy.Resume(context.Background(), p, guard, stopped, func(context.Context) (int, error) {
 		return 0, errDown
 	})
-	assert.Equal(t, []int{1, 2}, sent, "the refused retry sent under its number, not charged again; then the quota is spent")
+	assert.Equal(t, []int{1, 2}, sent, "the refused retry sent under its number; then the bucket's one retry is spent")
 	assert.ErrorIs(t, err, retrypolicy.ErrQuotaExhausted)
 	require.ErrorAs(t, err, &re)
 	assert.Equal(t, 2, re.Attempts)
+	assert.Equal(t, before-1, quota.Available(), "the retry sent charged once")
 
 	// A rejected error that the guard's does not match is an answer not to retry.
 	_, err = retrypolicy.DoGuarded(context.Background(), p, func() error { return errOpen }, func(context.Context) (int, error) {

@@ -86,7 +86,6 @@ type Error struct {
 	OwnBudget bool
 
 	guarded bool // the guard stopped the loop: Resume may go on with it
-	paid    bool // and the quota had been charged for the retry it stopped
 }
 
 // Error returns a message with the attempt count, the reason and the last
@@ -219,7 +218,7 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 	if cfg.quota != nil {
 		counted = cfg.quota.deposit()
 	}
-	return loop(ctx, cfg, guard, op, 0, nil, false, counted)
+	return loop(ctx, cfg, guard, op, 0, nil, notCounted, counted)
 }
 
 // Resume goes on with a loop of [DoGuarded] that its guard stopped, from
@@ -229,12 +228,11 @@ func DoGuarded[T any](ctx context.Context, p *Policy, guard func() error, op res
 // Resume, returned, with p, the policy that ran it. The attempts already
 // made count towards MaxAttempts, and the next is numbered after them;
 // the retry is charged to the [Quota] once, as the refused one would have
-// been, and its delays start again from the first. A guard that stopped
-// the loop after its delay, the retry charged already, leaves that charge
-// for Resume, which is then not charged again: a loop that is not resumed
-// has spent it, for the quota's window (one retry for each call that was
-// waiting out its delay as the breaker opened). With an error that is
-// not a guard's stop (nil among them), Resume is DoGuarded.
+// been, and its delays start again from the first. A loop that its guard
+// stopped keeps no charge, even one stopped after its delay or as its
+// retry was refused, the retry charged already: it gives the charge back,
+// so that a loop that is not resumed has spent nothing. With an error
+// that is not a guard's stop (nil among them), Resume is DoGuarded.
 func Resume[T any](ctx context.Context, p *Policy, guard func() error, stopped error, op resilience.Operation[T]) (T, error) {
 	e, ok := stopped.(*Error)
 	if !ok || !e.guarded {
@@ -248,20 +246,25 @@ func Resume[T any](ctx context.Context, p *Policy, guard func() error, stopped e
 	case e.Attempts >= math.MaxInt-1 || cfg.maxAttempts > 0 && e.Attempts >= cfg.maxAttempts:
 		return zero, cfg.giveUp(e.Attempts, ErrMaxAttempts, e.Last)
 	case e.Attempts == 0: // stopped before its first attempt was sent: no retry
-		return loop(ctx, cfg, guard, op, 0, nil, false, notCounted)
+		return loop(ctx, cfg, guard, op, 0, nil, notCounted, notCounted)
 	}
-	if cfg.quota != nil && !e.paid && !cfg.quota.withdraw() {
-		return zero, cfg.giveUp(e.Attempts, ErrQuotaExhausted, e.Last)
+	charge := int64(notCounted)
+	if cfg.quota != nil {
+		var ok bool
+		if charge, ok = cfg.quota.take(nil); !ok {
+			return zero, cfg.giveUp(e.Attempts, ErrQuotaExhausted, e.Last)
+		}
 	}
 	cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: e.Attempts, Err: e.Last})
-	return loop(ctx, cfg, guard, op, e.Attempts, e.Last, cfg.quota != nil, notCounted)
+	return loop(ctx, cfg, guard, op, e.Attempts, e.Last, charge, notCounted)
 }
 
 // loop runs op from attempt made+1 until it succeeds or the loop stops;
-// last is attempt made's error, paid whether the quota was charged for
-// attempt made+1, and counted the bucket the quota counted the call in
-// (notCounted if none, or not to be checked).
-func loop[T any](ctx context.Context, cfg *config, guard func() error, op resilience.Operation[T], made int, last error, paid bool, counted int64) (T, error) {
+// last is attempt made's error, charge the quota's bucket that attempt
+// made+1, a retry, was charged to (notCounted if none), and counted the
+// bucket the quota counted the call in (notCounted if none, or not to be
+// checked).
+func loop[T any](ctx context.Context, cfg *config, guard func() error, op resilience.Operation[T], made int, last error, charge, counted int64) (T, error) {
 	attemptEvents := cfg.listener.Wants(resilience.EventAttempt)
 	var delays delaySource
 	running := 0 // the attempt op runs, 0 once it returned
@@ -277,11 +280,12 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		if err != nil && guard != nil {
 			if c, ok := classify.Safely(err); ok && c == resilience.ClassRejected {
 				if gerr := guard(); gerr != nil && errors.Is(err, gerr) { // refused as the guard would have: not sent
-					return res, &Error{Attempts: attempt - 1, Reason: gerr, Last: last, guarded: true, paid: paid}
+					cfg.giveBack(charge)
+					return res, &Error{Attempts: attempt - 1, Reason: gerr, Last: last, guarded: true}
 				}
 			}
 		}
-		last, paid = err, cfg.quota != nil // the next attempt is a retry, charged before it is sent
+		last, charge = err, notCounted
 		cfg.listener.Count(attempt, err)
 		if attemptEvents {
 			cfg.listener.Wanted(resilience.Event{Kind: resilience.EventAttempt, Attempt: attempt, Err: err})
@@ -313,15 +317,14 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 				return res, cfg.stopped(attempt, gerr, err)
 			}
 		}
-		var bucket int64
 		if cfg.quota != nil {
 			var ok bool
-			if bucket, ok = cfg.quota.take(&counted); !ok {
+			if charge, ok = cfg.quota.take(&counted); !ok {
 				return res, cfg.giveUp(attempt, ErrQuotaExhausted, err)
 			}
 		}
 		cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: attempt, Delay: delay, Err: err})
-		if serr := cfg.backOff(ctx, delay, bucket); serr != nil {
+		if serr := cfg.backOff(ctx, delay, charge); serr != nil {
 			reason := serr
 			if ctx.Err() != nil {
 				reason = stopReason(ctx)
@@ -330,9 +333,8 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {
-				e := cfg.stopped(attempt, gerr, err)
-				e.paid = cfg.quota != nil
-				return res, e
+				cfg.giveBack(charge)
+				return res, cfg.stopped(attempt, gerr, err)
 			}
 		}
 	}
@@ -348,12 +350,20 @@ func (c *config) backOff(ctx context.Context, d time.Duration, bucket int64) err
 	slept := false
 	defer func() {
 		if !slept {
-			c.quota.refund(bucket)
+			c.giveBack(bucket)
 		}
 	}()
 	err := c.sleep(ctx, d)
 	slept = err == nil
 	return err
+}
+
+// giveBack gives the quota back a retry charged to its bucket charge and
+// not sent; nothing if none was charged (notCounted).
+func (c *config) giveBack(charge int64) {
+	if c.quota != nil && charge != notCounted {
+		c.quota.refund(charge)
+	}
 }
 
 // giveUp returns the error for a loop that stops after attempt, and

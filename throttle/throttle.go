@@ -173,7 +173,10 @@ func (t *Throttle) Done(tk Ticket, err error) {
 	if t == nil || tk == 0 {
 		return
 	}
-	t.out.Add(-1)
+	// The attempt stays out until its answer is counted: a reading
+	// between the two (probability) counts it twice, not as a request
+	// that nothing answered, which would refuse others.
+	defer t.out.Add(-1)
 	c, ok := classify.Safely(err)
 	switch {
 	case !ok || c == resilience.ClassCanceled || c == resilience.ClassRejected:
@@ -206,14 +209,16 @@ func (t *Throttle) RejectProbability() float64 {
 const minAnswers = 10
 
 func (t *Throttle) probability(e int64) float64 {
-	failed := float64(t.failed.Sum(e))
-	if failed == 0 && t.refused.Sum(e) == 0 {
+	if t.failed.Sum(e) == 0 && t.refused.Sum(e) == 0 {
 		// The common case, read first: then every request in the window
 		// was accepted or is still out, and the formula below is 0.
 		return 0
 	}
-	req, acc := float64(t.requests.Sum(e)), float64(t.accept.Sum(e))
+	// Read in the order opposite to Done's, so that an attempt whose
+	// answer comes meanwhile counts as out and answered, not as neither.
+	req := float64(t.requests.Sum(e))
 	out := min(max(0, float64(t.out.Load())), req)
+	acc, failed := float64(t.accept.Sum(e)), float64(t.failed.Sum(e))
 	if acc+failed < minAnswers {
 		return 0 // too few answers to tell an overload from a blip
 	}

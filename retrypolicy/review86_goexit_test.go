@@ -1,0 +1,5 @@
+package retrypolicy
+
+import "runtime"
+
+var runtimeGoexitFn = runtime.Goexit
