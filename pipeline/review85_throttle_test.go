@@ -103,13 +103,13 @@ func TestReview85RetryRefusedAfter503(t *testing.T) {
 // Caller's deadlines, with and without a time budget/attempt timeout, teach nothing.
 func TestReview85CallerDeadlines(t *testing.T) {
 	cases := map[string][]pipeline.Option{
-		"plain":            nil,
-		"budget longer":    {pipeline.WithTimeBudget(10 * time.Second)},
-		"attempt longer":   {pipeline.WithAttemptTimeout(10 * time.Second)},
-		"breaker+budget":   {pipeline.WithTimeBudget(10 * time.Second), pipeline.WithBreaker(breaker.New("r85c", breaker.ConsecutiveFailures(1 << 30)))},
-		"waitopen+budget":  {pipeline.WithTimeBudget(10 * time.Second), pipeline.WaitWhenOpen(), pipeline.WithBreaker(breaker.New("r85d", breaker.ConsecutiveFailures(1 << 30)))},
-		"limit queue":      {pipeline.WithLimit(limit.NewFixed(4, limit.MaxWaiting(100000)))},
-		"hedged":           {pipeline.WithHedging(hedge.New(hedge.Delay(10 * time.Millisecond)))},
+		"plain":           nil,
+		"budget longer":   {pipeline.WithTimeBudget(10 * time.Second)},
+		"attempt longer":  {pipeline.WithAttemptTimeout(10 * time.Second)},
+		"breaker+budget":  {pipeline.WithTimeBudget(10 * time.Second), pipeline.WithBreaker(breaker.New("r85c", breaker.ConsecutiveFailures(1<<30)))},
+		"waitopen+budget": {pipeline.WithTimeBudget(10 * time.Second), pipeline.WaitWhenOpen(), pipeline.WithBreaker(breaker.New("r85d", breaker.ConsecutiveFailures(1<<30)))},
+		"limit queue":     {pipeline.WithLimit(limit.NewFixed(4, limit.MaxWaiting(100000)))},
+		"hedged":          {pipeline.WithHedging(hedge.New(hedge.Delay(10 * time.Millisecond)))},
 	}
 	for name, opts := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -159,7 +159,6 @@ func TestReview85CallerErrorsTeachNothing(t *testing.T) {
 	}
 }
 
-
 // After a busy healthy period (some failures), a long idle, then a burst.
 func TestReview85IdleThenBurst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
