@@ -67,7 +67,12 @@ func Inject(ctx context.Context, h http.Header) bool {
 		return false
 	}
 	left := min(max(time.Until(d), 0), MaxBudget)
-	h.Set(Header, strconv.FormatInt(int64((left+time.Millisecond-1)/time.Millisecond), 10))
+	var buf [maxDigits]byte
+	v := strconv.AppendInt(buf[:0], int64((left+time.Millisecond-1)/time.Millisecond), 10)
+	if vs := h[Header]; len(vs) == 1 && vs[0] == string(v) {
+		return true // as it was: h set again within the same millisecond allocates nothing
+	}
+	h.Set(Header, string(v))
 	return true
 }
 

@@ -144,3 +144,20 @@ func TestMiddleware(t *testing.T) {
 		})
 	}
 }
+
+// Inject again, the budget unchanged (as httpclient sets it again when
+// the request gets its connection, mostly within the same millisecond),
+// allocates nothing; a budget that changed is set.
+func TestInjectAgainUnchangedAllocatesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		h := http.Header{}
+		require.True(t, deadline.Inject(ctx, h))
+		assert.Zero(t, testing.AllocsPerRun(100, func() { deadline.Inject(ctx, h) }))
+		assert.Equal(t, "1500", h.Get(deadline.Header))
+		time.Sleep(200 * time.Millisecond)
+		deadline.Inject(ctx, h)
+		assert.Equal(t, []string{"1300"}, h[deadline.Header])
+	})
+}

@@ -884,15 +884,27 @@ func (a *attempt) request(ctx context.Context, n, most int, hedge bool) *http.Re
 // out of time after its caller by that much. Only the first connection's:
 // a request that net/http sends again on another may still be written on
 // the first. A base that reports no connection (not net/http's) sends the
-// budget as the request was made.
+// budget as the request was made. A trace of the caller's still hears of
+// every event.
 func budgetOnConn(ctx context.Context, h http.Header) context.Context {
-	got := false
-	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
-		if !got {
-			got = true
-			deadline.Inject(ctx, h)
-		}
-	}})
+	b := &budgetTrace{ctx: ctx, h: h}
+	b.trace.GotConn = b.gotConn
+	return httptrace.WithClientTrace(ctx, &b.trace)
+}
+
+// budgetTrace is the trace of budgetOnConn.
+type budgetTrace struct {
+	ctx   context.Context
+	h     http.Header
+	got   bool // the first connection's: on the request's goroutine only
+	trace httptrace.ClientTrace
+}
+
+func (b *budgetTrace) gotConn(httptrace.GotConnInfo) {
+	if !b.got {
+		b.got = true
+		deadline.Inject(b.ctx, b.h)
+	}
 }
 
 // drain reads what is left of the body of an answer that is being retried,
