@@ -24,7 +24,8 @@
 // time budget or attempt timeout still ends it). Package httpclient sets
 // the header again as the request gets its connection, so that the time
 // it waited for one, dialed or shook hands is taken off; the time an
-// HTTP/2 request waits for a stream on its connection is not. A pipeline's throttle and adaptive
+// HTTP/2 request waits for a stream on its connection is not, nor the
+// time net/http takes to send a request again on a new connection. A pipeline's throttle and adaptive
 // concurrency limit learn nothing from an attempt that a caller's budget
 // ended; the pipeline's own attempt timeout and time budget teach them.
 package deadline

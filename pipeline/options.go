@@ -183,7 +183,11 @@ func WithHedging(h *hedge.Policy) Option {
 // call waits again. A call whose retries the breaker stopped goes on,
 // once let through, with the attempts it had left
 // ([retrypolicy.Resume]): the retry policy's MaxAttempts holds over the
-// whole call, waits included. Default off: a rejected call fails at once.
+// whole call, waits included, and each retry is charged to its
+// [retrypolicy.Quota] as it is sent, except a half-open breaker's probe,
+// which the breaker bounds (HalfOpenRequests an open timeout): a call let
+// through as one sends its one attempt uncharged. Default off: a
+// rejected call fails at once.
 func WaitWhenOpen() Option {
 	return optionFunc(func(c *config) { c.waitOpen = true })
 }

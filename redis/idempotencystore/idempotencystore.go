@@ -10,6 +10,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,10 +27,12 @@ type Store struct {
 	mu     sync.Mutex
 	checks map[string]eviction    // by the address of the server read ("" for a client of one server)
 	reads  map[string]*policyRead // reads under way, by address
+
+	warming atomic.Bool // a connection is being made (warm)
 }
 
-// policyRead is a read of a server's eviction policy that claims wait
-// for, rather than each send one of their own.
+// policyRead is a read of a server's eviction policy, in the background,
+// that the claims before its first answer wait for.
 type policyRead struct {
 	done chan struct{}
 	c    eviction
@@ -41,6 +44,14 @@ type eviction struct {
 	checked time.Time
 	evicts  error // ErrEvictionPolicy if it evicts
 }
+
+// ownTime bounds what the store sends in the background, with time of its
+// own rather than a claim's: a read of the eviction policy, and the
+// connection it makes after a call ran out of time (warm). A new
+// connection costs go-redis about three round trips (connect, HELLO,
+// CLIENT SETINFO) before its first command, which a claim's time
+// (idempotency.StoreTimeout) may not cover on a slow link.
+const ownTime = 2 * time.Second
 
 // ErrEvictionPolicy is what [Store.Begin] returns, and the guard reports
 // as a store failure (the request gets 503), while the server runs with a
@@ -61,12 +72,26 @@ const evictionRecheck = time.Minute
 // (or no maxmemory), since a policy that evicts (volatile-* or allkeys-*)
 // can drop a claim in flight, and a repeat then runs the request again; a
 // full server refuses new claims instead (503). The store checks it by
-// CONFIG GET maxmemory and maxmemory-policy on its first Begin and again
-// at most once a minute: while the server evicts, Begin fails with
-// [ErrEvictionPolicy], so that the request gets 503 and the guard reports a
-// store failure, rather than run unprotected. A server that refuses CONFIG
+// CONFIG GET maxmemory and maxmemory-policy from its first Begin, and
+// again once a minute, in the background, with 2 s of its own: the claims
+// before the first answer wait for it (within their own time), the others
+// go on from the last answer. While the server evicts, Begin fails with
+// [ErrEvictionPolicy], so that the request gets 503 and the guard reports
+// a store failure; after [idempotency.FailOpenAfter], as for any store
+// failure, the guard fails open and runs keyed requests on its own
+// records: unprotected across replicas. A server that refuses CONFIG
 // (managed Redis often does) is not checked, and is used: make sure of its
 // policy by the provider's settings.
+//
+// A call of a claim that runs out of time makes the store open a
+// connection in the background, with 2 s of its own: go-redis drops a
+// connection whose call timed out, and a new one costs about three round
+// trips before its first command (connect, HELLO, CLIENT SETINFO), which
+// on a slow link a claim's time may not cover. Each claim's calls still
+// need their round trips within [idempotency.StoreTimeout]: a first claim
+// of a key, one (SET NX); a repeat, two (SET NX, GET). Give it four round
+// trips of the link at least, or the claims fail (503) and the guard runs
+// on its own records.
 func New(c redis.UniversalClient, prefix string) *Store {
 	timeouts.Check("idempotencystore.New", c)
 	if prefix == "" {
@@ -76,12 +101,14 @@ func New(c redis.UniversalClient, prefix string) *Store {
 }
 
 // checkEviction returns [ErrEvictionPolicy] if the server that holds key
-// evicts keys, as last read: read again at most once a [evictionRecheck].
-// On a cluster that is key's master, each read apart: a keyless command
-// goes to whichever node the client picks, whose policy says nothing of
-// the others'. A server that refuses CONFIG is taken as not checkable,
-// not as evicting; a read that fails otherwise is tried again at the next
-// call.
+// evicts keys, as last read. It starts a read in the background, with
+// time of its own, if none is under way and the last is older than an
+// [evictionRecheck]; until the first read has answered, it waits for it
+// within ctx. On a cluster that is key's master, each read apart: a
+// keyless command goes to whichever node the client picks, whose policy
+// says nothing of the others'. A server that refuses CONFIG is taken as
+// not checkable, not as evicting; a read that fails otherwise is tried
+// again at the next call.
 func (s *Store) checkEviction(ctx context.Context, key string) error {
 	node, addr := redis.Cmdable(s.c), ""
 	if cc, ok := s.c.(*redis.ClusterClient); ok {
@@ -92,27 +119,35 @@ func (s *Store) checkEviction(ctx context.Context, key string) error {
 		node, addr = m, m.Options().Addr
 	}
 	s.mu.Lock()
-	if c, ok := s.checks[addr]; ok && time.Since(c.checked) < evictionRecheck {
+	c, read := s.checks[addr]
+	if read && time.Since(c.checked) < evictionRecheck {
 		s.mu.Unlock()
 		return c.evicts
 	}
-	if r := s.reads[addr]; r != nil { // another claim reads it: its answer stands for this one's
-		s.mu.Unlock()
-		select {
-		case <-r.done:
-			return r.c.evicts // nil if not read: the claim's own call tells whether the server answers
-		case <-ctx.Done():
-			return nil
+	r := s.reads[addr]
+	if r == nil {
+		r = &policyRead{done: make(chan struct{})}
+		if s.reads == nil {
+			s.reads, s.checks = make(map[string]*policyRead), make(map[string]eviction)
 		}
+		s.reads[addr] = r
+		go s.readPolicy(node, addr, r)
 	}
-	r := &policyRead{done: make(chan struct{})}
-	if s.reads == nil {
-		s.reads, s.checks = make(map[string]*policyRead), make(map[string]eviction)
-	}
-	s.reads[addr] = r
 	s.mu.Unlock()
-	// Read without the lock, so that a server that hangs holds up only the
-	// claims of its own keys, each within its own time.
+	if read {
+		return c.evicts // the last answer, while the next is read
+	}
+	select {
+	case <-r.done:
+		return r.c.evicts // nil if not read: the claim's own call tells whether the server answers
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// readPolicy reads node's eviction policy into r, with time of its own,
+// and keeps it for addr if it was read.
+func (s *Store) readPolicy(node redis.Cmdable, addr string, r *policyRead) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.reads, addr)
@@ -122,25 +157,44 @@ func (s *Store) checkEviction(ctx context.Context, key string) error {
 		s.mu.Unlock()
 		close(r.done)
 	}()
+	ctx, cancel := context.WithTimeout(context.Background(), ownTime)
+	defer cancel()
 	cfg, err := node.ConfigGet(ctx, "maxmemory*").Result()
 	var rerr redis.Error
 	switch {
 	case errors.As(err, &rerr) && refused(rerr):
 		r.c, r.ok = eviction{checked: time.Now()}, true // not checkable
-		return nil
+		return
 	case err != nil:
 		// Not read, and read again at the next claim: a server that did not
 		// answer, or answered with a passing error (BUSY, LOADING,
 		// MASTERDOWN, TRYAGAIN), may evict. The claim's own call tells
 		// whether it answers.
-		return nil
+		return
 	}
 	policy, limit := cfg["maxmemory-policy"], cfg["maxmemory"]
 	r.c, r.ok = eviction{checked: time.Now()}, true
 	if policy != "" && policy != "noeviction" && limit != "" && limit != "0" {
 		r.c.evicts = ErrEvictionPolicy
 	}
-	return r.c.evicts
+}
+
+// warm opens a connection to the server in the background, with time of
+// its own, after a call that ran out of ctx's time, unless one is being
+// opened: go-redis dropped the call's connection, and on a slow link the
+// next call's time may not cover a new one's handshake, nor the one after
+// it. One at a time, and only on a call's timeout: a server that is down
+// gets no more than one attempt at a time.
+func (s *Store) warm(ctx context.Context, err error) {
+	if err == nil || ctx.Err() == nil || !s.warming.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.warming.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), ownTime)
+		defer cancel()
+		_ = s.c.Ping(ctx).Err()
+	}()
 }
 
 // refused reports whether err is a server's refusal of CONFIG GET: a
@@ -184,7 +238,8 @@ end
 return 0`)
 
 // Begin implements [idempotency.Store].
-func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
+func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (_ *idempotency.Record, err error) {
+	defer func() { s.warm(ctx, err) }()
 	k := s.prefix + key
 	if err := s.checkEviction(ctx, k); err != nil {
 		return nil, err
@@ -222,7 +277,8 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 }
 
 // Complete implements [idempotency.Store].
-func (s *Store) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) error {
+func (s *Store) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) (err error) {
+	defer func() { s.warm(ctx, err) }()
 	old, err := json.Marshal(claim)
 	if err != nil {
 		return err
@@ -242,7 +298,8 @@ func (s *Store) Complete(ctx context.Context, key string, claim, rec idempotency
 }
 
 // Renew implements [idempotency.Store].
-func (s *Store) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
+func (s *Store) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (err error) {
+	defer func() { s.warm(ctx, err) }()
 	old, err := json.Marshal(claim)
 	if err != nil {
 		return err
@@ -258,7 +315,8 @@ func (s *Store) Renew(ctx context.Context, key string, claim idempotency.Record,
 }
 
 // Release implements [idempotency.Store].
-func (s *Store) Release(ctx context.Context, key string, claim idempotency.Record) error {
+func (s *Store) Release(ctx context.Context, key string, claim idempotency.Record) (err error) {
+	defer func() { s.warm(ctx, err) }()
 	old, err := json.Marshal(claim)
 	if err != nil {
 		return err
