@@ -145,4 +145,3 @@ func TestReview87_MiddlewareProxyForwardsNone(t *testing.T) {
 		}
 	}
 }
-

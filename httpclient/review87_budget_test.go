@@ -273,8 +273,6 @@ func (review87Nop) RoundTrip(req *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: req}, nil
 }
 
-
-
 func review87HopEnd(t *testing.T, name string, dl time.Time, at time.Time, budget string) time.Duration {
 	ms, err := strconv.Atoi(budget)
 	if err != nil {

@@ -36,7 +36,6 @@ func TestReview87_ProbeRetryUncharged(t *testing.T) {
 	}
 }
 
-
 // Many calls, a dependency that flaps, WaitWhenOpen: retries the
 // dependency got (attempts beyond a call's first) against the quota's count.
 func TestReview87_QuotaBoundWaitWhenOpen(t *testing.T) {
@@ -89,7 +88,6 @@ func TestReview87_QuotaBoundWaitWhenOpen(t *testing.T) {
 		t.Errorf("retries %d over the bound %.0f", retries.Load(), bound)
 	}
 }
-
 
 var review87CallTimeout = 200 * time.Millisecond
 
