@@ -107,7 +107,7 @@ func TestReview88_ConcurrentDuplicatesTwoReplicas(t *testing.T) {
 	wg.Wait()
 	for k := range keys {
 		key := fmt.Sprintf("k%d", k)
-		if n := rg.count(key); n != 1 {
+		if n := rg.count(key); n > 1 {
 			t.Errorf("%s ran %d times", key, n)
 		}
 		var first string
@@ -123,15 +123,20 @@ func TestReview88_ConcurrentDuplicatesTwoReplicas(t *testing.T) {
 				}
 			}
 		}
-		// repeats after: byte-exact replays
+		// Repeats after: byte-exact replays; if every duplicate got 503
+		// (under the race detector), the first repeat runs it.
 		for i := range 4 {
 			r := r88Do(rg.srvs[i%2].URL, key)
-			if r.status != 201 || r.rep != "true" || (first != "" && r.body+r.run != first) {
+			ranNow := first == "" && r.status == 201 && r.rep == ""
+			if !ranNow && (r.status != 201 || r.rep != "true" || (first != "" && r.body+r.run != first)) {
 				t.Errorf("%s replay %d: %d %q rep=%q", key, i, r.status, r.body, r.rep)
 			}
-			if first == "" {
+			if first == "" && r.status == 201 {
 				first = r.body + r.run
 			}
+		}
+		if n := rg.count(key); n != 1 {
+			t.Errorf("%s ran %d times in all", key, n)
 		}
 	}
 }
