@@ -12,12 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/deadline"
 	"github.com/resiliencekit/resiliencekit/httpclient"
-	"github.com/resiliencekit/resiliencekit/pipeline"
-	"github.com/resiliencekit/resiliencekit/resilience"
-	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
 // A request that waits for its connection sends the budget left once it
@@ -69,36 +65,4 @@ func TestTheBudgetIsSetAsTheRequestGetsItsConnection(t *testing.T) {
 	assert.Less(t, hopDeadline.Sub(callerDeadline), wait/3, "the hop's deadline within a few ms of its caller's, not the wait for a connection after it")
 	assert.EqualValues(t, 1, gotConn.Load(), "the caller's trace heard of the connection")
 	assert.EqualValues(t, 1, wrote.Load(), "and of the request written")
-}
-
-// contextErrorBase fails every request with a context's error that is not
-// the request's own, as net/http at times returns one while many
-// requests end at once.
-type contextErrorBase struct{ err error }
-
-func (b contextErrorBase) RoundTrip(*http.Request) (*http.Response, error) { return nil, b.err }
-
-// A context's error that is not the attempt's says nothing of the
-// dependency: it is not retried, and the breaker does not count it.
-func TestAContextErrorNotTheAttemptsIsNotCounted(t *testing.T) {
-	for _, err := range []error{context.DeadlineExceeded, context.Canceled} {
-		t.Run(err.Error(), func(t *testing.T) {
-			b := breaker.New("ctxerr", breaker.ConsecutiveFailures(1))
-			var tries atomic.Int32
-			base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-				tries.Add(1)
-				return contextErrorBase{err}.RoundTrip(r)
-			})
-			p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(0))))
-			hc := &http.Client{Transport: httpclient.NewTransport(httpclient.Base(base), httpclient.WithPipeline(p))}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://dep.test/", nil)
-			_, got := hc.Do(req)
-			require.ErrorIs(t, got, err)
-			assert.Equal(t, resilience.ClassRejected, resilience.Classify(got))
-			assert.EqualValues(t, 1, tries.Load(), "not retried")
-			assert.Zero(t, b.Counts().TotalFailures, "not counted")
-		})
-	}
 }

@@ -19,10 +19,8 @@
 // an unsupported scheme, no host or a port that does not parse, an
 // invalid header, a request body of the caller's that fails to read, a
 // server certificate it does not trust, TLS versions its configuration
-// leaves none of, a response header over its limit, a bare context error
-// while the attempt's context lasts, which net/http at times hands one
-// request of another's as many end at once), is neither retried nor
-// counted by the breaker: its class is resilience.ClassRejected, as is
+// leaves none of, a response header over its limit), is neither retried
+// nor counted by the breaker: its class is resilience.ClassRejected, as is
 // the [Client]'s own encoding error. What stands between the client and
 // the dependency counts as the dependency: a proxy that refuses the
 // connection, a name that does not resolve (a misspelled host counts
@@ -790,12 +788,6 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
 	if err != nil {
-		if (err == context.DeadlineExceeded || err == context.Canceled) && ctx.Err() == nil {
-			// A context's error that is not the attempt's (net/http, with
-			// many requests ending at once, hands one another's): nothing
-			// the dependency did.
-			return nil, resilience.Rejected(err)
-		}
 		if a.replay != nil && ctx.Err() == nil {
 			// A stream's upload that the server cut may come back as the
 			// write's error or as the reset that net/http read first; its

@@ -45,13 +45,25 @@ type eviction struct {
 	evicts  error // ErrEvictionPolicy if it evicts
 }
 
-// ownTime bounds what the store sends in the background, with time of its
-// own rather than a claim's: a read of the eviction policy, and the
-// connection it makes after a call ran out of time (warm). A new
-// connection costs go-redis about three round trips (connect, HELLO,
+// ownTime is the least time of its own that the store gives what it sends
+// in the background rather than in a claim's time: a read of the eviction
+// policy, and the connection it makes after a call ran out of time
+// (warm); each has twice as long as the call that started it had, if
+// longer. A
+// new connection costs go-redis about three round trips (connect, HELLO,
 // CLIENT SETINFO) before its first command, which a claim's time
 // (idempotency.StoreTimeout) may not cover on a slow link.
 const ownTime = 2 * time.Second
+
+// ownTimeFor returns the time of its own for background work that a call
+// with deadline dl, begun at start, starts: at least ownTime, and twice
+// what the call had (a new connection and a command: four round trips).
+func ownTimeFor(start time.Time, dl time.Time, ok bool) time.Duration {
+	if !ok {
+		return ownTime
+	}
+	return max(ownTime, 2*dl.Sub(start))
+}
 
 // ErrEvictionPolicy is what [Store.Begin] returns, and the guard reports
 // as a store failure (the request gets 503), while the server runs with a
@@ -73,7 +85,7 @@ const evictionRecheck = time.Minute
 // can drop a claim in flight, and a repeat then runs the request again; a
 // full server refuses new claims instead (503). The store checks it by
 // CONFIG GET maxmemory and maxmemory-policy from its first Begin, and
-// again once a minute, in the background, with 2 s of its own: the claims
+// again once a minute, in the background, with time of its own (twice the claim's, 2 s at least): the claims
 // before the first answer wait for it (within their own time), the others
 // go on from the last answer. While the server evicts, Begin fails with
 // [ErrEvictionPolicy], so that the request gets 503 and the guard reports
@@ -84,7 +96,7 @@ const evictionRecheck = time.Minute
 // policy by the provider's settings.
 //
 // A call of a claim that runs out of time makes the store open a
-// connection in the background, with 2 s of its own: go-redis drops a
+// connection in the background, with time of its own (twice the claim's, 2 s at least): go-redis drops a
 // connection whose call timed out, and a new one costs about three round
 // trips before its first command (connect, HELLO, CLIENT SETINFO), which
 // on a slow link a claim's time may not cover. Each claim's calls still
@@ -131,7 +143,8 @@ func (s *Store) checkEviction(ctx context.Context, key string) error {
 			s.reads, s.checks = make(map[string]*policyRead), make(map[string]eviction)
 		}
 		s.reads[addr] = r
-		go s.readPolicy(node, addr, r)
+		dl, ok := ctx.Deadline()
+		go s.readPolicy(node, addr, r, ownTimeFor(time.Now(), dl, ok))
 	}
 	s.mu.Unlock()
 	if read {
@@ -145,9 +158,9 @@ func (s *Store) checkEviction(ctx context.Context, key string) error {
 	}
 }
 
-// readPolicy reads node's eviction policy into r, with time of its own,
-// and keeps it for addr if it was read.
-func (s *Store) readPolicy(node redis.Cmdable, addr string, r *policyRead) {
+// readPolicy reads node's eviction policy into r, with time own of its
+// own, and keeps it for addr if it was read.
+func (s *Store) readPolicy(node redis.Cmdable, addr string, r *policyRead, own time.Duration) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.reads, addr)
@@ -157,7 +170,7 @@ func (s *Store) readPolicy(node redis.Cmdable, addr string, r *policyRead) {
 		s.mu.Unlock()
 		close(r.done)
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), ownTime)
+	ctx, cancel := context.WithTimeout(context.Background(), own)
 	defer cancel()
 	cfg, err := node.ConfigGet(ctx, "maxmemory*").Result()
 	var rerr redis.Error
@@ -185,13 +198,15 @@ func (s *Store) readPolicy(node redis.Cmdable, addr string, r *policyRead) {
 // next call's time may not cover a new one's handshake, nor the one after
 // it. One at a time, and only on a call's timeout: a server that is down
 // gets no more than one attempt at a time.
-func (s *Store) warm(ctx context.Context, err error) {
+func (s *Store) warm(ctx context.Context, start time.Time, err error) {
 	if err == nil || ctx.Err() == nil || !s.warming.CompareAndSwap(false, true) {
 		return
 	}
+	dl, ok := ctx.Deadline()
+	own := ownTimeFor(start, dl, ok)
 	go func() {
 		defer s.warming.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), ownTime)
+		ctx, cancel := context.WithTimeout(context.Background(), own)
 		defer cancel()
 		_ = s.c.Ping(ctx).Err()
 	}()
@@ -239,7 +254,8 @@ return 0`)
 
 // Begin implements [idempotency.Store].
 func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (_ *idempotency.Record, err error) {
-	defer func() { s.warm(ctx, err) }()
+	start := time.Now()
+	defer func() { s.warm(ctx, start, err) }()
 	k := s.prefix + key
 	if err := s.checkEviction(ctx, k); err != nil {
 		return nil, err
@@ -278,7 +294,8 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 
 // Complete implements [idempotency.Store].
 func (s *Store) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) (err error) {
-	defer func() { s.warm(ctx, err) }()
+	start := time.Now()
+	defer func() { s.warm(ctx, start, err) }()
 	old, err := json.Marshal(claim)
 	if err != nil {
 		return err
@@ -299,7 +316,8 @@ func (s *Store) Complete(ctx context.Context, key string, claim, rec idempotency
 
 // Renew implements [idempotency.Store].
 func (s *Store) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (err error) {
-	defer func() { s.warm(ctx, err) }()
+	start := time.Now()
+	defer func() { s.warm(ctx, start, err) }()
 	old, err := json.Marshal(claim)
 	if err != nil {
 		return err
@@ -316,7 +334,8 @@ func (s *Store) Renew(ctx context.Context, key string, claim idempotency.Record,
 
 // Release implements [idempotency.Store].
 func (s *Store) Release(ctx context.Context, key string, claim idempotency.Record) (err error) {
-	defer func() { s.warm(ctx, err) }()
+	start := time.Now()
+	defer func() { s.warm(ctx, start, err) }()
 	old, err := json.Marshal(claim)
 	if err != nil {
 		return err
