@@ -113,15 +113,15 @@ func New(c redis.UniversalClient, prefix string) *Store {
 }
 
 // checkEviction returns [ErrEvictionPolicy] if the server that holds key
-// evicts keys, as last read. It starts a read in the background, with
-// time of its own, if none is under way and the last is older than an
+// evicts keys, as last read, for a call begun at start. It starts a read
+// in the background, with time of its own, if none is under way and the last is older than an
 // [evictionRecheck]; until the first read has answered, it waits for it
 // within ctx. On a cluster that is key's master, each read apart: a
 // keyless command goes to whichever node the client picks, whose policy
 // says nothing of the others'. A server that refuses CONFIG is taken as
 // not checkable, not as evicting; a read that fails otherwise is tried
 // again at the next call.
-func (s *Store) checkEviction(ctx context.Context, key string) error {
+func (s *Store) checkEviction(ctx context.Context, start time.Time, key string) error {
 	node, addr := redis.Cmdable(s.c), ""
 	if cc, ok := s.c.(*redis.ClusterClient); ok {
 		m, err := cc.MasterForKey(ctx, key)
@@ -144,7 +144,7 @@ func (s *Store) checkEviction(ctx context.Context, key string) error {
 		}
 		s.reads[addr] = r
 		dl, ok := ctx.Deadline()
-		go s.readPolicy(node, addr, r, ownTimeFor(time.Now(), dl, ok))
+		go s.readPolicy(node, addr, r, ownTimeFor(start, dl, ok))
 	}
 	s.mu.Unlock()
 	if read {
@@ -257,7 +257,7 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 	start := time.Now()
 	defer func() { s.warm(ctx, start, err) }()
 	k := s.prefix + key
-	if err := s.checkEviction(ctx, k); err != nil {
+	if err := s.checkEviction(ctx, start, k); err != nil {
 		return nil, err
 	}
 	data, err := json.Marshal(claim)
