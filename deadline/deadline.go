@@ -1,33 +1,35 @@
-// Package deadline carries a call's remaining time budget across HTTP hops.
+// Package deadline carries a call's remaining time budget across HTTP
+// hops.
 //
 // The client sends what is left of its context's deadline as a relative
-// duration in whole milliseconds, in the [Header] header, the way gRPC sends
-// grpc-timeout: a duration, unlike a wall-clock time, means the same on both
-// ends whatever their clocks say. The server's [Middleware] turns it back
-// into a context deadline, so its handler, and any call it makes in turn,
-// stops working on a request that nobody is waiting for any more.
+// duration in whole milliseconds, in the [Header] header, the way gRPC
+// sends grpc-timeout: a duration, unlike a wall-clock time, means the same
+// on both ends whatever their clocks say. The server's [Middleware] turns
+// it back into a context deadline, so its handler, and any call it makes
+// in turn, stops working on a request that nobody is waiting for any more.
 //
-// The budget is the caller's to choose, and [Middleware] takes it from
-// any caller. One that sends a budget shorter than the dependency's
-// latency makes this service's calls to it run out of time; a breaker
-// (package breaker) leaves such a call out, as the caller's doing, when it
-// had less time than the dependency's slowest recent answer, or 100 ms,
-// and counts the others, so that a dependency that hangs still opens it
-// through the calls with time enough. Inject rounds the budget up, so
-// that the hop it is sent to runs out of time after its caller, not
-// before: its 504 would come back while the caller's own deadline has not
-// passed, as a failure of the hop's. Each hop may so add up to a
-// millisecond, and the time its request took to arrive, which the budget
-// does not know of: a chain of n hops ends up to n ms, plus the requests'
-// time in transit, after the first caller's deadline; and a cycle of calls whose hops each take less
-// than a millisecond is not ended by the budget alone (each hop's own
-// time budget or attempt timeout still ends it). Package httpclient sets
-// the header again as the request gets its connection, so that the time
-// it waited for one, dialed or shook hands is taken off; the time an
-// HTTP/2 request waits for a stream on its connection is not, nor the
-// time net/http takes to send a request again on a new connection. A pipeline's throttle and adaptive
-// concurrency limit learn nothing from an attempt that a caller's budget
-// ended; the pipeline's own attempt timeout and time budget teach them.
+// The budget is the caller's to choose, and [Middleware] takes it from any
+// caller. One that sends a budget shorter than the dependency's latency
+// makes this service's calls to it run out of time; a breaker (package
+// breaker) leaves such a call out, as the caller's doing, when it had less
+// time than the dependency's slowest recent answer, or 100 ms, and counts
+// the others, so that a dependency that hangs still opens it through the
+// calls with time enough. Inject rounds the budget up, so that the hop it
+// is sent to runs out of time after its caller, not before: its 504 would
+// come back while the caller's own deadline has not passed, as a failure
+// of the hop's. Each hop may so add up to a millisecond, and the time its
+// request took to arrive, which the budget does not know of: a chain of n
+// hops ends up to n ms, plus the requests' time in transit, after the
+// first caller's deadline; and a cycle of calls whose hops each take less
+// than a millisecond is not ended by the budget alone (each hop's own time
+// budget or attempt timeout still ends it). Package httpclient sets the
+// header again as the request gets its connection, so that the time it
+// waited for one, dialed or shook hands is taken off; the time an HTTP/2
+// request waits for a stream on its connection is not, nor the time
+// net/http takes to send a request again on a new connection. A pipeline's
+// throttle and adaptive concurrency limit learn nothing from an attempt
+// that a caller's budget ended; the pipeline's own attempt timeout and
+// time budget teach them.
 package deadline
 
 import (

@@ -47,10 +47,9 @@ type eviction struct {
 
 // ownTime is the least time of its own that the store gives what it sends
 // in the background rather than in a claim's time: a read of the eviction
-// policy, and the connection it makes after a call ran out of time
-// (warm); each has twice as long as the call that started it had, if
-// longer. A
-// new connection costs go-redis about three round trips (connect, HELLO,
+// policy, and the connection it makes after a call ran out of time (warm);
+// each has twice as long as the call that started it had, if longer. A new
+// connection costs go-redis about three round trips (connect, HELLO,
 // CLIENT SETINFO) before its first command, which a claim's time
 // (idempotency.StoreTimeout) may not cover on a slow link.
 const ownTime = 2 * time.Second
@@ -77,33 +76,34 @@ const evictionRecheck = time.Minute
 
 // New returns a Store that keeps its records in c under keys starting with
 // prefix ("idempotency:" if empty). c must have ContextTimeoutEnabled, so
-// that the middleware's time bound on each call holds even against a frozen
-// server; New panics otherwise.
+// that the middleware's time bound on each call holds even against a
+// frozen server; New panics otherwise.
 //
 // The server must not evict keys: run it with maxmemory-policy noeviction
 // (or no maxmemory), since a policy that evicts (volatile-* or allkeys-*)
 // can drop a claim in flight, and a repeat then runs the request again; a
 // full server refuses new claims instead (503). The store checks it by
 // CONFIG GET maxmemory and maxmemory-policy from its first Begin, and
-// again once a minute, in the background, with time of its own (twice the claim's, 2 s at least): the claims
-// before the first answer wait for it (within their own time), the others
-// go on from the last answer. While the server evicts, Begin fails with
-// [ErrEvictionPolicy], so that the request gets 503 and the guard reports
-// a store failure; after [idempotency.FailOpenAfter], as for any store
-// failure, the guard fails open and runs keyed requests on its own
-// records: unprotected across replicas. A server that refuses CONFIG
-// (managed Redis often does) is not checked, and is used: make sure of its
-// policy by the provider's settings.
+// again once a minute, in the background, with time of its own (twice the
+// claim's, 2 s at least): the claims before the first answer wait for it
+// (within their own time), the others go on from the last answer. While
+// the server evicts, Begin fails with [ErrEvictionPolicy], so that the
+// request gets 503 and the guard reports a store failure; after
+// [idempotency.FailOpenAfter], as for any store failure, the guard fails
+// open and runs keyed requests on its own records: unprotected across
+// replicas. A server that refuses CONFIG (managed Redis often does) is not
+// checked, and is used: make sure of its policy by the provider's
+// settings.
 //
 // A call of a claim that runs out of time makes the store open a
-// connection in the background, with time of its own (twice the claim's, 2 s at least): go-redis drops a
-// connection whose call timed out, and a new one costs about three round
-// trips before its first command (connect, HELLO, CLIENT SETINFO), which
-// on a slow link a claim's time may not cover. Each claim's calls still
-// need their round trips within [idempotency.StoreTimeout]: a first claim
-// of a key, one (SET NX); a repeat, two (SET NX, GET). Give it four round
-// trips of the link at least, or the claims fail (503) and the guard runs
-// on its own records.
+// connection in the background, with time of its own (twice the claim's, 2
+// s at least): go-redis drops a connection whose call timed out, and a new
+// one costs about three round trips before its first command (connect,
+// HELLO, CLIENT SETINFO), which on a slow link a claim's time may not
+// cover. Each claim's calls still need their round trips within
+// [idempotency.StoreTimeout]: a first claim of a key, one (SET NX); a
+// repeat, two (SET NX, GET). Give it four round trips of the link at
+// least, or the claims fail (503) and the guard runs on its own records.
 func New(c redis.UniversalClient, prefix string) *Store {
 	timeouts.Check("idempotencystore.New", c)
 	if prefix == "" {
