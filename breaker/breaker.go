@@ -82,7 +82,8 @@ func IsRejection(err error) bool {
 
 // Counts are the outcomes a breaker has seen in its current state (in the
 // closed state, within its rolling window). They are cleared on every change
-// of state.
+// of state; a closed window that reaches 2^31 calls (one without an end,
+// Window(0), or a long one) halves them, keeping their shares.
 type Counts struct {
 	// Requests counts the calls admitted, finished or not.
 	Requests uint32

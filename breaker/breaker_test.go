@@ -261,6 +261,7 @@ func TestNonsenseOptionsPanicNamingTheOption(t *testing.T) {
 		{"buckets under a millisecond", func() { breaker.Window(5*time.Millisecond, 10) }, "Window(5ms, 10)"},
 		{"zero open timeout", func() { breaker.OpenTimeout(0) }, "OpenTimeout(0s)"},
 		{"zero flush interval", func() { breaker.FlushInterval(0) }, "FlushInterval(0s)"},
+		{"flush interval past a day", func() { breaker.FlushInterval(breaker.MaxFlushInterval + 1) }, "at most 24h0m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

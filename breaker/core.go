@@ -146,6 +146,9 @@ func (c *core) admit() (v verdict, a admission) {
 		c.overdue++
 		fallthrough
 	default:
+		if c.win.Requests >= halveAt && st == resilience.StateClosed {
+			c.halve()
+		}
 		c.win.Requests++
 		c.buckets[c.age%uint64(len(c.buckets))].Requests++
 		if st == resilience.StateHalfOpen {
@@ -318,10 +321,13 @@ func (c *core) State() resilience.State {
 	return c.current(now)
 }
 
-// Counts returns the counts of the current state (closed: of the window).
+// Counts returns the counts of the current state (closed: of the window
+// as it is now).
 func (c *core) Counts() Counts {
+	now := monotime.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.current(now)
 	return c.win
 }
 
@@ -348,6 +354,35 @@ func (c *core) current(now monotime.Reading) resilience.State {
 		}
 	}
 	return c.state
+}
+
+// halveAt is how many calls a closed breaker's window holds before it
+// halves its counts: they are 32-bit, as gobreaker's, and a window that
+// counts without end (Window(0)) or over a long span would otherwise wrap
+// them after 2^32 calls (days at ten thousand a second), and a failure rate
+// taken over wrapped counts trips on a few failures.
+const halveAt = 1 << 31
+
+// halve halves the counts of every bucket of the window, keeping their
+// shares; c.mu is held. The run of failures is the latest outcomes, which
+// halving the totals does not change; the run of successes is kept within
+// their total.
+func (c *core) halve() {
+	ok, failing := c.win.ConsecutiveSuccesses, c.win.ConsecutiveFailures
+	c.win = Counts{}
+	for i := range c.buckets {
+		b := &c.buckets[i]
+		b.Requests /= 2
+		b.TotalSuccesses /= 2
+		b.TotalFailures /= 2
+		b.TotalExclusions /= 2
+		c.win.Requests += b.Requests
+		c.win.TotalSuccesses += b.TotalSuccesses
+		c.win.TotalFailures += b.TotalFailures
+		c.win.TotalExclusions += b.TotalExclusions
+	}
+	c.win.ConsecutiveSuccesses = min(ok, c.win.TotalSuccesses)
+	c.win.ConsecutiveFailures = failing
 }
 
 // advance moves the window to bucket age, dropping what falls out of it.

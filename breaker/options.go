@@ -50,8 +50,8 @@ func (c *config) readyToTrip(n Counts, rate bool) bool {
 		return true
 	}
 	if c.rate > 0 && rate {
-		done := n.TotalSuccesses + n.TotalFailures
-		return done >= c.rateMin && float64(n.TotalFailures) >= c.rate*float64(done)
+		done := uint64(n.TotalSuccesses) + uint64(n.TotalFailures)
+		return done >= uint64(c.rateMin) && float64(n.TotalFailures) >= c.rate*float64(done)
 	}
 	return false
 }

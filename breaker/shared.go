@@ -65,7 +65,11 @@ type Sync struct {
 	// that counts whose answer was lost are not counted twice. Empty: no
 	// counts. A batch of an unknown generation (GenerationUnknown) is not
 	// sent again: a store that lost its record of it meanwhile could not
-	// tell it from a new one.
+	// tell it from a new one. It is the replica's id (Replica), a dash
+	// and the batch's number, which grows by one from batch to batch: a
+	// replica forms its next batch once the store took the last (or,
+	// of an unknown generation, gave up on it), so a store may keep only
+	// the latest number of each replica.
 	Batch string
 	// Requests and Failures count the outcomes of the batch: calls that
 	// ended, and the failures among them, all admitted under Generation.
@@ -213,15 +217,21 @@ func Shared(store SharedStore) Option {
 	return optionFunc(func(c *config) { c.shared = store })
 }
 
+// MaxFlushInterval is the longest [FlushInterval]: a day. The bounds the
+// breaker derives from it (three intervals of staleness, two for Close)
+// stay far from overflowing a time.Duration.
+const MaxFlushInterval = 24 * time.Hour
+
 // FlushInterval sets how often a shared breaker sends its counts and
 // learns the fleet's state: how stale a replica's view of the fleet may
 // be when its store cannot tell it at once ([SharedWatcher]). Each flush
 // is bounded by the interval too (the store's timeout), and Close takes
 // at most two intervals: keep it well above the store's round trip, or
-// no flush gets through. Default 100 ms. It panics if d is not positive.
+// no flush gets through. Default 100 ms. It panics if d is not positive,
+// or above [MaxFlushInterval].
 func FlushInterval(d time.Duration) Option {
-	if d <= 0 {
-		panic(fmt.Sprintf("breaker: FlushInterval(%v): d must be more than 0", d))
+	if d <= 0 || d > MaxFlushInterval {
+		panic(fmt.Sprintf("breaker: FlushInterval(%v): d must be more than 0 and at most %v", d, MaxFlushInterval))
 	}
 	return optionFunc(func(c *config) { c.flush = d })
 }
@@ -354,7 +364,7 @@ func (b *Breaker) startFleet() {
 // watch takes the changes of state the store sends as they happen.
 func (f *fleet) watch(ctx context.Context, w SharedWatcher) {
 	for ctx.Err() == nil {
-		_ = w.Watch(ctx, f.b.Name(), func(got Fleet) { f.apply(got, true, 0, 0) }) // a failure shows in the flushes
+		_ = w.Watch(ctx, f.b.Name(), func(got Fleet) { f.apply(got, true, 0, 0, false) }) // a failure shows in the flushes
 		select {
 		case <-ctx.Done():
 		case <-time.After(f.every):
@@ -560,15 +570,16 @@ func (f *fleet) flush() {
 	if f.down.Swap(false) {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}
-	f.apply(got, false, watched, used)
+	f.apply(got, false, watched, used, s.ProbeRunning)
 	f.b.resendForcing()
 	f.b.takeForcing(got.ForceVersion)
 }
 
 // apply takes the store's answer: a flush's (watched: how many of the
 // watcher's answers had been applied when it was sent, used: how many
-// permits calls had taken), or a change the watcher heard.
-func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
+// permits calls had taken, running: whether it said a probe ran), or a
+// change the watcher heard.
+func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, running bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.heard.Store(int64(time.Since(f.epoch)))
@@ -633,11 +644,14 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64) {
 		// The store holds no grant of this replica's (it expired, or was
 		// given up): nor does the replica.
 		f.permits.Store(0)
-	case f.permits.Load() <= 0 && !f.probing() && f.used.Load() == used:
+	case f.permits.Load() <= 0 && !running && !f.probing() && f.used.Load() == used:
 		// A grant, new or given back: one permit, for a flush interval
 		// from when the flush was sent (before the store's grant expires).
 		// If a call took a permit since the flush was sent, the grant is
-		// the one it runs on.
+		// the one it runs on; if the flush said a probe ran, the grant is
+		// that probe's, renewed, though it may have ended since (review91:
+		// a second probe in the generation, its first's failure not yet
+		// told).
 		f.demand.Store(math.MinInt64 / 2)
 		f.granted.Store(f.sent)
 		f.permits.Store(1)

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -133,12 +134,17 @@ func (f *fleet) closed() bool {
 	}
 }
 
+// sat32 is n, or the largest uint32 if n is larger.
+func sat32(n uint64) uint32 {
+	return uint32(min(n, math.MaxUint32))
+}
+
 // tripReason says which threshold the counts n met.
 func (c *config) tripReason(n Counts) string {
 	if c.consecutive > 0 && n.ConsecutiveFailures >= c.consecutive {
 		return fmt.Sprintf("%d consecutive failures", n.ConsecutiveFailures)
 	}
-	done := n.TotalSuccesses + n.TotalFailures
+	done := uint64(n.TotalSuccesses) + uint64(n.TotalFailures)
 	if c.rate > 0 && done > 0 {
 		return fmt.Sprintf("failure rate %.0f%% of %d calls >= %.0f%%", 100*float64(n.TotalFailures)/float64(done), done, 100*c.rate)
 	}
@@ -165,12 +171,14 @@ func (b *Breaker) Snapshot() Snapshot {
 		},
 		Transitions: b.history.list(),
 	}
+	ok, failed := uint64(s.Counts.TotalSuccesses), uint64(s.Counts.TotalFailures)
 	if f := b.force.Load(); f != nil && f.Mode == ForcedClosed {
 		req, fail, excl := f.requests.Load(), f.failures.Load(), f.exclusions.Load()
-		s.Counts = Counts{Requests: uint32(req), TotalFailures: uint32(fail), TotalExclusions: uint32(excl), TotalSuccesses: uint32(req - fail - excl)}
+		ok, failed = req-fail-excl, fail
+		s.Counts = Counts{Requests: sat32(req), TotalFailures: sat32(fail), TotalExclusions: sat32(excl), TotalSuccesses: sat32(ok)}
 	}
-	if done := s.Counts.TotalSuccesses + s.Counts.TotalFailures; done > 0 {
-		s.FailureRate = float64(s.Counts.TotalFailures) / float64(done)
+	if done := ok + failed; done > 0 {
+		s.FailureRate = float64(failed) / float64(done)
 	}
 	if b.fleet != nil {
 		s.Shared = true

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -19,7 +20,7 @@ import (
 // it closes.
 type waiting struct {
 	n        atomic.Int32 // waiters queued; read without the lock on every call
-	openedAt atomic.Int64 // unix nanoseconds of the last change to Open
+	openedAt atomic.Int64 // the last change to Open, a monotime.Reading: a wall clock stepped while open moves no probe
 
 	mu       sync.Mutex
 	queue    list.List // of *waiter, oldest first
@@ -51,7 +52,7 @@ func (b *Breaker) changedWaiting(to resilience.State, fleet bool) {
 	case resilience.StateOpen:
 		now := time.Now()
 		if !fleet {
-			w.openedAt.Store(now.UnixNano())
+			w.openedAt.Store(int64(monotime.Now()))
 		}
 		if w.n.Load() > 0 {
 			w.dropHopeless(now.Add(b.cfg.openTimeout))
@@ -253,7 +254,12 @@ func (b *Breaker) NextProbe() time.Time {
 	if b.State() != resilience.StateOpen {
 		return time.Time{}
 	}
-	return time.Unix(0, b.wait.openedAt.Load()).Add(b.cfg.openTimeout)
+	opened := monotime.Reading(b.wait.openedAt.Load())
+	next := opened + monotime.Reading(b.cfg.openTimeout)
+	if next < opened {
+		next = math.MaxInt64 // saturated: past the end of time
+	}
+	return next.Time()
 }
 
 // Wait waits, after b rejected a call with rejection (an error matching

@@ -2,8 +2,12 @@
 // as in Dean and Barroso's "The Tail at Scale" (2013).
 //
 // A call hedged by a [Policy] sends its attempt and, if no answer has come
-// after the policy's delay, sends another in parallel, up to [MaxExtra]
-// more; the first success wins and the others are canceled. The delay is
+// after the policy's delay, sends another in parallel, and another each
+// delay after while an attempt is still out, up to [MaxExtra] more; the
+// first success wins and the others are canceled. A failure to retry does
+// not stop them while a twin is out (with MaxExtra above 1, the slow twin
+// gets a twin of its own): only a success, an answer not to retry, or the
+// retry stage's next attempt does. The delay is
 // fixed ([Delay]) or a quantile of the latencies of recent attempts
 // ([Quantile], the default: the 95th percentile), so that about one
 // attempt in fifteen to twenty gets a twin (the latencies of attempts cut

@@ -126,18 +126,22 @@ func (limitGate) refusal() resilience.EventKind      { return resilience.EventLi
 // waited is not over, each takes a slot at once, past the limit if need
 // be, so that the backlog is paced by the whole load on the dependency and
 // the limit learns from every answer; with nothing waiting, it admits at
-// once and holds nothing.
+// once and holds nothing. A hedge of a call that waited takes a free slot
+// or is refused, as at the concurrency limit.
 type pacer struct {
 	limit   *limit.Limiter
 	backlog atomic.Int64 // calls that waited, not yet over
 }
 
-func (p *pacer) acquire(ctx context.Context, waited, _ bool) (uint64, error) {
+func (p *pacer) acquire(ctx context.Context, waited, hedge bool) (uint64, error) {
 	if !waited {
 		if p.backlog.Load() == 0 {
 			return 0, nil
 		}
 		return uint64(p.limit.Enter()), nil
+	}
+	if hedge {
+		ctx = noWait // as at the limit (limitGate): queued, it would outlast its twin's answer
 	}
 	tk, err := p.limit.Acquire(ctx)
 	return uint64(tk), err

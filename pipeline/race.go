@@ -233,7 +233,8 @@ func (r *race[T]) stop() {
 // finish takes the first attempt's outcome and then the hedges', until one
 // wins or none is left.
 func (r *race[T]) finish(first outcome[T]) (T, error) {
-	if r.phase.Load() == firstCut {
+	cut := r.phase.Load() == firstCut
+	if cut {
 		r.dispose(first) // canceled by a hedge that won: a loser
 	} else if r.settle(first) {
 		return r.last.res, r.last.err
@@ -248,7 +249,15 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 		r.running--
 		results := r.results
 		r.mu.Unlock()
-		if r.settle(<-results) {
+		o := <-results
+		if cut && o.err != nil && o.panicked == nil && !o.goexit {
+			// The hedge that cut the first attempt short has yet to come,
+			// and is the answer: another's failure, even one not to retry,
+			// does not replace the success that canceled the first.
+			r.dispose(o)
+			continue
+		}
+		if r.settle(o) {
 			return r.last.res, r.last.err
 		}
 	}
@@ -258,7 +267,10 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 
 // fire sends a hedge, on the timer's goroutine, unless the race has sent
 // all it may, is over, the call is over, the breaker has opened or the
-// hedging policy's budget is spent; and sets the timer for the next.
+// hedging policy's budget is spent; and sets the timer for the next. A
+// first attempt that failed (to retry) while a hedge is out does not stop
+// the next: the race waits for the hedge out, which the next hedges twin
+// (review4_lost_test.go).
 func (r *race[T]) fire() {
 	c := &r.c
 	r.mu.Lock()

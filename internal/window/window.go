@@ -16,7 +16,7 @@ import (
 const Buckets = 10
 
 const (
-	tagBits   = 32 // a slot's bucket, mod 2^32: years of buckets before it wraps
+	tagBits   = 32 // a slot's bucket, mod 2^32: a ring idle for 2^32 buckets, to within a window (50 days of 1 ms buckets), counts its old slots again
 	countBits = 64 - tagBits
 	countMask = 1<<countBits - 1
 	tagMask   = 1<<tagBits - 1
@@ -72,11 +72,24 @@ func bump(w uint64, e int64) uint64 {
 	return w + 1
 }
 
-// Add counts one in bucket e and returns the bucket's count.
+// stale reports whether slot word w counts a bucket a window or more
+// after e: a caller read e, then waited that long, and counting e there
+// would wipe out the newer bucket's count.
+func stale(w uint64, e int64) bool {
+	d := int64(int32(uint32(uint64(e) - w>>countBits)))
+	return d <= -Buckets && d > -staleSpan
+}
+
+// Add counts one in bucket e and returns the bucket's count; it counts
+// nothing, and returns 0, if e's slot already counts a bucket a window or
+// more after e.
 func (r *Ring) Add(e int64) uint64 {
 	slot := &r[e%Buckets]
 	for {
 		old := slot.Load()
+		if stale(old, e) {
+			return 0
+		}
 		if w := bump(old, e); slot.CompareAndSwap(old, w) {
 			return w & countMask
 		}
@@ -93,8 +106,8 @@ func (r *Ring) AddIf(e int64, ok func(before uint64) bool) bool {
 	slot := &r[e%Buckets]
 	for {
 		old := slot.Load()
-		if d := int64(int32(uint32(uint64(e) - old>>countBits))); d <= -Buckets && d > -staleSpan {
-			return false // e was read a window or more ago: its count would wipe out a newer bucket's
+		if stale(old, e) {
+			return false
 		}
 		var before uint64
 		if age(old, e) == 0 {

@@ -193,6 +193,7 @@ end
 -- new state (2 open, 0 closed) and generation at once.
 local function clear(next_gen, state)
 	clearcounts()
+	redis.call("DEL", k .. ":ok:" .. (redis.call("GET", k .. ":gen") or "")) -- the probes' successes of the generation that ends
 	redis.call("DEL", k .. ":restored")
 	redis.call("SET", k .. ":gen", next_gen)
 	redis.call("SET", k .. ":since", tostring(now), "PX", keep)
@@ -244,7 +245,25 @@ local function since()
 	return tonumber(redis.call("GET", k .. ":since") or "0")
 end
 local predates = unknown and countsage > 0 and now - countsage < since()
-local fresh = (pgen == gen or (unknown and not predates)) and (batch == "" or redis.call("SET", k .. ":batch:" .. batch, 1, "NX", "PX", window + bucket))
+-- A replica numbers its batches, one after the other (breaker.Sync), so
+-- its latest number applied is all there is to keep: one key a replica,
+-- not one a flush for a window.
+local function firsttime()
+	if batch == "" then
+		return true
+	end
+	local n = string.match(batch, "%-(%d+)$")
+	if not n or string.sub(batch, 1, #replica + 1) ~= replica .. "-" then
+		return redis.call("SET", k .. ":batch:" .. batch, 1, "NX", "PX", window + bucket)
+	end
+	local seen = k .. ":seq:" .. replica
+	if tonumber(n) <= tonumber(redis.call("GET", seen) or "0") then
+		return false
+	end
+	redis.call("SET", seen, n, "PX", window + bucket)
+	return true
+end
+local fresh = (pgen == gen or (unknown and not predates)) and firsttime()
 
 -- A replica that reports its probe's outcome no longer holds its grant.
 if fresh and (pok > 0 or pbad > 0) then

@@ -122,11 +122,10 @@ func (tp *topology) sharing(name string) int {
 	ids := map[string]bool{}
 	for _, c := range tp.live() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		keys, _ := c.Keys(ctx, "fleet:{"+name+"}:batch:*").Result()
+		keys, _ := c.Keys(ctx, "fleet:{"+name+"}:seq:*").Result()
 		cancel()
 		for _, k := range keys {
-			batch := k[strings.LastIndex(k, ":")+1:]
-			ids[batch[:max(strings.LastIndex(batch, "-"), 0)]] = true // replica-seq
+			ids[k[strings.LastIndex(k, ":")+1:]] = true // seq:replica, the last batch applied
 		}
 	}
 	return len(ids)
