@@ -378,7 +378,8 @@ func MaxBufferedBody(n int64) Option {
 // the call: still a breaker failure, its Retry-After ignored). Default: the
 // services of the same network, whose host is a loopback or private IP
 // address, "localhost", a name without a dot (but a number, which the C
-// library's resolver reads as an address), or a name under .local,
+// library's resolver reads as an address, or one that ends with the root's
+// dot, a top-level domain such as "ai."), or a name under .local,
 // .internal or .svc.cluster.local; never an arbitrary internet server.
 // Opt out with a function that reports false.
 func TrustNoRetry(fn func(u *url.URL) bool) Option {
@@ -390,12 +391,14 @@ func TrustNoRetry(fn func(u *url.URL) bool) Option {
 
 // sameNetwork is TrustNoRetry's default: a host of the same network.
 func sameNetwork(u *url.URL) bool {
-	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	name := strings.ToLower(u.Hostname())
+	host := strings.TrimSuffix(name, ".")
+	absolute := host != name // "ai." is a top-level domain, never a short local name
 	if ip, zone, _ := strings.Cut(host, "%"); zone != "" || net.ParseIP(ip) != nil {
 		parsed := net.ParseIP(ip)
 		return parsed != nil && (parsed.IsLoopback() || parsed.IsPrivate())
 	}
-	return host == "localhost" || !strings.Contains(host, ".") && !inetNumber(host) ||
+	return host == "localhost" || !absolute && !strings.Contains(host, ".") && !inetNumber(host) ||
 		strings.HasSuffix(host, ".local") || strings.HasSuffix(host, ".internal") || strings.HasSuffix(host, ".svc.cluster.local")
 }
 
@@ -849,10 +852,11 @@ func (a *attempt) request(ctx context.Context, n, most int, hedge bool) *http.Re
 	h := make(http.Header, len(a.req.Header)+3)
 	for k, v := range a.req.Header {
 		// The caller's budget header, whatever its case, is not forwarded:
-		// the attempt's own replaces it, if it has a deadline; nor is its
-		// key under a name of another case, which the one set below
-		// replaces (the server would see two keys, and refuse them).
-		if sameName(k, deadline.Header) || a.key[0] != "" && sameName(k, idempotencykey.Header) {
+		// the attempt's own replaces it, if it has a deadline; nor its
+		// attempt header, which the attempt's replaces; nor is its key
+		// under a name of another case, which the one set below replaces
+		// (the server would see two values, and refuse or ignore them).
+		if sameName(k, deadline.Header) || sameName(k, retrysignal.AttemptHeader) || a.key[0] != "" && sameName(k, idempotencykey.Header) {
 			continue
 		}
 		h[k] = v[:len(v):len(v)]

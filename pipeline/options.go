@@ -140,7 +140,10 @@ func WithLimit(l *limit.Limiter) Option {
 // retries; none is sent once the breaker has opened or an attempt failed
 // with an error that is not retried. A hedged group of attempts counts as
 // one attempt of the retry stage; each hedge is reported as
-// [resilience.EventHedged]. A call that failed after a hedge was sent
+// [resilience.EventHedged]. A hedge that the gates refuse (throttle,
+// concurrency limit, WaitWhenOpen's pacer, the breaker's re-check) is not
+// sent and not reported as a refusal: its call goes on with the attempt
+// out, and is not refused. A call that failed after a hedge was sent
 // says so ([Hedged]): the dependency got it twice, and retrysignal tells
 // the caller not to retry it, as after a retry. Default none; nil means
 // none.

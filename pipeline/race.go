@@ -374,8 +374,8 @@ func (r *race[T]) settle(o outcome[T]) bool {
 		r.dispose(o)
 		return false
 	}
-	retryable := o.err != nil && retryable(o.err)
-	if r.have && retryable && retryAfter(r.last.err) > retryAfter(o.err) {
+	again := o.err != nil && retryable(o.err)
+	if r.have && again && retryAfter(r.last.err) > retryAfter(o.err) {
 		r.dispose(o) // the dependency's longest hint decides the retry's delay
 		return false
 	}
@@ -383,7 +383,7 @@ func (r *race[T]) settle(o outcome[T]) bool {
 		r.dispose(r.last)
 	}
 	r.last, r.have = o, true
-	if retryable {
+	if again {
 		return false
 	}
 	r.abandon(o.keep)

@@ -294,13 +294,15 @@ func TestReview42DiscardWhenHedgePanics(t *testing.T) {
 	p := pipeline.New(pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(1))),
 		pipeline.WithHedging(hedge.New(hedge.Delay(5*time.Millisecond), hedge.MaxShare(1))))
 	var n atomic.Int32
+	hedged := make(chan struct{})
 	func() {
 		defer func() { recover() }()
 		_, _ = pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
 			if n.Add(1) == 1 {
-				time.Sleep(10 * time.Millisecond)
-				return 7, errors.New("transient") // the hedge is out
+				<-hedged // the hedge is out, however late a loaded machine sends it
+				return 7, errors.New("transient")
 			}
+			close(hedged)
 			time.Sleep(20 * time.Millisecond)
 			panic("boom")
 		}, pipeline.Discard(func(v int) {

@@ -538,7 +538,9 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 		}
 	}
 	if err != nil {
-		c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: c.s.next(), Err: err})
+		if !hedge { // a hedge not sent is no refusal of its call, which goes on with the attempt out
+			c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: c.s.next(), Err: err})
+		}
 		return res, err
 	}
 	info := c.s.start(hedge) // numbered as it is sent: an attempt refused at the gates takes no number
@@ -592,14 +594,14 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	if !ok {
 		return res, context.Canceled
 	}
+	returned := false
+	defer func() { c.attemptEnded(ctx, err, returned, held, end) }() // first: a listener that calls runtime.Goexit as racing reports a hedge must not keep the slots
 	c.racing(r, info)
 	var start monotime.Reading
 	learns := c.p.cfg.hedge.Learns()
 	if learns {
 		start = monotime.Now()
 	}
-	returned := false
-	defer func() { c.attemptEnded(ctx, err, returned, held, end) }()
 	res, err = c.timeout(ctx)
 	returned = true
 	if r != nil {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/internal/tally"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -54,7 +55,10 @@ func (s *stats) OnEvent(e resilience.Event) {
 	case resilience.EventHedged:
 		s.hedged.Add(1)
 	case resilience.EventRejected:
-		if e.Attempt == 0 { // a call the breaker refused; not a stop between retries
+		// A call the breaker refused, or an attempt its re-check refused
+		// as it was about to be sent (class rejected, whatever its
+		// number); not a stop between retries.
+		if e.Attempt == 0 || classify.Holds(isRefusal, e.Err) {
 			s.rejected.Add(1)
 		}
 	case resilience.EventThrottled:
@@ -68,6 +72,10 @@ func (s *stats) OnEvent(e resilience.Event) {
 		s.ring[i%latencies].Store(int64(e.Duration))
 	}
 }
+
+// isRefusal reports whether err is of class rejected: refused on the
+// caller's side, not sent.
+func isRefusal(err error) bool { return resilience.Classify(err) == resilience.ClassRejected }
 
 // totals are a pipeline's counts since it was registered.
 type totals struct {

@@ -173,7 +173,11 @@ func (s State) String() string {
 // while the breaker holds its lock, so it must not call the breaker. A
 // panic in OnEvent is logged with log/slog's default logger and changes
 // nothing else: the call and the breaker see the outcome they would have
-// seen. A stage with no listener builds no events.
+// seen. One that calls runtime.Goexit (testing.T.FailNow) ends the call's
+// goroutine, as an operation's does; if it hears of a hedge, on the
+// hedge's goroutine, the call's goroutine ends too once the first attempt
+// returns, and the hedge's slots of the gates are given back. A stage with
+// no listener builds no events.
 type Listener interface {
 	OnEvent(Event)
 }

@@ -172,9 +172,12 @@ type httpStatus interface {
 
 // Status returns the status with which a service answers when its own
 // outbound call failed with err, as a pipeline or the httpclient returns
-// it, keeping the failure's meaning: 504 when its time budget ran out or
-// every attempt timed out; the dependency's own status when it answered
-// with a 4xx or 5xx (503 stays 503, 404 stays 404; a gRPC dependency's
+// it, keeping the failure's meaning: 504 when its time budget ran out,
+// every attempt timed out, or the retry that an answer called for did not
+// fit in it (a 429, 503 or 409 whose Retry-After did not fit: a caller
+// with more time may retry, where the dependency's status, without its
+// Retry-After, could tell it not to); the dependency's own status when it
+// answered with a 4xx or 5xx otherwise (503 stays 503, 404 stays 404; a gRPC dependency's
 // code as the HTTP status that stands for it, where its error says so, as
 // grpcclient's does: NOT_FOUND is 404), 502 when it answered with another
 // (a 304, a 101, or a status no server should send); 503 when the breaker

@@ -4,6 +4,7 @@ package slogevents
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -82,7 +83,19 @@ func (l *Listener) OnEvent(e resilience.Event) {
 		attrs = append(attrs, slog.String("from", e.From.String()), slog.String("to", e.To.String()))
 	}
 	if e.Err != nil {
-		attrs = append(attrs, slog.String("error", e.Err.Error()))
+		attrs = append(attrs, slog.String("error", errorText(e.Err)))
 	}
 	log.LogAttrs(ctx, level, "resilience "+e.Kind.String(), attrs...)
+}
+
+// errorText is err.Error(), or, if that panics (a nil pointer of a type
+// whose Error does not expect one), what slog's handlers write for a
+// value whose method panicked: the event is logged all the same.
+func errorText(err error) (s string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s = fmt.Sprintf("!PANIC: %v", r)
+		}
+	}()
+	return err.Error()
 }
