@@ -87,6 +87,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -380,7 +381,9 @@ func MaxBufferedBody(n int64) Option {
 // address, "localhost", a name without a dot (but a number, which the C
 // library's resolver reads as an address, or one that ends with the root's
 // dot, a top-level domain such as "ai."), or a name under .local,
-// .internal or .svc.cluster.local; never an arbitrary internet server.
+// .internal or .svc.cluster.local; never an arbitrary internet server, nor
+// a name with a character outside ASCII, which net/http maps (IDNA) before
+// it dials.
 // Opt out with a function that reports false.
 func TrustNoRetry(fn func(u *url.URL) bool) Option {
 	if fn == nil {
@@ -394,6 +397,14 @@ func sameNetwork(u *url.URL) bool {
 	name := strings.ToLower(u.Hostname())
 	host := strings.TrimSuffix(name, ".")
 	absolute := host != name // "ai." is a top-level domain, never a short local name
+	if host == "" {
+		return false
+	}
+	for i := range len(host) {
+		if host[i] >= utf8.RuneSelf {
+			return false // net/http maps it (IDNA) before it dials: "ai。" is "ai.", "example．com" example.com
+		}
+	}
 	if ip, zone, _ := strings.Cut(host, "%"); zone != "" || net.ParseIP(ip) != nil {
 		parsed := net.ParseIP(ip)
 		return parsed != nil && (parsed.IsLoopback() || parsed.IsPrivate())

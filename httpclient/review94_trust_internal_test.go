@@ -22,3 +22,12 @@ func TestReview94_SameNetworkTrustsInternetNames(t *testing.T) {
 		}
 	}
 }
+
+// A URL without a host is no service of the same network (review96).
+func TestNoHostIsNotTrusted(t *testing.T) {
+	for _, h := range []string{""} {
+		if sameNetwork(&url.URL{Scheme: "http", Host: h}) {
+			t.Errorf("%q trusted", h)
+		}
+	}
+}

@@ -17,7 +17,8 @@
 //   - resilience.giveups: calls that stopped retrying, by "reason"
 //     (retries_exhausted, quota_exhausted, time_budget_exceeded,
 //     not_retried)
-//   - resilience.rejections: calls a breaker rejected
+//   - resilience.rejections: calls a breaker rejected, and attempts its
+//     re-check refused as they were about to be sent
 //   - resilience.breaker.state: a breaker's state: 0 closed, 1 half-open,
 //     2 open
 //
@@ -112,6 +113,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -344,7 +346,7 @@ func (l *Listener) OnEvent(e resilience.Event) {
 	case resilience.EventRetry:
 		l.of(e.Name).retries.Add(1)
 	case resilience.EventRejected:
-		if e.Attempt == 0 { // a call the breaker refused; not a stop between retries
+		if classify.Rejection(e) { // a call or attempt the breaker refused; not a stop between retries
 			l.of(e.Name).rejections.Add(1)
 		}
 	case resilience.EventStateChange:

@@ -21,8 +21,11 @@
 // its last attempt failed, panicked or called runtime.Goexit (which its
 // breaker counts neither way: the caller's bug). An attempt refused before it was sent (throttle,
 // concurrency limit, the breaker's re-check) is neither a success nor a
-// failure but a rejection, and a call whose retry was refused so counts
-// as that rejection, not as a failure. An attempt its caller canceled is
+// failure: it counts in Throttled, Limited or Rejected, which count
+// refusals, not calls. A call whose first attempt was refused counts
+// there alone; one whose retry was refused counts as a failure (its last
+// attempt's) and its retry's refusal as one of those, as a call that the
+// breaker stopped between retries counts as a failure. An attempt its caller canceled is
 // an attempt but no failure, as the breaker counts none. A failure
 // counts as one from its attempt's end until a retry follows it: the
 // failures of calls still retrying are told again as their retries

@@ -273,8 +273,10 @@ func TestReview95ReopenedRetry(t *testing.T) {
 	for _, hedged := range []bool{false, true} {
 		s := r95ReopenedRetry(t, hedged)
 		t.Logf("hedged=%v: %+v", hedged, s)
-		if r95Sum(s) != s.Calls {
-			t.Errorf("hedged=%v: successes+failures+rejected+throttled+limited = %d, calls %d", hedged, r95Sum(s), s.Calls)
+		// The registry doc: B counts as a failure, its last attempt's, and
+		// the refusal of its retry as one of Rejected, hedged or not.
+		if s.Successes != 1 || s.Failures != 1 || s.Rejected != 1 {
+			t.Errorf("hedged=%v: successes %d, failures %d, rejected %d; want 1, 1, 1", hedged, s.Successes, s.Failures, s.Rejected)
 		}
 	}
 }

@@ -58,7 +58,7 @@ func (s *stats) OnEvent(e resilience.Event) {
 		// A call the breaker refused, or an attempt its re-check refused
 		// as it was about to be sent (class rejected, whatever its
 		// number); not a stop between retries.
-		if e.Attempt == 0 || classify.Holds(isRefusal, e.Err) {
+		if classify.Rejection(e) {
 			s.rejected.Add(1)
 		}
 	case resilience.EventThrottled:
@@ -72,10 +72,6 @@ func (s *stats) OnEvent(e resilience.Event) {
 		s.ring[i%latencies].Store(int64(e.Duration))
 	}
 }
-
-// isRefusal reports whether err is of class rejected: refused on the
-// caller's side, not sent.
-func isRefusal(err error) bool { return resilience.Classify(err) == resilience.ClassRejected }
 
 // totals are a pipeline's counts since it was registered.
 type totals struct {

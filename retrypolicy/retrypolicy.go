@@ -280,7 +280,6 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		if err != nil && guard != nil {
 			if c, ok := classify.Safely(err); ok && c == resilience.ClassRejected {
 				if gerr := guard(); gerr != nil && errors.Is(err, gerr) { // refused as the guard would have: not sent
-					cfg.listener.Count(attempt, err) // a refused attempt (class rejected), which the counts tell from a failure
 					cfg.giveBack(charge)
 					return res, &Error{Attempts: attempt - 1, Reason: gerr, Last: last, guarded: true}
 				}

@@ -94,8 +94,19 @@ func (l *Listener) OnEvent(e resilience.Event) {
 func errorText(err error) (s string) {
 	defer func() {
 		if r := recover(); r != nil {
-			s = fmt.Sprintf("!PANIC: %v", r)
+			s = "!PANIC: " + panicText(r)
 		}
 	}()
 	return err.Error()
+}
+
+// panicText is v printed, or its type if printing it panics too (an error
+// whose Error panics with itself).
+func panicText(v any) (s string) {
+	defer func() {
+		if recover() != nil {
+			s = fmt.Sprintf("%T", v)
+		}
+	}()
+	return fmt.Sprint(v)
 }
