@@ -113,7 +113,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -346,7 +345,7 @@ func (l *Listener) OnEvent(e resilience.Event) {
 	case resilience.EventRetry:
 		l.of(e.Name).retries.Add(1)
 	case resilience.EventRejected:
-		if classify.Rejection(e) { // a call or attempt the breaker refused; not a stop between retries
+		if e.Attempt == 0 { // a call the breaker refused; not a stop between retries
 			l.of(e.Name).rejections.Add(1)
 		}
 	case resilience.EventStateChange:

@@ -539,7 +539,11 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 	}
 	if err != nil {
 		if !hedge { // a hedge not sent is no refusal of its call, which goes on with the attempt out
-			c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: c.s.next(), Err: err})
+			n := c.s.next()
+			if refusal == resilience.EventRejected {
+				n = 0 // the breaker rejected the call, as at its door: not a stop between retries
+			}
+			c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: n, Err: err})
 		}
 		return res, err
 	}

@@ -63,7 +63,7 @@ func TestReview96RefusedRetryResumedThenFails(t *testing.T) {
 			})
 		}()
 		<-inB
-		time.Sleep(30 * time.Millisecond) // A's retry waits for the slot
+		time.Sleep(30 * time.Millisecond)                             // A's retry waits for the slot
 		for i := 0; i < 3 && b.State() != resilience.StateOpen; i++ { // open the breaker from outside the pipeline
 			_ = b.Execute(context.Background(), func(context.Context) error { return errors.New("C fails") })
 		}

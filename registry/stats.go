@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/internal/tally"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -55,10 +54,7 @@ func (s *stats) OnEvent(e resilience.Event) {
 	case resilience.EventHedged:
 		s.hedged.Add(1)
 	case resilience.EventRejected:
-		// A call the breaker refused, or an attempt its re-check refused
-		// as it was about to be sent (class rejected, whatever its
-		// number); not a stop between retries.
-		if classify.Rejection(e) {
+		if e.Attempt == 0 { // a call the breaker refused, at its door or its re-check; not a stop between retries
 			s.rejected.Add(1)
 		}
 	case resilience.EventThrottled:

@@ -22,9 +22,10 @@ const (
 	EventTimeBudgetExceeded
 	// EventStateChange: a breaker went From one state To another.
 	EventStateChange
-	// EventRejected: a breaker rejected a call, or stopped its retries
-	// after attempt Attempt (as the guard of the retry loop); Err says
-	// why.
+	// EventRejected: a breaker rejected a call (Attempt 0), as it came or
+	// as an attempt of it was about to be sent (the pipeline's re-check),
+	// or stopped its retries after attempt Attempt (as the guard of the
+	// retry loop); Err says why.
 	EventRejected
 	// EventCallDone: a pipeline call ended after Duration; Err is its
 	// error, nil on success.

@@ -52,14 +52,3 @@ func ask[T any](f func(error) T, err error) (v T, ok bool) {
 	}()
 	return f(err), true
 }
-
-// Rejection reports whether e, an [resilience.EventRejected], is a
-// refusal by the breaker, of a call or of an attempt at its re-check (an
-// error of class rejected, whatever the attempt's number), rather than a
-// stop between a call's retries: what the listeners that count
-// rejections count.
-func Rejection(e resilience.Event) bool {
-	return e.Attempt == 0 || Holds(isRejected, e.Err)
-}
-
-func isRejected(err error) bool { return resilience.Classify(err) == resilience.ClassRejected }
