@@ -218,7 +218,10 @@ func TestReview87_RoundingUpSlowDial(t *testing.T) {
 			if hopEnd.Before(dl) {
 				t.Errorf("call %d attempt %s: hop ends %v before its caller", i, s.hedge, dl.Sub(hopEnd))
 			}
-			if late := hopEnd.Sub(dl); late > 5*time.Millisecond {
+			// The rounding up (1 ms) and the request's transit, which under
+			// the race detector on a loaded 2-core machine took 5.2 ms once
+			// (CI); the dial, 50 ms, is what must not be added.
+			if late := hopEnd.Sub(dl); late > 20*time.Millisecond {
 				t.Errorf("call %d attempt %s: hop ends %v after its caller", i, s.hedge, late)
 			}
 		}
