@@ -120,9 +120,9 @@ func (p *replay) readAhead(r *replayReader) {
 		}
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.ahead = false
-	p.mu.Unlock()
-	_ = r.Close()
+	r.closeLocked() // with ahead, at once: finish must not see this reader live and not ahead
 }
 
 // signal wakes canReplay; p.mu is held.
@@ -259,14 +259,18 @@ func (r *replayReader) Read(b []byte) (int, error) {
 }
 
 func (r *replayReader) Close() error {
-	p := r.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	r.p.mu.Lock()
+	defer r.p.mu.Unlock()
+	r.closeLocked()
+	return nil
+}
+
+// closeLocked closes r; r.p.mu is held.
+func (r *replayReader) closeLocked() {
 	if !r.closed {
 		r.closed = true
-		p.live--
-		p.closeIfUnused()
-		p.signal()
+		r.p.live--
+		r.p.closeIfUnused()
+		r.p.signal()
 	}
-	return nil
 }
