@@ -649,69 +649,6 @@ func TestReview92_LoserPanicsLate(t *testing.T) {
 	})
 }
 
-// Real time: a hedge is never sent before its delay after the first
-// attempt was sent, under many concurrent calls sharing the timer.
-func TestReview92_RealTimeDelay(t *testing.T) {
-	const d = 20 * time.Millisecond
-	p := pipeline.New(pipeline.WithHedging(hedge.New(hedge.Delay(d), hedge.MaxExtra(2), hedge.MaxShare(1))))
-	var early, late, hedges atomic.Int64
-	var worst atomic.Int64
-	var wg sync.WaitGroup
-	for g := range 100 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 20 {
-				var first time.Time
-				var mu sync.Mutex
-				var n atomic.Int32
-				slow := (g+i)%3 == 0
-				pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
-					a := n.Add(1)
-					now := time.Now()
-					if a == 1 {
-						mu.Lock()
-						first = now
-						mu.Unlock()
-						if slow {
-							select {
-							case <-ctx.Done():
-							case <-time.After(3 * d):
-							}
-						} else {
-							time.Sleep(time.Duration(g%5) * time.Millisecond)
-						}
-						return 0, nil
-					}
-					hedges.Add(1)
-					mu.Lock()
-					gap := now.Sub(first)
-					mu.Unlock()
-					if gap < d-time.Millisecond {
-						early.Add(1)
-					}
-					if gap > d+50*time.Millisecond {
-						late.Add(1)
-					}
-					for {
-						w := worst.Load()
-						if int64(gap) <= w || worst.CompareAndSwap(w, int64(gap)) {
-							break
-						}
-					}
-					time.Sleep(time.Millisecond)
-					return 1, nil
-				})
-			}
-		}()
-	}
-	wg.Wait()
-	t.Logf("hedges %d early %d late %d worst gap %v", hedges.Load(), early.Load(), late.Load(), time.Duration(worst.Load()))
-	if early.Load() > 0 {
-		t.Errorf("%d hedges before their delay", early.Load())
-	}
-}
-
 // The caller's deadline teaches an adaptive limit nothing, whether the
 // operation returns ctx.Err() or its own "i/o timeout" at the deadline,
 // hedges included; the attempt timeout does teach it.
