@@ -254,12 +254,7 @@ func (b *Breaker) NextProbe() time.Time {
 	if b.State() != resilience.StateOpen {
 		return time.Time{}
 	}
-	opened := monotime.Reading(b.wait.openedAt.Load())
-	next := opened + monotime.Reading(b.cfg.openTimeout)
-	if next < opened {
-		next = math.MaxInt64 // saturated: past the end of time
-	}
-	return next.Time()
+	return monotime.Reading(b.wait.openedAt.Load()).Add(b.cfg.openTimeout).Time()
 }
 
 // Wait waits, after b rejected a call with rejection (an error matching

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"container/heap"
-	"math"
 	"sync"
 	"time"
 
@@ -56,10 +55,7 @@ func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) bool {
 	if now < 0 {
 		return false
 	}
-	e.at = now + monotime.Reading(d)
-	if e.at < now {
-		e.at = math.MaxInt64 // past the end of time: never, as time.Time.Add saturates
-	}
+	e.at = now.Add(d)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	heap.Push(&t.due, e)

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"context"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,10 +68,7 @@ const freshMargin = time.Millisecond
 // after now (an attempt's if attempt), and, for a budget, fresh if the
 // deadline is far enough from now.
 func (c *lazyCtx) set(parent context.Context, now monotime.Reading, d time.Duration, attempt bool) {
-	c.Context, c.at = parent, now+monotime.Reading(d)
-	if c.at < now {
-		c.at = math.MaxInt64 // a deadline past the end of time: none, as time.Time.Add saturates
-	}
+	c.Context, c.at = parent, now.Add(d)
 	bits := uint32(lazyTimed)
 	switch {
 	case attempt:

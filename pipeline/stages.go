@@ -539,9 +539,9 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 	}
 	if err != nil {
 		if !hedge { // a hedge not sent is no refusal of its call, which goes on with the attempt out
-			n := c.s.next()
-			if refusal == resilience.EventRejected {
-				n = 0 // the breaker rejected the call, as at its door: not a stop between retries
+			n := 0 // EventRejected: the breaker rejected the call, as at its door: not a stop between retries
+			if refusal != resilience.EventRejected {
+				n = c.s.next()
 			}
 			c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: n, Err: err})
 		}

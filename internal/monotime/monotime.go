@@ -24,6 +24,16 @@ func Now() Reading { return Reading(time.Since(base)) }
 // Since returns the time elapsed since r.
 func Since(r Reading) time.Duration { return time.Duration(Now() - r) }
 
+// Add returns the reading d after r, or the last reading there is
+// (math.MaxInt64) if that is past it: a deadline past the end of time is
+// none, as time.Time.Add saturates.
+func (r Reading) Add(d time.Duration) Reading {
+	if at := r + Reading(d); at >= r {
+		return at
+	}
+	return math.MaxInt64
+}
+
 // Time returns r as a time.Time, for a deadline to give in a
 // context.Context, as time.Now().Add(d) would have given it at the
 // reading d before r: its monotonic reading is r's exactly, and its wall

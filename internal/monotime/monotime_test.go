@@ -46,3 +46,10 @@ func TestTimeSaturates(t *testing.T) {
 		assert.True(t, Reading(math.MaxInt64).Time().After(time.Now().Add(100*365*24*time.Hour)))
 	})
 }
+
+func TestAddSaturatesPastTheEndOfTime(t *testing.T) {
+	r := Reading(time.Hour)
+	assert.Equal(t, Reading(time.Hour+time.Second), r.Add(time.Second))
+	assert.Equal(t, Reading(math.MaxInt64), r.Add(math.MaxInt64))
+	assert.Equal(t, Reading(math.MaxInt64), Reading(math.MaxInt64).Add(1))
+}

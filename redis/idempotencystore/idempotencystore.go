@@ -55,9 +55,10 @@ type eviction struct {
 const ownTime = 2 * time.Second
 
 // ownTimeFor returns the time of its own for background work that a call
-// with deadline dl, begun at start, starts: at least ownTime, and twice
+// with ctx, begun at start, starts: at least ownTime, and twice
 // what the call had (a new connection and a command: four round trips).
-func ownTimeFor(start time.Time, dl time.Time, ok bool) time.Duration {
+func ownTimeFor(ctx context.Context, start time.Time) time.Duration {
+	dl, ok := ctx.Deadline()
 	if !ok {
 		return ownTime
 	}
@@ -143,8 +144,7 @@ func (s *Store) checkEviction(ctx context.Context, start time.Time, key string) 
 			s.reads, s.checks = make(map[string]*policyRead), make(map[string]eviction)
 		}
 		s.reads[addr] = r
-		dl, ok := ctx.Deadline()
-		go s.readPolicy(node, addr, r, ownTimeFor(start, dl, ok))
+		go s.readPolicy(node, addr, r, ownTimeFor(ctx, start))
 	}
 	s.mu.Unlock()
 	if read {
@@ -202,8 +202,7 @@ func (s *Store) warm(ctx context.Context, start time.Time, err error) {
 	if err == nil || ctx.Err() == nil || !s.warming.CompareAndSwap(false, true) {
 		return
 	}
-	dl, ok := ctx.Deadline()
-	own := ownTimeFor(start, dl, ok)
+	own := ownTimeFor(ctx, start)
 	go func() {
 		defer s.warming.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), own)
