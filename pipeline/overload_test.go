@@ -379,7 +379,7 @@ func TestWaitWhenOpenKeepsToTheBudget(t *testing.T) {
 
 // TestThrottleShedsLoadAndLetsGo: while the dependency refuses
 // everything, the throttle sends it a trickle; once it is back, the
-// throttle lets everything through again within its window.
+// throttle lets everything through again within a second.
 func TestThrottleShedsLoadAndLetsGo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := throttle.New(throttle.Window(500 * time.Millisecond))
@@ -428,9 +428,10 @@ func TestThrottleShedsLoadAndLetsGo(t *testing.T) {
 				back = i
 			}
 		}
-		// From a trickle of one a window, it lets in about three times as
-		// much each window (K+1): log3(500) windows, about 6 of 500 ms.
-		assert.True(t, back >= 4 && back <= 9, "full traffic again %d s after the dependency is back", back-3)
+		// Refusals count at the share let through: the accepts soon
+		// outnumber them (counted in full, full traffic took 2 to 5 s).
+		assert.Greater(t, okBySecond[3].Load(), int64(800), "most calls of the first second back")
+		assert.True(t, back >= 3 && back <= 4, "full traffic again %d s after the dependency is back", back-3)
 		assert.Greater(t, okBySecond[11].Load(), int64(990), "and it stays")
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/throttle"
@@ -51,16 +52,16 @@ func TestEachOutcomeIsCountedAsItShouldBe(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				th := throttle.New(throttle.K(1.25))
-				attempts := func(n int, err error) {
-					for range n {
-						if tk, aerr := th.Admit(); aerr == nil {
-							th.Done(tk, err)
-						}
-					}
+				// All sent before any answer, so that none is refused.
+				var tks []throttle.Ticket
+				for range 30 {
+					tk, err := th.Admit()
+					require.NoError(t, err)
+					tks = append(tks, tk)
 				}
-				attempts(10, nil)
-				attempts(10, tc.err)
-				attempts(10, overload)
+				for i, tk := range tks {
+					th.Done(tk, []error{nil, tc.err, overload}[i/10])
+				}
 				assert.InDelta(t, tc.want, th.RejectProbability(), 1e-9)
 			})
 		})
