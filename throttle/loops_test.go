@@ -29,59 +29,80 @@ func TestWorkerLoopAfterABlip(t *testing.T) {
 	}{{"cold", 0}, {"warm", 300 * time.Millisecond}} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				const workers, window, slice = 6, time.Second, 250 * time.Millisecond
-				const slices = 16
-				th := throttle.New(throttle.Window(window))
-				fail := errors.New("503")
-				start := time.Now()
-				var mu sync.Mutex
-				var admitted, refused [slices]int
-				var wg sync.WaitGroup
-				for range workers {
-					wg.Go(func() {
-						for {
-							since := time.Since(start)
-							i := int(since / slice)
-							if i >= slices {
-								return
-							}
-							tk, err := th.Admit()
-							mu.Lock()
-							if err != nil {
-								refused[i]++
-							} else {
-								admitted[i]++
-							}
-							mu.Unlock()
-							switch {
-							case err != nil:
-								time.Sleep(2 * time.Microsecond) // the next job
-							case since >= tc.blip && since < tc.blip+30*time.Millisecond:
-								time.Sleep(50 * time.Microsecond)
-								th.Done(tk, fail)
-							default:
-								time.Sleep(2 * time.Millisecond)
-								th.Done(tk, nil)
-							}
-						}
-					})
-				}
-				wg.Wait()
-				// From one window and two buckets after the blip, the
-				// blip's failures are out of the window.
-				clear := int((tc.blip + 30*time.Millisecond + window + window/5 + slice - 1) / slice)
-				late, all := 0, 0
-				for i := range slices {
-					t.Logf("%5v: %5d admitted, %6d refused", time.Duration(i)*slice, admitted[i], refused[i])
-					if i >= clear {
-						late += refused[i]
-						all += admitted[i] + refused[i]
-					}
-				}
-				assert.Less(t, float64(late)/float64(all), 0.001, "refused from %v on, once the blip is out of the window", time.Duration(clear)*slice)
+				assertClearAfterBlip(t, tc.blip, workerLoops(tc.blip, 5*time.Microsecond))
 			})
 		})
 	}
+}
+
+const (
+	loopWindow = time.Second
+	loopSlice  = 250 * time.Millisecond
+	loopSlices = 16
+)
+
+// loopCounts are the attempts admitted and refused in each slice.
+type loopCounts struct{ admitted, refused [loopSlices]atomic.Int64 }
+
+// workerLoops runs six workers for loopSlices slices through a throttle
+// with a window of loopWindow, against a dependency that answers a
+// healthy call in 2 ms and fails from blip for 30 ms; a failure, and a
+// refused worker's move to its next call, take fast (0: no pause).
+func workerLoops(blip, fast time.Duration) *loopCounts {
+	th := throttle.New(throttle.Window(loopWindow))
+	fail := errors.New("503")
+	start := time.Now()
+	var c loopCounts
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			for {
+				since := time.Since(start)
+				i := int(since / loopSlice)
+				if i >= loopSlices {
+					return
+				}
+				tk, err := th.Admit()
+				switch {
+				case err != nil:
+					c.refused[i].Add(1)
+					if fast > 0 {
+						time.Sleep(fast) // the next job
+					}
+				case since >= blip && since < blip+30*time.Millisecond:
+					c.admitted[i].Add(1)
+					if fast > 0 {
+						time.Sleep(fast)
+					}
+					th.Done(tk, fail)
+				default:
+					c.admitted[i].Add(1)
+					time.Sleep(2 * time.Millisecond)
+					th.Done(tk, nil)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return &c
+}
+
+// assertClearAfterBlip asserts that under 0.1% of the attempts were
+// refused from one window and two buckets after the blip on, when the
+// blip's failures are out of the window.
+func assertClearAfterBlip(t *testing.T, blip time.Duration, c *loopCounts) {
+	t.Helper()
+	clear := int((blip + 30*time.Millisecond + loopWindow + loopWindow/5 + loopSlice - 1) / loopSlice)
+	var late, all int64
+	for i := range loopSlices {
+		a, r := c.admitted[i].Load(), c.refused[i].Load()
+		t.Logf("%5v: %6d admitted, %8d refused", time.Duration(i)*loopSlice, a, r)
+		if i >= clear {
+			late += r
+			all += a + r
+		}
+	}
+	assert.Less(t, float64(late)/float64(all), 0.001, "refused from %v on, once the blip is out of the window", time.Duration(clear)*loopSlice)
 }
 
 // openLoop offers rate calls a second for d, one attempt each answered at
@@ -201,59 +222,21 @@ func TestWorkerLoopAfterABlipRealTime(t *testing.T) {
 	if raceEnabled {
 		t.Skip("a real-time bound on a 2-core machine: the race detector takes the CPU it measures; .ci/run runs it without")
 	}
-	const workers, window, slice, slices = 6, time.Second, 250 * time.Millisecond, 10
-	const blip = 300 * time.Millisecond
-	th := throttle.New(throttle.Window(window))
-	fail := errors.New("503")
-	start := time.Now()
-	var admitted, refused [slices]atomic.Int64
-	var lag atomic.Int64
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for time.Since(start) < slices*slice {
+	var lag time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for end := time.Now().Add(loopSlices * loopSlice); time.Now().Before(end); {
 			before := time.Now()
 			time.Sleep(time.Millisecond)
-			if late := int64(time.Since(before) - time.Millisecond); late > lag.Load() {
-				lag.Store(late)
-			}
+			lag = max(lag, time.Since(before)-time.Millisecond)
 		}
-	})
-	for range workers {
-		wg.Go(func() {
-			for {
-				since := time.Since(start)
-				i := int(since / slice)
-				if i >= slices {
-					return
-				}
-				tk, err := th.Admit()
-				if err != nil {
-					refused[i].Add(1)
-					continue
-				}
-				admitted[i].Add(1)
-				if since >= blip && since < blip+30*time.Millisecond {
-					th.Done(tk, fail)
-					continue
-				}
-				time.Sleep(2 * time.Millisecond)
-				th.Done(tk, nil)
-			}
-		})
+	}()
+	const blip = 300 * time.Millisecond
+	c := workerLoops(blip, 0)
+	<-done
+	if lag > 100*time.Millisecond {
+		t.Skipf("the run fell behind: a 1 ms sleep woke %v late", lag)
 	}
-	wg.Wait()
-	if l := time.Duration(lag.Load()); l > 100*time.Millisecond {
-		t.Skipf("the run fell behind: a 1 ms sleep woke %v late", l)
-	}
-	clear := int((blip + 30*time.Millisecond + window + window/5 + slice - 1) / slice)
-	var late, all int64
-	for i := range slices {
-		a, r := admitted[i].Load(), refused[i].Load()
-		t.Logf("%5v: %6d admitted, %8d refused", time.Duration(i)*slice, a, r)
-		if i >= clear {
-			late += r
-			all += a + r
-		}
-	}
-	assert.Less(t, float64(late)/float64(all), 0.001, "refused from %v on, once the blip is out of the window", time.Duration(clear)*slice)
+	assertClearAfterBlip(t, blip, c)
 }
