@@ -251,7 +251,9 @@ func (b *Breaker) Check() error {
 // Execute calls op if the breaker admits the call, and counts its outcome.
 // A rejected call returns an error matching [ErrOpen] or
 // [ErrTooManyRequests] without calling op. A ctx already done returns
-// ctx.Err() without taking a probe slot. op's error is returned as it is. If
+// ctx.Err() without taking a probe slot, as does one that ends while the
+// call waits for the store to grant this replica the fleet's probe
+// ([Shared]). op's error is returned as it is. If
 // op panics or calls [runtime.Goexit], the panic or Goexit goes on, and
 // the breaker counts the call neither way (unlike gobreaker, which counts
 // a failure): it is the caller's bug, which says nothing of the

@@ -723,9 +723,12 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 				return false, 0, nil, f.b.reject(f.b.errBusy)
 			}
 			f.demand.Store(now) // for the flush it asks for
-			if f.flushNow(ctx) {
+			switch {
+			case f.flushNow(ctx):
 				probe, gen, c, err = f.admitting(ctx, false) // as the flush left it
-			} else {
+			case ctx.Err() != nil:
+				err = ctx.Err() // the caller gave up, the breaker refused nothing
+			default:
 				err = f.b.reject(f.b.errBusy)
 			}
 			if err != nil {
