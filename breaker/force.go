@@ -139,7 +139,7 @@ type forcing struct {
 	fleet  bool
 	reject error // for ForcedOpen: the breaker's error
 	// Counted under ForcedClosed, for Snapshot.
-	requests, failures, exclusions atomic.Uint64
+	requests, failures, exclusions, successes atomic.Uint64
 }
 
 // farFuture is what the wait queue takes for the opening time of a
@@ -416,6 +416,7 @@ func (b *Breaker) executeForced(ctx context.Context, f *forcing, op func(ctx con
 		case excluded:
 			f.exclusions.Add(1)
 		default:
+			f.successes.Add(1)
 			b.cb.answer(a.at)
 		}
 		return err

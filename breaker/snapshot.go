@@ -173,9 +173,11 @@ func (b *Breaker) Snapshot() Snapshot {
 	}
 	ok, failed := uint64(s.Counts.TotalSuccesses), uint64(s.Counts.TotalFailures)
 	if f := b.force.Load(); f != nil && f.Mode == ForcedClosed {
-		req, fail, excl := f.requests.Load(), f.failures.Load(), f.exclusions.Load()
-		ok, failed = req-fail-excl, fail
-		s.Counts = Counts{Requests: sat32(req), TotalFailures: sat32(fail), TotalExclusions: sat32(excl), TotalSuccesses: sat32(ok)}
+		// Outcomes first, so that every call they count is among the
+		// requests read after; the calls still running are in requests alone.
+		ok, failed = f.successes.Load(), f.failures.Load()
+		excl, req := f.exclusions.Load(), f.requests.Load()
+		s.Counts = Counts{Requests: sat32(req), TotalFailures: sat32(failed), TotalExclusions: sat32(excl), TotalSuccesses: sat32(ok)}
 	}
 	if done := ok + failed; done > 0 {
 		s.FailureRate = float64(failed) / float64(done)

@@ -373,7 +373,17 @@ func (h *Handler) send(st *stream, w http.ResponseWriter, b []byte) bool {
 	if _, err := w.Write(b); err != nil {
 		return false
 	}
-	return st.rc.Flush() == nil
+	if err := st.rc.Flush(); err != nil {
+		if errors.Is(err, http.ErrNotSupported) {
+			// A ResponseWriter that cannot flush (a middleware's wrapper
+			// with neither Flush nor Unwrap): the stream carries this one
+			// event, and tells the browser to come back for the next
+			// after an interval, not its default of seconds.
+			_, _ = fmt.Fprintf(w, "retry: %d\n\n", max(1, h.cfg.interval.Milliseconds()))
+		}
+		return false
+	}
+	return true
 }
 
 // writeTimeout is how long an event stream waits to write an event (or

@@ -89,7 +89,12 @@ type Registry struct {
 	mu        sync.Mutex
 	breakers  map[string]*breakerEntry
 	pipelines map[string]*pipelineEntry
-	sampled   time.Time // when the series last took a point
+
+	// smu is held by a snapshot, which reads the entries without mu: the
+	// points it takes (the entries' series, last, lastAt, rate and span)
+	// and sampled are the snapshots' alone.
+	smu     sync.Mutex
+	sampled time.Time // when the series last took a point
 }
 
 type breakerEntry struct {

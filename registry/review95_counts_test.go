@@ -38,8 +38,10 @@ func r95Sum(s registry.PipelineState) uint64 {
 
 // Many goroutines, a breaker that opens and closes, retries, a throttle
 // and a limit, operations that succeed, fail, panic or call Goexit: the
-// calls are counted exactly, successes exactly, and each call ends as one
-// of success, failure, rejection, throttled, limited.
+// calls are counted exactly, successes and failures exactly (a call
+// failed if it sent an attempt and did not succeed: its retry refused
+// too), and each call counts in one of success, failure, rejection,
+// throttled, limited at least.
 func TestReview95CountsUnderLoad(t *testing.T) {
 	for _, hedged := range []bool{false, true} {
 		t.Run(fmt.Sprint("hedged=", hedged), func(t *testing.T) {
@@ -55,7 +57,7 @@ func TestReview95CountsUnderLoad(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var calls, oks atomic.Uint64
+			var calls, oks, failedSent atomic.Uint64
 			stop := make(chan struct{})
 			var snaps sync.WaitGroup
 			snaps.Go(func() {
@@ -85,10 +87,18 @@ func TestReview95CountsUnderLoad(t *testing.T) {
 					for range 400 {
 						calls.Add(1)
 						done := make(chan struct{})
+						var sent atomic.Bool
 						go func() {
 							defer close(done)
-							defer func() { recover() }()
+							ok := false
+							defer func() {
+								recover()
+								if !ok && sent.Load() { // its last attempt sent failed, panicked or exited
+									failedSent.Add(1)
+								}
+							}()
 							_, err := pipeline.Do(context.Background(), p, func(ctx context.Context) (int, error) {
+								sent.Store(true)
 								switch x := rand.IntN(100); {
 								case x < 2:
 									panic("op panics")
@@ -102,6 +112,7 @@ func TestReview95CountsUnderLoad(t *testing.T) {
 								return 1, nil
 							})
 							if err == nil {
+								ok = true
 								oks.Add(1)
 							}
 						}()
@@ -121,7 +132,10 @@ func TestReview95CountsUnderLoad(t *testing.T) {
 			if s.Successes != oks.Load() {
 				t.Errorf("Successes %d, calls that succeeded %d", s.Successes, oks.Load())
 			}
-			if r95Sum(s) != s.Calls {
+			if s.Failures != failedSent.Load() {
+				t.Errorf("Failures %d, calls that sent an attempt and did not succeed %d", s.Failures, failedSent.Load())
+			}
+			if r95Sum(s) < s.Calls { // a call refused at its retry counts as a failure and a refusal
 				t.Errorf("successes+failures+rejected+throttled+limited = %d, calls %d", r95Sum(s), s.Calls)
 			}
 			if s.Rejected+s.Throttled+s.Limited > s.Calls-s.Successes {

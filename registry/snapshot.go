@@ -67,8 +67,21 @@ type PipelineState struct {
 // registered, and takes a point of their series if an interval has passed
 // since the last. It is safe for concurrent use.
 func (r *Registry) Snapshot() Snapshot {
+	r.smu.Lock()
+	defer r.smu.Unlock()
+	// The entries are copied under the registry's lock, and read after:
+	// registering (a breaker group's first call to a host may) waits for
+	// the copy, not for the whole snapshot.
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	pipes := make([]named[*pipelineEntry], 0, len(r.pipelines))
+	for name, e := range r.pipelines {
+		pipes = append(pipes, named[*pipelineEntry]{name, e})
+	}
+	breakers := make([]named[*breakerEntry], 0, len(r.breakers))
+	for name, e := range r.breakers {
+		breakers = append(breakers, named[*breakerEntry]{name, e})
+	}
+	r.mu.Unlock()
 	now := time.Now()
 	s := Snapshot{At: now, Interval: r.cfg.interval, Points: r.cfg.points}
 	elapsed := now.Sub(r.sampled)
@@ -81,7 +94,8 @@ func (r *Registry) Snapshot() Snapshot {
 	}
 	perBreaker := map[string][3]uint64{}
 	byBreaker := map[string][]string{} // the pipelines built on each
-	for name, e := range r.pipelines {
+	for _, ne := range pipes {
+		name, e := ne.name, ne.e
 		p := e.p.Value()
 		if p == nil {
 			continue
@@ -105,14 +119,15 @@ func (r *Registry) Snapshot() Snapshot {
 		}
 		s.Pipelines = append(s.Pipelines, pipelineState(name, p, e, t))
 	}
-	for name, e := range r.breakers {
+	for _, ne := range breakers {
+		name, e := ne.name, ne.e
 		b := e.b.Value()
 		if b == nil {
 			continue
 		}
 		bs := BreakerState{Snapshot: b.Snapshot()}
 		if bs.Closed {
-			delete(r.breakers, name) // unregistered once closed
+			remove(r, r.breakers, name, func(o *breakerEntry) bool { return o == e }) // unregistered once closed
 			continue
 		}
 		if point {
@@ -127,6 +142,12 @@ func (r *Registry) Snapshot() Snapshot {
 	slices.SortFunc(s.Breakers, func(a, b BreakerState) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(s.Pipelines, func(a, b PipelineState) int { return strings.Compare(a.Name, b.Name) })
 	return s
+}
+
+// named is an entry of the registry's, with its name.
+type named[E any] struct {
+	name string
+	e    E
 }
 
 func diff(now, then totals) totals {

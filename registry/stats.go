@@ -95,8 +95,12 @@ func (s *stats) totals() totals {
 		Throttled: s.throttled.Load(), Limited: s.limited.Load(), Waited: s.waited.Load(),
 	}
 	// The failed attempts, less those that a retry followed (every later
-	// attempt, refused ones too, follows one).
-	if later := l.OK + l.Refused + l.Canceled; f.Failed > later {
+	// attempt follows one) and did not end as a failure of its own: a
+	// retry that the throttle or the limit refused ends its call, a failure
+	// (its last attempt's). A retry the breaker's re-check refused is not
+	// counted (the retry loop stops there, or resumes once the breaker
+	// lets it).
+	if later := l.OK + l.Canceled; f.Failed > later {
 		t.Failures = f.Failed - later
 	}
 	return t

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/resiliencekit/resiliencekit/throttle"
 )
@@ -150,13 +151,13 @@ func TestWhatTheDependencyGets(t *testing.T) {
 				}
 				return false
 			}
-		}, [2]int{320, 380}, [2]int{95, 101}},
+		}, [2]int{185, 215}, [2]int{95, 101}},
 		{"60% failing at random", func(r *rand.Rand) func() bool {
 			return func() bool { return r.Float64() < 0.4 }
-		}, [2]int{500, 600}, [2]int{200, 245}},
+		}, [2]int{2, 40}, [2]int{0, 16}},
 		{"dead", func(*rand.Rand) func() bool {
 			return func() bool { return false }
-		}, [2]int{8, 20}, [2]int{0, 0}},
+		}, [2]int{0, 3}, [2]int{0, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for seed := range uint64(5) {
@@ -239,4 +240,38 @@ func TestWorkerLoopAfterABlipRealTime(t *testing.T) {
 		t.Skipf("the run fell behind: a 1 ms sleep woke %v late", lag)
 	}
 	assertClearAfterBlip(t, blip, c)
+}
+
+// TestRefusalsAloneRefuseNothing: with no failure left in the window, the
+// throttle refuses nothing, whatever its own refusals in the window: they
+// say nothing of the dependency.
+func TestRefusalsAloneRefuseNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := throttle.New(throttle.Window(time.Second))
+		var tks []throttle.Ticket
+		for range 120 {
+			tk, err := th.Admit()
+			require.NoError(t, err)
+			tks = append(tks, tk)
+		}
+		for _, tk := range tks[:100] {
+			th.Done(tk, errors.New("503"))
+		}
+		time.Sleep(500 * time.Millisecond)
+		refused := 0
+		for range 10000 {
+			if tk, err := th.Admit(); err != nil {
+				refused++
+			} else {
+				tks = append(tks, tk) // answered later
+			}
+		}
+		require.Greater(t, refused, 9000)
+		time.Sleep(450 * time.Millisecond)
+		for _, tk := range tks[100:] {
+			th.Done(tk, nil)
+		}
+		time.Sleep(200 * time.Millisecond) // the failures have left the window, the refusals not
+		assert.Zero(t, th.RejectProbability())
+	})
 }

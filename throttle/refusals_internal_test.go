@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var errOverloaded = errors.New("503")
 
 // TestRejectProbabilityFollowsTheFormula: the probability is the book's
-// formula, one accept assumed, over the requests the window counted.
+// formula, one accept assumed, over the requests the window counted:
+// here, where the dependency fails of late, every refusal.
 func TestRejectProbabilityFollowsTheFormula(t *testing.T) {
 	tests := []struct {
 		requests, accepts int
@@ -41,7 +43,11 @@ func TestRejectProbabilityFollowsTheFormula(t *testing.T) {
 					}
 					time.Sleep(time.Second / 2000)
 				}
-				req := int(th.requests.Sum(th.clock.Now(&th.requests)))
+				e := th.clock.Now(&th.requests)
+				req := int(th.requests.Sum(e))
+				if th.failing(e) { // every refusal counted
+					req += int(th.refused.Sum(e) - th.thinned.Sum(e))
+				}
 				assert.GreaterOrEqual(t, req, sent, "every attempt sent is a request")
 				assert.LessOrEqual(t, req, tt.requests)
 				want := max(0, (float64(req)-tt.k*float64(accepts+1))/float64(req+1))
@@ -51,38 +57,41 @@ func TestRejectProbabilityFollowsTheFormula(t *testing.T) {
 	}
 }
 
-// TestARefusalCountsAtTheShareAdmitted: a refused attempt counts as a
-// request with probability 1-p, p the probability it was refused with:
-// over 200,000 refusals, the requests they added are within five
-// standard deviations of the sum of their 1-p.
+// TestARefusalCountsAtTheShareAdmitted: once the dependency accepts
+// again, with failures still in the window, a refused attempt counts as
+// a request with probability 1-p, p the probability it was refused with:
+// the requests the refusals added are within five standard deviations of
+// the sum of their 1-p.
 func TestARefusalCountsAtTheShareAdmitted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := New(Window(time.Minute))
-		for range 30 {
+		var tks []Ticket
+		for range 1000 {
 			tk, _ := th.Admit()
+			tks = append(tks, tk)
+		}
+		for _, tk := range tks {
 			th.Done(tk, errOverloaded)
 		}
-		sent := 30
+		time.Sleep(3 * th.clock.Bucket()) // the failures are in the window, not of late
 		var want, variance float64
 		refusals := 0
-		for refusals < 200000 {
+		for range 200000 {
 			p := th.RejectProbability()
 			tk, err := th.Admit()
 			if err == nil {
-				sent++
-				if sent%5 < 2 { // two in five accepted: p stays near 0.45
-					th.Done(tk, nil)
-				} else {
-					th.Done(tk, errOverloaded)
-				}
+				th.Done(tk, nil)
 				continue
 			}
 			refusals++
 			want += 1 - p
 			variance += p * (1 - p)
 		}
-		got := float64(th.requests.Sum(th.clock.Now(&th.requests))) - float64(sent)
+		e := th.clock.Now(&th.requests)
+		require.False(t, th.failing(e))
+		got := float64(th.thinned.Sum(e))
 		t.Logf("%d refusals added %.0f requests; 1-p summed to %.0f", refusals, got, want)
+		require.Greater(t, refusals, 1000)
 		assert.InDelta(t, want, got, 5*math.Sqrt(variance))
 		assert.Less(t, got, 0.9*float64(refusals), "not all of them")
 	})

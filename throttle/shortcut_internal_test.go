@@ -13,10 +13,12 @@ import (
 )
 
 // formula is probability without its first check: the book's formula
-// over the window, as probability computes it once something failed or
-// was refused.
+// over the window, as probability computes it once something failed.
 func (t *Throttle) formula(e int64) float64 {
 	req, acc := float64(t.requests.Sum(e)), float64(t.accept.Sum(e))
+	if t.failing(e) {
+		req += max(0, float64(t.refused.Sum(e))-float64(t.thinned.Sum(e)))
+	}
 	out := min(max(0, float64(t.out.Load())), req)
 	failed := float64(t.failed.Sum(e))
 	if acc+failed < minAnswers {

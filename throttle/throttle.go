@@ -28,25 +28,37 @@
 // accepts fewer, the rest fail at once with [ErrThrottled] at no cost to
 // the dependency. K is 2 by default.
 //
-// A refused attempt counts as a request with the probability that an
-// attempt is let through, 1-p, where the book counts every one. A caller
-// that calls again as soon as it is refused (a worker taking the next
-// job) makes its refusals as fast as the throttle answers: counted in
-// full, they would keep the share refused where the failures left it
-// long after the dependency is back (a review: 99.6% of a healthy
-// dependency's calls refused 2 s after a 30 ms blip, with a 1 s window).
-// Thinned, the refusals add about p requests for each attempt sent, however
-// fast the caller repeats, and once the failures are out of the window
-// the throttle refuses nothing (TestWorkerLoopAfterABlip). It then sends
-// about K/(1-p^2) times what the dependency accepts, not the book's K:
-// at 1,000 calls a second to a dependency that accepts 100, 320 to 380
-// attempts a second (the book's count: 200; a plain client: 1,000); to one
-// that accepts nothing, 8 to 20 a second, so the throttle notices when it
-// is back; to one that fails 60% of its attempts at random, not for
-// load, 500 to 600, 200 to 245 of them accepted, where a plain client
-// gets 400 accepted and the book's count 3 (TestWhatTheDependencyGets).
-// And it lets traffic back within seconds of the dependency's return
-// (see [K]). Use it where the failures are an overload's.
+// A refused attempt counts as a request as the book counts it while the
+// dependency is failing of late: more than half the share of its answers
+// that K tolerates were failures over the last fifth of the window (a
+// quarter, with K 2), or it answered nothing then. The throttle then
+// sends about K times what the dependency accepts, whatever the demand:
+// at 1,000 calls a second to a dependency that accepts 100, 195 to 204
+// attempts a second (a plain client: 1,000), and to one that accepts
+// nothing, a trickle of 1 to 2 a second (TestWhatTheDependencyGets, 40
+// runs). A
+// dependency overloaded into a bad state that it leaves only once its
+// load falls near what it still serves needs that cut: counting
+// refusals at the share let through, below, it got 3.4 to 4.7 times
+// what it accepted and stayed down (review97,
+// TestReview97MetastableDependencyRecovers). Once the dependency's recent
+// answers are mostly accepts, a refusal counts as a request only with
+// the probability that an attempt is let through, 1-p. A caller that
+// calls again as soon as it is refused (a worker taking the next job)
+// makes its refusals as fast as the throttle answers: counted in full,
+// they kept the share refused where the failures left it long after the
+// dependency was back (a review: 99.6% of a healthy dependency's calls
+// refused 2 s after a 30 ms blip, with a 1 s window); thinned, they add
+// about p requests for each attempt sent, however fast the caller
+// repeats. And where nothing failed in the window, the throttle refuses
+// nothing, whatever its own refusals there: they say nothing of the
+// dependency (TestWorkerLoopAfterABlip, TestRefusalsAloneRefuseNothing).
+// So it lets traffic back as soon as the dependency accepts the next
+// attempt of its trickle (see [K]). A dependency that fails more than
+// 1-1/K of its attempts for a reason other than load (60% of 503s at
+// random, say) gets a trickle too, 1 to 13 of a plain client's 400
+// successes a second: use the throttle where the failures are an
+// overload's.
 //
 // Ten failures or more in a window with no accept, as a pool of stale
 // connections reset at once after an idle spell gives, are taken for an
@@ -92,7 +104,8 @@ type Throttle struct {
 	clock            *window.Clock
 	requests, accept window.Ring
 	failed           window.Ring  // the dependency's failures, of the answered attempts
-	refused          window.Ring  // the throttle's own refusals, also counted in requests
+	refused          window.Ring  // the throttle's own refusals
+	thinned          window.Ring  // those of them counted in requests, at the share let through
 	out              atomic.Int64 // admitted, not yet Done
 }
 
@@ -124,14 +137,16 @@ type config struct {
 // K sets how many times the accepts the throttle lets through: requests
 // are refused only while they number more than k times the accepts, so
 // the throttle refuses once the dependency fails more than 1-1/k of its
-// attempts. Lower is more aggressive, and slower to let calls through
-// again once the dependency is back: after a 30 s outage at 1,000 calls
-// a second, with the default window, it refuses its last call 0.76 to
-// 1.16 s after the dependency is back, about 470 to 850 calls refused
-// meanwhile, with 2; 1.5 to 2 s with 1.5; 12 to 16 s, about 2,700 to
-// 3,700 calls, with 1.1 (TestRecoveryTimeByK, 11 runs on 6 December
-// 2026; counting every refusal, as the book does, took 44 to 52 s with
-// 2). Default 2. It panics unless k is a finite number of at least 1.1.
+// attempts. Lower is more aggressive. After an outage the throttle
+// refuses nearly every call until the dependency accepts the next
+// attempt of the trickle it sends a dead one, and within milliseconds
+// after that nothing: after a 30 s outage at 1,000 calls a second, with
+// the default window, the last call is refused 0 to 1.02 s after the
+// dependency is back, 0 to 1,011 calls refused meanwhile, with 2; 0 to 2
+// s with 1.5; 0 to 2.6 s, 0 to 1,194 calls, with 1.1
+// (TestRecoveryTimeByK, 30 runs on 6 December 2026; counting every
+// refusal, as the book does, took 44 to 52 s with 2). Default 2. It
+// panics unless k is a finite number of at least 1.1.
 func K(k float64) Option {
 	if math.IsNaN(k) || math.IsInf(k, 0) || k < 1.1 {
 		panic(fmt.Sprintf("throttle: K(%v): k must be a finite number >= 1.1", k))
@@ -158,8 +173,9 @@ type Ticket uint64
 // counted as a request now, as it is sent (so the throttle sees the load
 // as it goes out, not an attempt's duration later), and must be reported
 // with [Throttle.Done] and the Ticket. A refused one gets [ErrThrottled],
-// counted as a request that was not accepted with the probability 1-p
-// that it would have been let through (see the package doc). A nil *Throttle admits every
+// counted as a request that was not accepted: always while the
+// dependency is failing of late, else with the probability 1-p that it
+// would have been let through (see the package doc). A nil *Throttle admits every
 // attempt.
 func (t *Throttle) Admit() (Ticket, error) {
 	if t == nil {
@@ -169,6 +185,7 @@ func (t *Throttle) Admit() (Ticket, error) {
 		e := t.clock.Epoch()     // the clock was just read
 		if rand.Float64() >= p { // at the share let through: see the package doc
 			t.requests.Add(e)
+			t.thinned.Add(e)
 		}
 		t.refused.Add(e)
 		return 0, ErrThrottled
@@ -219,19 +236,34 @@ func (t *Throttle) RejectProbability() float64 {
 	return p
 }
 
+// failing reports whether the dependency is failing of late: more than
+// half the share of its answers that K tolerates, (1-1/K)/2, were
+// failures over the window's last two buckets (a fifth of it), or it
+// answered nothing then.
+func (t *Throttle) failing(e int64) bool {
+	acc, failed := float64(t.accept.At(e)), float64(t.failed.At(e))
+	if e > 0 {
+		acc, failed = acc+float64(t.accept.At(e-1)), failed+float64(t.failed.At(e-1))
+	}
+	return acc+failed == 0 || 2*t.k*failed > (t.k-1)*(acc+failed)
+}
+
 // minAnswers is the fewest answers of the dependency (accepts and
 // failures) in the window before the throttle refuses anything.
 const minAnswers = 10
 
 func (t *Throttle) probability(e int64) float64 {
-	if t.failed.Sum(e) == 0 && t.refused.Sum(e) == 0 {
-		// The common case, read first: then every request in the window
-		// was accepted or is still out, and the formula below is 0.
+	if t.failed.Sum(e) == 0 {
+		// The common case, read first. And where nothing failed in the
+		// window, the throttle's own refusals refuse nothing.
 		return 0
 	}
 	// Read in the order opposite to Done's, so that an attempt whose
 	// answer comes meanwhile counts as out and answered, not as neither.
 	req := float64(t.requests.Sum(e))
+	if t.failing(e) { // every refusal a request, as the book counts them
+		req += max(0, float64(t.refused.Sum(e))-float64(t.thinned.Sum(e)))
+	}
 	out := min(max(0, float64(t.out.Load())), req)
 	acc, failed := float64(t.accept.Sum(e)), float64(t.failed.Sum(e))
 	if acc+failed < minAnswers {
