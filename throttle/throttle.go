@@ -56,7 +56,7 @@
 // So it lets traffic back as soon as the dependency accepts the next
 // attempt of its trickle (see [K]). A dependency that fails more than
 // 1-1/K of its attempts for a reason other than load (60% of 503s at
-// random, say) gets a trickle too, 1 to 13 of a plain client's 400
+// random, say) gets a trickle too, 0 to 13 of a plain client's 400
 // successes a second: use the throttle where the failures are an
 // overload's.
 //

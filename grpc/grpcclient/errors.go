@@ -172,11 +172,14 @@ type attemptOf struct {
 //     all): checked by marshaling req again.
 //   - INTERNAL of the caller's own making before anything is sent, when
 //     the attempt never had a stream to a server: invalid outgoing
-//     metadata, a compressor or content-subtype that is not registered,
-//     call credentials that fail; and a reply of a Go type the codec does
-//     not take (checked).
+//     metadata, or more of it than the server's header list limit, a
+//     compressor or content-subtype that is not registered, call
+//     credentials that fail; and a reply of a Go type the codec does not
+//     take (checked).
 //   - UNAVAILABLE for a server certificate that the client does not trust
-//     (TLS verification).
+//     (TLS verification), and, when the attempt never had a stream, for
+//     an authority of the caller's (grpc.CallAuthority) that the
+//     connection's credentials do not vouch for.
 func localStatus(st *status.Status, at attemptOf) bool {
 	msg := st.Message()
 	switch st.Code() {
@@ -190,9 +193,13 @@ func localStatus(st *status.Status, at attemptOf) bool {
 		return localInternal(msg, at)
 	case codes.Unavailable:
 		// grpc-go's own words for a connection whose TLS handshake failed,
-		// which a server does not send.
+		// which a server does not send; and for an authority the caller
+		// set (grpc.CallAuthority) that the connection's credentials do
+		// not vouch for, refused before the stream.
 		return strings.HasPrefix(msg, "connection error: desc = \"transport: authentication handshake failed: ") &&
-			(strings.Contains(msg, "tls: failed to verify certificate") || strings.Contains(msg, "x509: "))
+			(strings.Contains(msg, "tls: failed to verify certificate") || strings.Contains(msg, "x509: ")) ||
+			!at.reached && (strings.HasPrefix(msg, "failed to validate authority ") ||
+				strings.Contains(msg, "does not implement the AuthorityValidator interface, but authority override specified with CallAuthority"))
 	}
 	return false
 }
@@ -210,7 +217,7 @@ func localInternal(msg string, at attemptOf) bool {
 		return err != nil
 	case strings.HasPrefix(msg, "header key "), strings.HasPrefix(msg, "there is an empty key in the header"),
 		strings.HasPrefix(msg, "grpc: Compressor is not installed"), strings.HasPrefix(msg, "no codec registered for content-subtype"),
-		strings.HasPrefix(msg, "transport: per-RPC creds failed"):
+		strings.HasPrefix(msg, "transport: per-RPC creds failed"), strings.HasPrefix(msg, "header list size to send violates the maximum size"):
 		return !at.reached
 	case strings.HasPrefix(msg, "grpc: failed to unmarshal the received message: failed to unmarshal, message is "):
 		_, ok := at.reply.(proto.Message)

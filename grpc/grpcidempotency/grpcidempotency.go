@@ -21,7 +21,10 @@
 // A repeat that arrives while the first still runs gets ABORTED
 // (HTTP's 409) with a pushback of a second, which package grpcclient
 // retries after; one with another request gets FAILED_PRECONDITION (HTTP's
-// 422); a malformed key, INVALID_ARGUMENT; a store that fails, UNAVAILABLE
+// 422); a malformed key, or a request that is not a protocol buffer
+// message (a JSON or FlatBuffers codec: the fingerprint and the record
+// are of proto messages, and the call is not served without the guard it
+// asked for), INVALID_ARGUMENT; a store that fails, UNAVAILABLE
 // with a pushback of a second, until it has failed for the Guard's
 // idempotency.FailOpenAfter: then calls run on the process's own records.
 //

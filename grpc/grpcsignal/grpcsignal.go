@@ -201,20 +201,33 @@ func HTTPStatus(c codes.Code) int {
 }
 
 // NoRetryMessage is the status message of an [Error] answer: the
-// dependency's own message is not passed on to this service's callers.
+// dependency's own message is not passed on to this service's callers,
+// but for an answer of its own that no one retries (see [Error]).
 const NoRetryMessage = "a dependency failed after retrying; do not retry"
 
 // Error returns the answer of a server handler whose outbound call failed
 // with err: a status error with the code of [Code], and a [PushbackKey]
 // trailer of -1 set on ctx, the handler's context (the caller must not
 // retry: this service's resilient client already did what retrying it
-// would). It returns nil for a nil err.
+// would). Where err ends with the dependency's own answer of a permanent
+// class (a gRPC status such as FAILED_PRECONDITION or NOT_FOUND, which
+// no one retries), that status is the answer, its message and details
+// (a google.rpc.ErrorInfo, a BadRequest's field violations) as the
+// dependency gave them, as a plain client would pass them on; else the
+// message is [NoRetryMessage]. It returns nil for a nil err.
 func Error(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackKey, "-1")) // fails only outside a handler
-	return status.Error(Code(err), NoRetryMessage)
+	code := Code(err)
+	var answer interface{ GRPCStatus() *status.Status }
+	if c, ok := resilience.ClassOf(err); ok && c == resilience.ClassPermanent && errors.As(err, &answer) {
+		if st := answer.GRPCStatus(); st.Code() == code {
+			return st.Err() // as the dependency gave it, not as wrapped on the way
+		}
+	}
+	return status.Error(code, NoRetryMessage)
 }
 
 // UnaryServerInterceptor answers, by [Error], every error of a unary
