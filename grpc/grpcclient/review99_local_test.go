@@ -45,6 +45,26 @@ func r99NewRig() *r99Rig {
 	return r
 }
 
+// r99SmallHeaders starts a server that takes 8 KiB of headers and dials
+// it through a rig; the context has 10 s.
+func r99SmallHeaders(t *testing.T) (*grpctest.Server, *r99Rig, *grpctest.Client, context.Context) {
+	t.Helper()
+	srv, err := grpctest.Start(grpc.MaxHeaderListSize(8 << 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	r := r99NewRig()
+	cc, err := grpctest.Dial(srv.Addr, r.ic.DialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return srv, r, grpctest.NewClient(cc), ctx
+}
+
 // A caller whose outgoing metadata is larger than the server's advertised
 // SETTINGS_MAX_HEADER_LIST_SIZE gets grpc-go's own INTERNAL ("header list
 // size to send violates the maximum size ... set by server"), made on the
@@ -52,20 +72,7 @@ func r99NewRig() *r99Rig {
 // metadata, which must never count against the dependency. Counted, five
 // of them open the breaker, and then a healthy call fails.
 func TestReview99OversizedOutgoingMetadataDoesNotCount(t *testing.T) {
-	srv, err := grpctest.Start(grpc.MaxHeaderListSize(8 << 10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	r := r99NewRig()
-	cc, err := grpctest.Dial(srv.Addr, r.ic.DialOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	client := grpctest.NewClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	srv, r, client, ctx := r99SmallHeaders(t)
 	if _, err := client.Get(ctx, "warm"); err != nil { // the server's SETTINGS are known from now on
 		t.Fatal(err)
 	}
@@ -168,20 +175,7 @@ func TestReview99BadCallAuthorityIsTheCallersError(t *testing.T) {
 // The stream path of the same: a Chat stream (IDEMPOTENT) whose outgoing
 // metadata is over the server's advertised header-list limit.
 func TestReview99OversizedMetadataOnAStreamDoesNotCount(t *testing.T) {
-	srv, err := grpctest.Start(grpc.MaxHeaderListSize(8 << 10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	r := r99NewRig()
-	cc, err := grpctest.Dial(srv.Addr, r.ic.DialOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	client := grpctest.NewClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	_, _, client, ctx := r99SmallHeaders(t)
 	if _, err := client.Chat(ctx, []string{"warm"}); err != nil {
 		t.Fatal(err)
 	}
