@@ -26,7 +26,11 @@
 // there alone; one whose retry was refused counts as a failure (its last
 // attempt's) and its retry's refusal as one of those, as a call that the
 // breaker stopped between retries counts as a failure. An attempt its caller canceled is
-// an attempt but no failure, as the breaker counts none. A failure
+// an attempt but no failure, as the breaker counts none. A call that ends
+// with an error of its own making, of class rejected, that its operation
+// returned (grpcclient's request over a size limit, httpclient's bad URL)
+// counts in Calls alone: neither the dependency's failure nor a stage's
+// refusal. A failure
 // counts as one from its attempt's end until a retry follows it: the
 // failures of calls still retrying are told again as their retries
 // end. A call that waits for its breaker

@@ -10,6 +10,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/limit"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/registry"
+	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
@@ -61,4 +62,26 @@ func TestReview98RefusedRetryCountsAsFailure(t *testing.T) {
 	if ps.Calls != 2 || ps.Successes != 1 || ps.Failures != 1 || ps.Limited != 1 {
 		t.Errorf("want 2 calls: 1 success, 1 failure (its retry refused), 1 limited")
 	}
+}
+
+// A call whose operation returns an error of the caller's own making
+// (class rejected) counts in Calls alone, as the package doc says.
+func TestCallersOwnErrorCountsInCallsAlone(t *testing.T) {
+	reg := registry.New()
+	p, err := reg.AddPipeline(pipeline.New(pipeline.WithName("own"),
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pipeline.Do(context.Background(), p, func(context.Context) (int, error) {
+		return 0, resilience.Rejected(errors.New("request over the size limit"))
+	})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	ps := reg.Snapshot().Pipelines[0]
+	if ps.Calls != 1 || ps.Attempts != 0 || ps.Successes != 0 || ps.Failures != 0 || ps.Rejected+ps.Throttled+ps.Limited != 0 {
+		t.Errorf("want the call in Calls alone: %+v", ps)
+	}
+	runtime.KeepAlive(p)
 }
