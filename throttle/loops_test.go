@@ -154,7 +154,7 @@ func TestWhatTheDependencyGets(t *testing.T) {
 		}, [2]int{185, 215}, [2]int{95, 101}},
 		{"60% failing at random", func(r *rand.Rand) func() bool {
 			return func() bool { return r.Float64() < 0.4 }
-		}, [2]int{0, 40}, [2]int{0, 16}},
+		}, [2]int{0, 60}, [2]int{0, 25}},
 		{"dead", func(*rand.Rand) func() bool {
 			return func() bool { return false }
 		}, [2]int{0, 3}, [2]int{0, 0}},

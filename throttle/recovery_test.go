@@ -14,18 +14,18 @@ import (
 // TestRecoveryTimeByK holds K's doc: after a 30 s outage at 1,000 calls a
 // second (10 s window), how long the throttle goes on refusing calls to
 // the dependency that is back, and how many, by K. It refuses nearly all
-// until the next attempt of the trickle it sent the dead dependency is
+// until the attempt it lets through each bucket (a second here) is
 // accepted; from then on the refusals count at the share let through,
-// and within milliseconds it refuses nothing.
+// and soon it refuses nothing.
 func TestRecoveryTimeByK(t *testing.T) {
 	for _, tc := range []struct {
 		k       float64
 		max     time.Duration
 		refused int // at most
 	}{
-		{2, 6 * time.Second, 6000},
-		{1.5, 6 * time.Second, 6000},
-		{1.1, 6 * time.Second, 6000},
+		{2, 2 * time.Second, 2000},
+		{1.5, 2 * time.Second, 2000},
+		{1.1, 10 * time.Second, 4000},
 	} {
 		synctest.Test(t, func(t *testing.T) {
 			th := throttle.New(throttle.K(tc.k))

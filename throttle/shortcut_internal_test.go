@@ -16,12 +16,13 @@ import (
 // over the window, as probability computes it once something failed.
 func (t *Throttle) formula(e int64) float64 {
 	req, acc := float64(t.requests.Sum(e)), float64(t.accept.Sum(e))
+	refused := float64(t.refused.Sum(e))
 	if t.failing(e) {
-		req += max(0, float64(t.refused.Sum(e))-float64(t.thinned.Sum(e)))
+		req += max(0, refused-float64(t.thinned.Sum(e)))
 	}
 	out := min(max(0, float64(t.out.Load())), req)
 	failed := float64(t.failed.Sum(e))
-	if acc+failed < minAnswers {
+	if acc+failed < minAnswers && refused <= acc+failed {
 		return 0
 	}
 	acc++

@@ -12,9 +12,11 @@
 //
 // one accept assumed beside those counted (the book's formula has none),
 // and nothing refused while the window holds fewer than 10 answers of the
-// dependency (accepts and failures): a lone failure, or a few stale
-// connections reset at once, followed by a burst of calls, is not an
-// overload.
+// dependency (accepts and failures), unless it holds more of the
+// throttle's own refusals: a lone failure, or a few stale connections
+// reset at once, followed by a burst of calls, is not an overload; a
+// dead dependency whose failures come slowly, the last ones gone from the
+// window, still is.
 //
 // An attempt counts as a request as it is sent, so that the throttle sees
 // the load as it goes out, not an attempt's duration later; the attempts
@@ -29,35 +31,35 @@
 // the dependency. K is 2 by default.
 //
 // A refused attempt counts as a request as the book counts it while the
-// dependency is failing of late: more than half the share of its answers
-// that K tolerates were failures over the last fifth of the window (a
-// quarter, with K 2), or it answered nothing then. The throttle then
-// sends about K times what the dependency accepts, whatever the demand:
-// at 1,000 calls a second to a dependency that accepts 100, 195 to 204
-// attempts a second (a plain client: 1,000), and to one that accepts
-// nothing, a trickle of 1 to 2 a second (TestWhatTheDependencyGets, 40
-// runs). A
-// dependency overloaded into a bad state that it leaves only once its
-// load falls near what it still serves needs that cut: counting
-// refusals at the share let through, below, it got 3.4 to 4.7 times
-// what it accepted and stayed down (review97,
-// TestReview97MetastableDependencyRecovers). Once the dependency's recent
-// answers are mostly accepts, a refusal counts as a request only with
-// the probability that an attempt is let through, 1-p. A caller that
-// calls again as soon as it is refused (a worker taking the next job)
-// makes its refusals as fast as the throttle answers: counted in full,
-// they kept the share refused where the failures left it long after the
-// dependency was back (a review: 99.6% of a healthy dependency's calls
-// refused 2 s after a 30 ms blip, with a 1 s window); thinned, they add
-// about p requests for each attempt sent, however fast the caller
-// repeats. And where nothing failed in the window, the throttle refuses
-// nothing, whatever its own refusals there: they say nothing of the
-// dependency (TestWorkerLoopAfterABlip, TestRefusalsAloneRefuseNothing).
-// So it lets traffic back as soon as the dependency accepts the next
-// attempt of its trickle (see [K]). A dependency that fails more than
-// 1-1/K of its attempts for a reason other than load (60% of 503s at
-// random, say) gets a trickle too, 0 to 13 of a plain client's 400
-// successes a second: use the throttle where the failures are an
+// dependency is failing of late: it becomes so once its answers over the
+// last fifth of the window hold more than K-1 failures for each accept,
+// and two more, and stops being so once they hold an accept and at most
+// (K-1)/2 failures for each. The throttle then sends about K times what
+// the dependency accepts, whatever the demand: at 1,000 calls a second to
+// a dependency that accepts 100, 195 to 205 attempts a second (a plain
+// client: 1,000), and to one that accepts nothing about one a second
+// (TestWhatTheDependencyGets, 40 runs). A dependency overloaded into a
+// bad state that it leaves only once its load falls near what it still
+// serves needs that cut: counting refusals at the share let through,
+// below, it got 3.4 to 4.7 times what it accepted and stayed down
+// (review97, TestReview97MetastableDependencyRecovers). Once the
+// dependency is no longer failing of late, a refusal counts as a request
+// only with the probability that an attempt is let through, 1-p. A caller
+// that calls again as soon as it is refused (a worker taking the next
+// job) makes its refusals as fast as the throttle answers: counted in
+// full, they kept the share refused where the failures left it long
+// after the dependency was back (a review: 99.6% of a healthy
+// dependency's calls refused 2 s after a 30 ms blip, with a 1 s window);
+// thinned, they add about p requests for each attempt sent, however fast
+// the caller repeats. Where nothing failed in the window, the throttle
+// refuses nothing, whatever its own refusals there: they say nothing of
+// the dependency (TestWorkerLoopAfterABlip, TestRefusalsAloneRefuseNothing).
+// And whatever p, the first attempt of a bucket (a tenth of the window)
+// in which none was sent goes through, so that the throttle hears within
+// a bucket that the dependency is back (see [K]). A dependency that fails
+// more than 1-1/K of its attempts for a reason other than load (60% of
+// 503s at random, say) gets a trickle too, 3 to 14 of a plain client's
+// 400 successes a second: use the throttle where the failures are an
 // overload's.
 //
 // Ten failures or more in a window with no accept, as a pool of stale
@@ -107,6 +109,8 @@ type Throttle struct {
 	refused          window.Ring  // the throttle's own refusals
 	thinned          window.Ring  // those of them counted in requests, at the share let through
 	out              atomic.Int64 // admitted, not yet Done
+	overloaded       atomic.Bool  // the dependency is failing of late: every refusal a request
+	probed           atomic.Int64 // the bucket (+1) of the last attempt let through whatever p
 }
 
 // New returns a Throttle with K 2 over a window of 10 s, changed by opts.
@@ -138,15 +142,18 @@ type config struct {
 // are refused only while they number more than k times the accepts, so
 // the throttle refuses once the dependency fails more than 1-1/k of its
 // attempts. Lower is more aggressive. After an outage the throttle
-// refuses nearly every call until the dependency accepts the next
-// attempt of the trickle it sends a dead one, and within milliseconds
-// after that nothing: after a 30 s outage at 1,000 calls a second, with
-// the default window, the last call is refused 0 to 1.02 s after the
-// dependency is back, 0 to 1,011 calls refused meanwhile, with 2; 0 to 2
-// s with 1.5; 0 to 2.6 s, 0 to 1,194 calls, with 1.1
+// refuses nearly every call until the dependency accepts the attempt let
+// through in each bucket, and soon after nothing: after a 30 s outage at
+// 1,000 calls a second, with the default window, the last call is
+// refused 0.3 to 1.06 s after the dependency is back, 304 to 1,036 calls
+// refused meanwhile, with 2; 1 to 1.08 s with 1.5; 1.2 to 3.6 s with 1.1
 // (TestRecoveryTimeByK, 30 runs on 6 December 2026; counting every
-// refusal, as the book does, took 44 to 52 s with 2). Default 2. It
-// panics unless k is a finite number of at least 1.1.
+// refusal, as the book does, took 44 to 52 s with 2). Once back, a
+// dependency failing 1 to 30% of its attempts at random is refused
+// nothing 5.1 s after its return at most (100 runs at 30%,
+// TestReview100RecoveryWithBackgroundFailures): each attempt let through
+// a bucket that fails adds a bucket. Default 2. It panics
+// unless k is a finite number of at least 1.1.
 func K(k float64) Option {
 	if math.IsNaN(k) || math.IsInf(k, 0) || k < 1.1 {
 		panic(fmt.Sprintf("throttle: K(%v): k must be a finite number >= 1.1", k))
@@ -181,7 +188,7 @@ func (t *Throttle) Admit() (Ticket, error) {
 	if t == nil {
 		return 0, nil
 	}
-	if p := t.RejectProbability(); p > 0 && rand.Float64() < p {
+	if p := t.RejectProbability(); p > 0 && rand.Float64() < p && !t.probe() {
 		e := t.clock.Epoch()     // the clock was just read
 		if rand.Float64() >= p { // at the share let through: see the package doc
 			t.requests.Add(e)
@@ -192,6 +199,17 @@ func (t *Throttle) Admit() (Ticket, error) {
 	}
 	t.out.Add(1)
 	return Ticket(t.clock.Tick(&t.requests)) + 1, nil
+}
+
+// probe reports whether an attempt the draw refused goes through all the
+// same: the first of a bucket (a tenth of the window) in which no attempt
+// was sent, so that the throttle hears when the dependency is back within
+// a bucket, not only when the trickle the formula lets through (about K
+// a window) comes.
+func (t *Throttle) probe() bool {
+	e := t.clock.Epoch() // the clock was just read
+	last := t.probed.Load()
+	return last <= e && t.requests.At(e) <= t.thinned.At(e) && t.probed.CompareAndSwap(last, e+1)
 }
 
 // Done reports the end of an attempt that [Throttle.Admit] admitted with
@@ -236,16 +254,32 @@ func (t *Throttle) RejectProbability() float64 {
 	return p
 }
 
-// failing reports whether the dependency is failing of late: more than
-// half the share of its answers that K tolerates, (1-1/K)/2, were
-// failures over the window's last two buckets (a fifth of it), or it
-// answered nothing then.
+// failing reports whether the dependency is failing of late, by its
+// answers over the window's last two buckets (a fifth of it): it becomes
+// so once they hold more than K-1 failures for each accept, and two more
+// (past the share of failures K tolerates, not by a chance few), and
+// stops being so once they hold an accept and at most (K-1)/2 failures
+// for each (within the tolerance, with a margin: at the book's balance,
+// where the dependency accepts one attempt in K, it stays failing, also
+// through the chance swings of a few answers; with 0.8(K-1), a dependency
+// held in a bad state, failing by 1 s timeouts, got bursts of 270
+// attempts a second).
+// Between the two, and with no answer, it is as it was.
 func (t *Throttle) failing(e int64) bool {
 	acc, failed := float64(t.accept.At(e)), float64(t.failed.At(e))
 	if e > 0 {
 		acc, failed = acc+float64(t.accept.At(e-1)), failed+float64(t.failed.At(e-1))
 	}
-	return acc+failed == 0 || 2*t.k*failed > (t.k-1)*(acc+failed)
+	was := t.overloaded.Load()
+	switch {
+	case !was && failed > (t.k-1)*acc+2:
+		t.overloaded.Store(true)
+		return true
+	case was && acc > 0 && failed <= 0.5*(t.k-1)*acc:
+		t.overloaded.Store(false)
+		return false
+	}
+	return was
 }
 
 // minAnswers is the fewest answers of the dependency (accepts and
@@ -261,13 +295,19 @@ func (t *Throttle) probability(e int64) float64 {
 	// Read in the order opposite to Done's, so that an attempt whose
 	// answer comes meanwhile counts as out and answered, not as neither.
 	req := float64(t.requests.Sum(e))
+	refused, thinned := float64(t.refused.Sum(e)), float64(t.thinned.Sum(e))
 	if t.failing(e) { // every refusal a request, as the book counts them
-		req += max(0, float64(t.refused.Sum(e))-float64(t.thinned.Sum(e)))
+		req += max(0, refused-thinned)
 	}
 	out := min(max(0, float64(t.out.Load())), req)
 	acc, failed := float64(t.accept.Sum(e)), float64(t.failed.Sum(e))
-	if acc+failed < minAnswers {
-		return 0 // too few answers to tell an overload from a blip
+	if acc+failed < minAnswers && refused <= acc+failed {
+		// Too few answers to tell an overload from a blip; but not where
+		// the throttle has been refusing more than it heard answers: a
+		// dead dependency whose failures come slowly, the last burst's
+		// failures gone from the window together, would get all the
+		// load until the next burst's came back.
+		return 0
 	}
 	// One accept is assumed beside those counted. The rate the dependency
 	// accepts at is of the attempts it answered: not of those refused
