@@ -67,7 +67,11 @@ func TestReview43FirstSnapshotAfterIdleCost(t *testing.T) {
 	reg.Snapshot()
 	took := time.Since(start)
 	t.Logf("points %d, 50 pipelines + 50 breakers: first Snapshot after a pause %v", points, took)
-	if took > 150*time.Millisecond {
+	bound := 150 * time.Millisecond
+	if raceEnabled { // 60 ms alone, 155 ms in CI beside other packages; quadratic, seconds
+		bound = 600 * time.Millisecond
+	}
+	if took > bound {
 		t.Errorf("the first Snapshot after a pause took %v", took)
 	}
 	runtime.KeepAlive(keep)
