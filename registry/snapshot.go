@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -73,14 +74,7 @@ func (r *Registry) Snapshot() Snapshot {
 	// registering (a breaker group's first call to a host may) waits for
 	// the copy, not for the whole snapshot.
 	r.mu.Lock()
-	pipes := make([]named[*pipelineEntry], 0, len(r.pipelines))
-	for name, e := range r.pipelines {
-		pipes = append(pipes, named[*pipelineEntry]{name, e})
-	}
-	breakers := make([]named[*breakerEntry], 0, len(r.breakers))
-	for name, e := range r.breakers {
-		breakers = append(breakers, named[*breakerEntry]{name, e})
-	}
+	pipes, breakers := maps.Clone(r.pipelines), maps.Clone(r.breakers)
 	r.mu.Unlock()
 	now := time.Now()
 	s := Snapshot{At: now, Interval: r.cfg.interval, Points: r.cfg.points}
@@ -94,8 +88,7 @@ func (r *Registry) Snapshot() Snapshot {
 	}
 	perBreaker := map[string][3]uint64{}
 	byBreaker := map[string][]string{} // the pipelines built on each
-	for _, ne := range pipes {
-		name, e := ne.name, ne.e
+	for name, e := range pipes {
 		p := e.p.Value()
 		if p == nil {
 			continue
@@ -119,8 +112,7 @@ func (r *Registry) Snapshot() Snapshot {
 		}
 		s.Pipelines = append(s.Pipelines, pipelineState(name, p, e, t))
 	}
-	for _, ne := range breakers {
-		name, e := ne.name, ne.e
+	for name, e := range breakers {
 		b := e.b.Value()
 		if b == nil {
 			continue
@@ -142,12 +134,6 @@ func (r *Registry) Snapshot() Snapshot {
 	slices.SortFunc(s.Breakers, func(a, b BreakerState) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(s.Pipelines, func(a, b PipelineState) int { return strings.Compare(a.Name, b.Name) })
 	return s
-}
-
-// named is an entry of the registry's, with its name.
-type named[E any] struct {
-	name string
-	e    E
 }
 
 func diff(now, then totals) totals {

@@ -188,26 +188,26 @@ func (t *Throttle) Admit() (Ticket, error) {
 	if t == nil {
 		return 0, nil
 	}
-	if p := t.RejectProbability(); p > 0 && rand.Float64() < p && !t.probe() {
-		e := t.clock.Epoch()     // the clock was just read
-		if rand.Float64() >= p { // at the share let through: see the package doc
-			t.requests.Add(e)
-			t.thinned.Add(e)
+	if p := t.RejectProbability(); p > 0 && rand.Float64() < p {
+		if e := t.clock.Epoch(); !t.probe(e) { // the clock was just read
+			if rand.Float64() >= p { // at the share let through: see the package doc
+				t.requests.Add(e)
+				t.thinned.Add(e)
+			}
+			t.refused.Add(e)
+			return 0, ErrThrottled
 		}
-		t.refused.Add(e)
-		return 0, ErrThrottled
 	}
 	t.out.Add(1)
 	return Ticket(t.clock.Tick(&t.requests)) + 1, nil
 }
 
-// probe reports whether an attempt the draw refused goes through all the
-// same: the first of a bucket (a tenth of the window) in which no attempt
+// probe reports whether an attempt the draw refused in bucket e goes
+// through all the same: the first of a bucket (a tenth of the window) in which no attempt
 // was sent, so that the throttle hears when the dependency is back within
 // a bucket, not only when the trickle the formula lets through (about K
 // a window) comes.
-func (t *Throttle) probe() bool {
-	e := t.clock.Epoch() // the clock was just read
+func (t *Throttle) probe(e int64) bool {
 	last := t.probed.Load()
 	return last <= e && t.requests.At(e) <= t.thinned.At(e) && t.probed.CompareAndSwap(last, e+1)
 }

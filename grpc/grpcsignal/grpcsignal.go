@@ -100,11 +100,22 @@ func Pushback(trailer metadata.MD) (d time.Duration, retry, ok bool) {
 // without a gRPC status; CANCELED when the caller went away; UNKNOWN for
 // another failure that a retry would not fix; INTERNAL when the request
 // this service made was at fault.
-func Code(err error) codes.Code {
+func Code(err error) codes.Code { return code(err, answerOf(err)) }
+
+// answerOf returns the gRPC status in err's chain (the dependency's
+// answer, as grpcclient's Error carries it), nil if none.
+func answerOf(err error) *status.Status {
 	var answered interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &answered) {
+		return answered.GRPCStatus()
+	}
+	return nil
+}
+
+// code is Code, answered being answerOf(err).
+func code(err error, answered *status.Status) codes.Code {
 	var answeredHTTP interface{ HTTPStatus() int } // httpclient's StatusError
-	answeredInTime := errors.As(err, &answered) && answered.GRPCStatus() != nil &&
-		answered.GRPCStatus().Code() != codes.DeadlineExceeded && answered.GRPCStatus().Code() != codes.Canceled
+	answeredInTime := answered != nil && answered.Code() != codes.DeadlineExceeded && answered.Code() != codes.Canceled
 	switch {
 	case err == nil:
 		return codes.OK
@@ -112,8 +123,8 @@ func Code(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case breaker.IsRejection(err):
 		return codes.Unavailable
-	case errors.As(err, &answered) && answered.GRPCStatus() != nil:
-		return answered.GRPCStatus().Code()
+	case answered != nil:
+		return answered.Code()
 	case errors.As(err, &answeredHTTP):
 		return codeOf(answeredHTTP.HTTPStatus())
 	case errors.Is(err, context.DeadlineExceeded):
@@ -220,14 +231,12 @@ func Error(ctx context.Context, err error) error {
 		return nil
 	}
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackKey, "-1")) // fails only outside a handler
-	code := Code(err)
-	var answer interface{ GRPCStatus() *status.Status }
-	if c, ok := resilience.ClassOf(err); ok && c == resilience.ClassPermanent && errors.As(err, &answer) {
-		if st := answer.GRPCStatus(); st.Code() == code {
-			return st.Err() // as the dependency gave it, not as wrapped on the way
-		}
+	answered := answerOf(err)
+	c := code(err, answered)
+	if class, ok := resilience.ClassOf(err); ok && class == resilience.ClassPermanent && answered != nil && answered.Code() == c {
+		return answered.Err() // as the dependency gave it, not as wrapped on the way
 	}
-	return status.Error(code, NoRetryMessage)
+	return status.Error(c, NoRetryMessage)
 }
 
 // UnaryServerInterceptor answers, by [Error], every error of a unary
