@@ -30,8 +30,8 @@ type Bucket struct {
 	// Requests counts the requests received; OK those let through to the
 	// handler (not refused by a fault: down, the error rate, the capacity,
 	// a reset), as they arrive: the handler's own error status counts, as
-	// does a request whose caller leaves during the latency. The capacity
-	// counts them.
+	// do a request whose caller leaves during the latency and one whose
+	// response is dropped (SetDropResponse). The capacity counts them.
 	Requests, OK int
 }
 
@@ -60,7 +60,8 @@ type Backend struct {
 }
 
 // New returns a healthy Backend counting requests in buckets of bucket
-// (100 ms if <= 0) from now. A healthy request is served by handler, or
+// (100 ms if <= 0) from now; made outside a testing/synctest bubble and
+// first called in one (whose clock starts earlier), from its first request. A healthy request is served by handler, or
 // answered 200 with {"ok":true} if handler is nil.
 func New(bucket time.Duration, handler http.Handler) *Backend {
 	if bucket <= 0 {
@@ -122,10 +123,11 @@ func (b *Backend) SetCapacity(n int) { b.set(func() { b.capacity, b.rampLength =
 
 // Recover ends an outage the way a real service often does: it stops being
 // down, but its capacity per bucket ramps from a tenth of n to n over ramp,
-// so a storm of retries keeps it overloaded.
+// so a storm of retries keeps it overloaded. n <= 0 means unlimited, as
+// for SetCapacity: there is then no ramp.
 func (b *Backend) Recover(n int, ramp time.Duration) {
 	b.set(func() {
-		b.down, b.capacity = false, max(n, 1)
+		b.down, b.capacity = false, max(n, 0)
 		b.rampStart, b.rampLength = time.Now(), ramp
 	})
 }
@@ -152,11 +154,28 @@ func (b *Backend) Processed() int64 {
 }
 
 // Load returns the traffic per bucket since New, oldest first, without
-// gaps.
+// gaps, to the bucket of now: the buckets since the last request are
+// there, empty.
 func (b *Backend) Load() []Bucket {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.bucketAt(time.Now())
 	return append([]Bucket(nil), b.buckets...)
+}
+
+// bucketAt returns the bucket of now, adding the buckets up to it; b.mu
+// is held. The first reading before b.start (a Backend made before a
+// testing/synctest bubble, whose clock starts in 2000) starts the buckets
+// again from it.
+func (b *Backend) bucketAt(now time.Time) *Bucket {
+	if now.Before(b.start) && len(b.buckets) == 0 {
+		b.start = now
+	}
+	idx := max(int(now.Sub(b.start)/b.bucket), 0)
+	for len(b.buckets) <= idx {
+		b.buckets = append(b.buckets, Bucket{Start: b.start.Add(time.Duration(len(b.buckets)) * b.bucket)})
+	}
+	return &b.buckets[idx]
 }
 
 // ReceivedBetween returns how many requests arrived in the buckets that
@@ -187,11 +206,7 @@ func (b *Backend) admit(now time.Time) (fault, time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.received++
-	idx := max(int(now.Sub(b.start)/b.bucket), 0) // a Backend made before a testing/synctest bubble, whose clock starts in 2000
-	for len(b.buckets) <= idx {
-		b.buckets = append(b.buckets, Bucket{Start: b.start.Add(time.Duration(len(b.buckets)) * b.bucket)})
-	}
-	bk := &b.buckets[idx]
+	bk := b.bucketAt(now)
 	bk.Requests++
 	delay := b.latency
 	if b.jitter > 0 {
@@ -206,10 +221,11 @@ func (b *Backend) admit(now time.Time) (fault, time.Duration) {
 		return unavailable, delay
 	case b.capacity > 0 && bk.OK >= b.capacityAt(now):
 		return unavailable, delay
-	case b.drop:
-		return drop, delay
 	}
 	bk.OK++
+	if b.drop {
+		return drop, delay
+	}
 	return serve, delay
 }
 
