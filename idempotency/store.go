@@ -2,9 +2,12 @@ package idempotency
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
+	"unicode/utf8"
 )
 
 // Record is what a [Store] keeps under a key: a claim while the first
@@ -30,6 +33,74 @@ type Record struct {
 	// client left before it was sent (mid-stream, or before anything was
 	// written): it is not replayed, and the request is not run again.
 	Incomplete bool `json:"incomplete,omitempty"`
+}
+
+// recordFields is Record without its methods, for its JSON.
+type recordFields Record
+
+// recordJSON is how a Record is written in JSON: its fields, and the
+// header's keys of which a value is not valid UTF-8 apart, base64-encoded,
+// since a JSON string would change those bytes (RFC 9110 allows bytes 0x80
+// to 0xFF in a field value, as in a Latin-1 file name, and net/http sends
+// them as they are).
+type recordJSON struct {
+	recordFields
+	HeaderBase64 http.Header `json:"header64,omitempty"`
+}
+
+// MarshalJSON writes r as JSON, as the Redis and SQL stores keep it,
+// keeping header values that are not valid UTF-8 byte for byte.
+func (r Record) MarshalJSON() ([]byte, error) {
+	w := recordJSON{recordFields: recordFields(r)}
+	for k, vs := range r.Header {
+		if validUTF8(vs) {
+			continue
+		}
+		if w.HeaderBase64 == nil {
+			w.Header, w.HeaderBase64 = r.Header.Clone(), http.Header{}
+		}
+		enc := make([]string, len(vs))
+		for i, v := range vs {
+			enc[i] = base64.StdEncoding.EncodeToString([]byte(v))
+		}
+		w.HeaderBase64[k] = enc
+		delete(w.Header, k)
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a Record that MarshalJSON wrote.
+func (r *Record) UnmarshalJSON(data []byte) error {
+	var w recordJSON
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	for k, enc := range w.HeaderBase64 {
+		vs := make([]string, len(enc))
+		for i, e := range enc {
+			v, err := base64.StdEncoding.DecodeString(e)
+			if err != nil {
+				return err
+			}
+			vs[i] = string(v)
+		}
+		if w.Header == nil {
+			w.Header = http.Header{}
+		}
+		w.Header[k] = vs
+	}
+	*r = Record(w.recordFields)
+	return nil
+}
+
+// validUTF8 reports whether every one of vs is valid UTF-8.
+func validUTF8(vs []string) bool {
+	for _, v := range vs {
+		if !utf8.ValidString(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // Holds reports whether r is the claim of claim.Token still in flight: what

@@ -51,6 +51,13 @@
 // it in grpc.ChainUnaryInterceptor's list), so that what is stored and
 // replayed is what the client was answered, the signal included.
 //
+// A keyed call's handler runs with a stream of this package's in its
+// context, which records the metadata the handler sets: grpc-go's
+// grpc.SetSendCompressor and grpc.ClientSupportedCompressors, which look
+// for grpc-go's own stream type, fail there (the response is compressed
+// as the request was, as without them). An interceptor chained before
+// this one can call them for every call.
+//
 // Only unary calls are covered; streams pass through.
 package grpcidempotency
 

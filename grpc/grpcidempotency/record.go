@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -24,6 +25,7 @@ import (
 // The names under which a record keeps a gRPC answer, in its Header.
 const (
 	codeHeader    = "Grpc-Status-Code"
+	messageHeader = "Grpc-Status-Message" // base64, for a message that is not valid UTF-8
 	typeHeader    = "Grpc-Message-Type"
 	headerPrefix  = "Grpc-Header-"
 	trailerPrefix = "Grpc-Trailer-"
@@ -51,7 +53,7 @@ func record(claim *idempotency.Claim, sts *capture, resp any, err error, types *
 		case codes.Aborted: // gRPC's "retry at a higher level", such as a hop's in progress: not a final answer
 			claim.Abandon()
 		}
-		rec.Body, _ = proto.Marshal(st.Proto())
+		rec.Body = marshalStatus(st, rec.Header)
 		rec.Header.Set(codeHeader, strconv.Itoa(int(st.Code())))
 		rec.Status = HTTPStatus(st.Code())
 		return rec
@@ -75,6 +77,23 @@ func record(claim *idempotency.Claim, sts *capture, resp any, err error, types *
 	return rec
 }
 
+// marshalStatus returns st in the wire format, for a record whose header
+// is h. A message that is not valid UTF-8 (a file name's bytes, which
+// grpc-go sends as they are) cannot be in a google.rpc.Status, whose
+// message is a proto3 string: it is kept in h, base64-encoded.
+func marshalStatus(st *grpcstatus.Status, h http.Header) []byte {
+	p := st.Proto()
+	if !utf8.ValidString(p.Message) {
+		h.Set(messageHeader, base64.StdEncoding.EncodeToString([]byte(p.Message)))
+		p.Message = strings.ToValidUTF8(p.Message, "\uFFFD")
+	}
+	body, err := proto.Marshal(p)
+	if err != nil { // a detail's own: the code and message alone
+		body, _ = proto.Marshal(&status.Status{Code: p.Code, Message: p.Message})
+	}
+	return body
+}
+
 // replay returns a stored answer without running the handler, with the
 // metadata the handler had set, marked as a replay.
 func replay(ctx context.Context, rec *idempotency.Record, types *sync.Map) (any, error) {
@@ -88,6 +107,13 @@ func replay(ctx context.Context, rec *idempotency.Record, types *sync.Map) (any,
 		st := new(status.Status)
 		if err := proto.Unmarshal(rec.Body, st); err != nil || len(code) != 1 {
 			return nil, grpcstatus.Error(codes.Internal, "grpcidempotency: stored status unreadable")
+		}
+		if m, ok := rec.Header[messageHeader]; ok {
+			raw, err := base64.StdEncoding.DecodeString(m[0])
+			if err != nil {
+				return nil, grpcstatus.Error(codes.Internal, "grpcidempotency: stored status unreadable")
+			}
+			st.Message = string(raw)
 		}
 		return nil, grpcstatus.ErrorProto(st)
 	}

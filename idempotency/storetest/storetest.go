@@ -183,7 +183,8 @@ func claimCompleteReplay(t *testing.T, s idempotency.Store, prefix string) {
 		t.Errorf("Begin on a claimed key found %+v; want the claim in flight with fingerprint fp", found)
 	}
 
-	done := idempotency.Record{Fingerprint: "fp", Done: true, Status: 201, Header: http.Header{"Location": {"/orders/1"}}, Body: []byte(`{"id":1}`)}
+	const latin1 = "attachment; filename=\"caf\xe9.txt\"" // RFC 9110 allows bytes 0x80 to 0xFF: kept byte for byte
+	done := idempotency.Record{Fingerprint: "fp", Done: true, Status: 201, Header: http.Header{"Location": {"/orders/1"}, "Content-Disposition": {latin1}}, Body: []byte(`{"id":1}`)}
 	if err := s.Complete(ctx, key, idempotency.Record{Fingerprint: "fp", Token: "t2"}, done, time.Hour); !errors.Is(err, idempotency.ErrNotOwner) {
 		t.Fatalf("Complete by another token = %v; want ErrNotOwner", err)
 	}
@@ -201,7 +202,7 @@ func claimCompleteReplay(t *testing.T, s idempotency.Store, prefix string) {
 	if err != nil || found == nil {
 		t.Fatalf("Begin on a completed key = %+v, %v; want the record", found, err)
 	}
-	if !found.Done || found.Status != 201 || found.Header.Get("Location") != "/orders/1" || string(found.Body) != `{"id":1}` {
+	if !found.Done || found.Status != 201 || found.Header.Get("Location") != "/orders/1" || found.Header.Get("Content-Disposition") != latin1 || string(found.Body) != `{"id":1}` {
 		t.Errorf("Begin on a completed key found %+v; want the stored response", found)
 	}
 }
