@@ -731,7 +731,7 @@ func (a *attempt) bufferBody(retryable bool) error {
 		r.Body.Close()
 		// The caller's reader failed: nothing was sent, and the dependency
 		// is not at fault.
-		return resilience.Rejected(fmt.Errorf("httpclient: read request body: %w", err))
+		return resilience.Rejected(ownFault{fmt.Errorf("httpclient: read request body: %w", err)})
 	}
 	if int64(len(head)) <= a.cfg.maxBuffered {
 		a.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(head)), nil }
@@ -792,7 +792,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if a.hasBody {
 		body, err := a.getBody()
 		if err != nil {
-			return nil, resilience.Rejected(fmt.Errorf("httpclient: rewind request body: %w", err))
+			return nil, resilience.Rejected(ownFault{fmt.Errorf("httpclient: rewind request body: %w", err)})
 		}
 		if a.buffered {
 			r.Body = body
@@ -950,11 +950,25 @@ func drain(ctx context.Context, body io.ReadCloser) {
 // without a body of which net/http says some was written. Every other
 // error, a connection refused or reset, a timeout, is left transient.
 func classify(err error, body, once bool) error {
-	if localError(err) || cutRequest(err, body, once) {
+	switch {
+	case localError(err):
+		return resilience.Rejected(ownFault{err})
+	case cutRequest(err, body, once):
 		return resilience.Rejected(err)
 	}
 	return err
 }
+
+// ownFault is an error of the request this client was asked to make, not
+// of the dependency: retrysignal.Status answers 500 for it (the request
+// this service made was at fault), where the pipeline's own refusals
+// (class rejected too: the breaker, the throttle, the limit) are a 503.
+type ownFault struct{ error }
+
+func (e ownFault) Unwrap() error { return e.error }
+
+// HTTPStatus returns 500.
+func (ownFault) HTTPStatus() int { return http.StatusInternalServerError }
 
 // cutRequest reports whether err is a write of the request that the
 // server cut short with a reset or by closing the connection, and which

@@ -479,7 +479,7 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	}
 	if err != nil && ctx.Err() != nil {
 		err = c.p.outOfTime(ctx, 1, err)
-	} else if err != nil && c.p.cfg.retry != nil && (c.opts.single && retryable(err) || classify.Holds(resilience.IsUnrepeatable, err)) {
+	} else if err != nil && c.p.cfg.retry != nil && (c.opts.single && c.p.cfg.retry.WouldRetry(err) || classify.Holds(resilience.IsUnrepeatable, err)) {
 		l.Emit(resilience.Event{Kind: resilience.EventNotRetried, Attempt: 1, Err: err})
 	}
 	return res, err

@@ -85,7 +85,8 @@ type Error struct {
 	// when it was the deadline of the caller's context.
 	OwnBudget bool
 
-	guarded bool // the guard stopped the loop: Resume may go on with it
+	guarded bool  // the guard stopped the loop: Resume may go on with it
+	sent    error // the error of the attempt before Last, which a pipeline's gate refused: what the dependency answered
 }
 
 // Error returns a message with the attempt count, the reason and the last
@@ -112,7 +113,11 @@ func (e *Error) Unwrap() []error {
 // ResilienceClass returns the class of the reason when it has one of its
 // own (the caller's cancellation, or a guard's error such as an open
 // breaker's), so that a loop stopped by a guard carries the same class as a
-// call the guard rejected up front; otherwise the class of the last error.
+// call the guard rejected up front; otherwise the class of the last error,
+// unless that is a refusal of the pipeline's gates (the throttle, the
+// concurrency limit: class rejected) of a retry: then the class of the
+// attempt before it, which the dependency answered, so that a breaker
+// counts a call its dependency failed whatever stopped its retries.
 func (e *Error) ResilienceClass() resilience.Class {
 	if e.Last == nil && e.Attempts == 0 && errors.Is(e.Reason, context.DeadlineExceeded) {
 		return resilience.ClassRejected // out of time before anything was sent: not the dependency's doing
@@ -123,7 +128,10 @@ func (e *Error) ResilienceClass() resilience.Class {
 	if c, ok := resilience.ClassOf(e.Reason); ok {
 		return c
 	}
-	return resilience.Classify(e.Last)
+	if c := resilience.Classify(e.Last); c != resilience.ClassRejected || e.sent == nil {
+		return c
+	}
+	return resilience.Classify(e.sent)
 }
 
 // Policy is an immutable retry configuration. It is safe for concurrent use
@@ -173,6 +181,15 @@ func (p *Policy) Delays() iter.Seq[time.Duration] {
 
 // MaxAttempts returns the configured attempt limit; 0 means unlimited.
 func (p *Policy) MaxAttempts() int { return p.config().maxAttempts }
+
+// WouldRetry reports whether p retries a first attempt that failed with
+// err: it allows more than one attempt, and err is retried by its class
+// or by [RetryIf]. A pipeline asks it for a call it makes once (a POST
+// without an idempotency key), to report what it did not retry.
+func (p *Policy) WouldRetry(err error) bool {
+	c := p.config()
+	return c.maxAttempts != 1 && c.retryable(err)
+}
 
 // MaxDelay returns the longest delay p waits before a retry, a
 // dependency's retry-after hint included.
@@ -285,6 +302,7 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 				}
 			}
 		}
+		sent := last
 		last, charge = err, notCounted
 		cfg.listener.Count(attempt, err)
 		if attemptEvents {
@@ -297,7 +315,9 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			return res, cfg.giveUp(attempt, stopReason(ctx), err)
 		}
 		if !cfg.retryable(err) {
-			return res, cfg.giveUp(attempt, ErrNotRetryable, err)
+			e := cfg.giveUp(attempt, ErrNotRetryable, err)
+			e.sent = sent
+			return res, e
 		}
 		if cfg.maxAttempts > 0 && attempt >= cfg.maxAttempts {
 			return res, cfg.giveUp(attempt, ErrMaxAttempts, err)
@@ -368,7 +388,7 @@ func (c *config) giveBack(charge int64) {
 
 // giveUp returns the error for a loop that stops after attempt, and
 // reports why.
-func (c *config) giveUp(attempt int, reason, last error) error {
+func (c *config) giveUp(attempt int, reason, last error) *Error {
 	if c.listener != nil {
 		var kind resilience.EventKind
 		switch {

@@ -34,6 +34,7 @@ import (
 	"strings"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
@@ -225,7 +226,10 @@ var contradicting = [...]string{"Content-Length", "Content-Encoding", "Content-R
 
 // writeError is [WriteError], with the [NoRetryHeader] only if signal.
 func writeError(w http.ResponseWriter, err error, signal bool) {
-	status := Status(err)
+	status, ok := classify.Ask(Status, err)
+	if !ok { // a method of err panicked: this service's own error
+		status = http.StatusInternalServerError
+	}
 	h := w.Header()
 	for _, k := range contradicting {
 		h.Del(k)
@@ -266,7 +270,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case sw.started:
 		slog.Error("retrysignal: a handler failed after starting its response", "path", r.URL.Path, "error", err)
 	default:
-		writeError(w, err, Retried(err))
+		writeError(w, err, classify.Holds(Retried, err))
 	}
 }
 
@@ -283,7 +287,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //
 //	proxy.ErrorHandler = retrysignal.ProxyErrorHandler
 func ProxyErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
-	writeError(w, err, Retried(err))
+	writeError(w, err, classify.Holds(Retried, err))
 }
 
 // Retried reports whether err, a resilient outbound call's, says that the

@@ -14,19 +14,19 @@ import (
 
 // Safely returns resilience.Classify(err), or false if a method of err
 // panicked as it was asked.
-func Safely(err error) (resilience.Class, bool) { return ask(resilience.Classify, err) }
+func Safely(err error) (resilience.Class, bool) { return Ask(resilience.Classify, err) }
 
 // Holds returns test(err), or false if a method of err panicked as test
 // asked it.
 func Holds(test func(error) bool, err error) bool {
-	yes, _ := ask(test, err)
+	yes, _ := Ask(test, err)
 	return yes
 }
 
 // RetryAfter returns resilience.RetryAfterHint(err), or false if a method
 // of err panicked as it was asked.
 func RetryAfter(err error) (time.Duration, bool) {
-	h, _ := ask(hintOf, err)
+	h, _ := Ask(hintOf, err)
 	return h.d, h.ok
 }
 
@@ -41,9 +41,9 @@ func hintOf(err error) hint {
 	return hint{d, ok}
 }
 
-// ask returns f(err), or the zero T and false if a method of err panicked
+// Ask returns f(err), or the zero T and false if a method of err panicked
 // as f asked it.
-func ask[T any](f func(error) T, err error) (v T, ok bool) {
+func Ask[T any](f func(error) T, err error) (v T, ok bool) {
 	defer func() {
 		if recover() != nil {
 			var zero T

@@ -123,17 +123,17 @@ func (r *Ring) AddIf(e int64, ok func(before uint64) bool) bool {
 }
 
 // Remove takes back one event counted in bucket e, if the ring still
-// counts that bucket and the event in it: an event of a bucket that has
-// left the window is gone already.
-func (r *Ring) Remove(e int64) {
+// counts that bucket and an event in it, and reports whether it did: an
+// event of a bucket that has left the window is gone already.
+func (r *Ring) Remove(e int64) bool {
 	slot := &r[e%Buckets]
 	for {
 		old := slot.Load()
 		if age(old, e) != 0 || old>>countBits != uint64(e)&tagMask || old&countMask == 0 {
-			return
+			return false
 		}
 		if slot.CompareAndSwap(old, old-1) {
-			return
+			return true
 		}
 	}
 }
