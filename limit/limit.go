@@ -53,7 +53,8 @@
 // In a pipeline (see pipeline.WithLimit) the limiter guards each attempt,
 // retries and hedges included, inside the retry stage. A refused attempt's
 // error is of class [resilience.ClassRejected]: not retried, not counted
-// by the breaker.
+// by the breaker; a call whose retry it refused counts as the failure its
+// sent attempt was (retrypolicy.Error's class).
 package limit
 
 import (

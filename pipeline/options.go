@@ -105,7 +105,9 @@ func WithListener(l resilience.Listener) Option {
 // shared by every pipeline calling the same dependency: while the
 // dependency refuses work, attempts are refused locally with an error
 // matching [throttle.ErrThrottled], of class [resilience.ClassRejected],
-// and reported as [resilience.EventThrottled]. An attempt that the
+// and reported as [resilience.EventThrottled]; a call whose retry is
+// refused so fails with the class of the attempt it sent, which the
+// breaker counts. An attempt that the
 // caller's deadline ended is taken back, as one the caller canceled: a
 // budget too short for an answer says nothing of the dependency (the
 // attempt timeout's and the time budget's count). Default none; nil means

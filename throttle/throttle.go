@@ -93,7 +93,8 @@
 // attempt that the caller's deadline ended is taken back, as a canceled
 // one (the pipeline's attempt timeout and time budget count). A refused
 // attempt's error is of class [resilience.ClassRejected]: not retried, not
-// counted by the breaker.
+// counted by the breaker; a call whose retry it refused counts as the
+// failure its sent attempt was (retrypolicy.Error's class).
 package throttle
 
 import (
