@@ -27,6 +27,13 @@ func r105Server(t *testing.T, guarded bool, h func(ctx context.Context, req *wra
 	if guarded {
 		opts = append(opts, grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(idempotency.NewMemoryStore(0)), grpcidempotency.SharedKeys())))
 	}
+	return r105Serve(t, h, opts...)
+}
+
+// r105Serve serves /r105.Svc/Do, whose handler is h, with opts, and
+// returns a client connection.
+func r105Serve(t *testing.T, h func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error), opts ...grpc.ServerOption) *grpc.ClientConn {
+	t.Helper()
 	s := grpc.NewServer(opts...)
 	s.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "r105.Svc",
@@ -136,32 +143,10 @@ func TestReview105SetSendCompressorBehindTheInterceptor(t *testing.T) {
 		return next(ctx, req)
 	}
 	guard := grpcidempotency.UnaryServerInterceptor(idempotency.NewGuard(idempotency.NewMemoryStore(0)), grpcidempotency.SharedKeys())
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(before, guard))
-	s.RegisterService(&grpc.ServiceDesc{
-		ServiceName: "r105.Svc",
-		HandlerType: (*any)(nil),
-		Methods: []grpc.MethodDesc{{
-			MethodName: "Do",
-			Handler: func(_ any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-				in := new(wrapperspb.StringValue)
-				if err := dec(in); err != nil {
-					return nil, err
-				}
-				return ic(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/r105.Svc/Do"}, func(context.Context, any) (any, error) { return wrapperspb.String("ok"), nil })
-			},
-		}},
-	}, struct{}{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ok := func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return wrapperspb.String("ok"), nil
 	}
-	go func() { _ = s.Serve(l) }()
-	t.Cleanup(s.Stop)
-	chained, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = chained.Close() })
+	chained := r105Serve(t, ok, grpc.ChainUnaryInterceptor(before, guard))
 	for i := range 2 { // the run and its replay
 		if _, err, _ := r105Call(t, chained, "k3", grpc.UseCompressor("gzip")); err != nil {
 			t.Errorf("call %d, the compressor set by an interceptor chained before: %v", i, err)
