@@ -427,7 +427,18 @@ func (c *call[T]) from(ctx context.Context, via int8) (T, error) {
 	case viaTimeout:
 		return c.timeout(ctx)
 	}
-	return c.op(ctx)
+	return c.invoke(ctx)
+}
+
+// invoke runs the operation once. An error whose tree does not end (one
+// that wraps itself) becomes one that wraps nothing, so that the stages
+// that classify it return (classify.Acyclic).
+func (c *call[T]) invoke(ctx context.Context) (T, error) {
+	res, err := c.op(ctx)
+	if err != nil {
+		err = classify.Acyclic(err)
+	}
+	return res, err
 }
 
 // firstInside returns the first of the stages inside the retry stage that
@@ -687,7 +698,7 @@ func attemptOutcome(ctx context.Context, err error, returned bool) error {
 func (c *call[T]) timeout(ctx context.Context) (T, error) {
 	d := c.p.cfg.attemptTimeout
 	if d <= 0 {
-		return c.op(ctx)
+		return c.invoke(ctx)
 	}
 	lc := c.attemptCtx(ctx, d)
 	if c.k == nil {
@@ -703,7 +714,7 @@ func (c *call[T]) timeout(ctx context.Context) (T, error) {
 		}
 	}
 	ctx = lc
-	res, err := c.op(ctx)
+	res, err := c.invoke(ctx)
 	if err != nil {
 		err = timedOut(ctx, d, err)
 	}

@@ -294,6 +294,9 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		running = attempt
 		res, err := op(ctx)
 		running = 0
+		if err != nil {
+			err = classify.Acyclic(err) // one that wraps itself would hang errors.Is below
+		}
 		if err != nil && guard != nil {
 			if c, ok := classify.Safely(err); ok && c == resilience.ClassRejected {
 				if gerr := guard(); gerr != nil && errors.Is(err, gerr) { // refused as the guard would have: not sent

@@ -52,3 +52,63 @@ func Ask[T any](f func(error) T, err error) (v T, ok bool) {
 	}()
 	return f(err), true
 }
+
+// maxWalk is the most errors Acyclic visits in an error's tree: far past
+// any chain a program builds, and a few milliseconds for one that wraps
+// itself.
+const maxWalk = 1 << 16
+
+// Acyclic returns err, or, if its tree (as Unwrap walks it) does not end
+// within maxWalk errors, as that of an error that wraps itself does not,
+// an error with err's message that wraps nothing: errors.Is, errors.As
+// and resilience.Classify would walk such a tree for ever, and the stages
+// ask them of every failure. An error whose Unwrap panics is returned as
+// it is (see Safely).
+func Acyclic(err error) error {
+	if err == nil || endsSafely(err) {
+		return err
+	}
+	return endless{err}
+}
+
+// endsSafely reports whether err's tree ends within maxWalk errors; true
+// if a method panics.
+func endsSafely(err error) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = true
+		}
+	}()
+	n := 0
+	return ends(err, &n)
+}
+
+// ends reports whether err's tree ends within maxWalk errors, n counting
+// those visited.
+func ends(err error, n *int) bool {
+	for err != nil {
+		if *n++; *n > maxWalk {
+			return false
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if !ends(e, n) {
+					return false
+				}
+			}
+			return true
+		default:
+			return true
+		}
+	}
+	return true
+}
+
+// endless stands for an error whose tree does not end: its message, and
+// nothing to unwrap.
+type endless struct{ err error }
+
+func (e endless) Error() string { return e.err.Error() }
