@@ -95,13 +95,13 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return resilience.Rejected(ownFault{fmt.Errorf("httpclient: encode request: %w", err)}) // the caller's, not the dependency's
+			return resilience.Rejected(own(fmt.Errorf("httpclient: encode request: %w", err))) // the caller's, not the dependency's
 		}
 		body = bytes.NewReader(b) // http.NewRequest makes it rewindable
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
-		return resilience.Rejected(ownFault{fmt.Errorf("httpclient: %w", err)}) // a URL that does not parse: nothing sent
+		return resilience.Rejected(own(fmt.Errorf("httpclient: %w", err))) // a URL that does not parse: nothing sent
 	}
 	req.Header.Set("Accept", "application/json")
 	if in != nil {

@@ -731,7 +731,7 @@ func (a *attempt) bufferBody(retryable bool) error {
 		r.Body.Close()
 		// The caller's reader failed: nothing was sent, and the dependency
 		// is not at fault.
-		return resilience.Rejected(ownFault{fmt.Errorf("httpclient: read request body: %w", err)})
+		return resilience.Rejected(own(fmt.Errorf("httpclient: read request body: %w", err)))
 	}
 	if int64(len(head)) <= a.cfg.maxBuffered {
 		a.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(head)), nil }
@@ -792,7 +792,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	if a.hasBody {
 		body, err := a.getBody()
 		if err != nil {
-			return nil, resilience.Rejected(ownFault{fmt.Errorf("httpclient: rewind request body: %w", err)})
+			return nil, resilience.Rejected(own(fmt.Errorf("httpclient: rewind request body: %w", err)))
 		}
 		if a.buffered {
 			r.Body = body
@@ -952,23 +952,54 @@ func drain(ctx context.Context, body io.ReadCloser) {
 func classify(err error, body, once bool) error {
 	switch {
 	case localError(err):
-		return resilience.Rejected(ownFault{err})
+		return resilience.Rejected(own(err))
 	case cutRequest(err, body, once):
 		return resilience.Rejected(err)
 	}
 	return err
 }
 
-// ownFault is an error of the request this client was asked to make, not
-// of the dependency: retrysignal.Status answers 500 for it (the request
-// this service made was at fault), where the pipeline's own refusals
-// (class rejected too: the breaker, the throttle, the limit) are a 503.
-type ownFault struct{ error }
+// own marks err, an error made on this side, with the status that
+// retrysignal.Status answers for it, where the pipeline's own refusals
+// (class rejected too: the breaker, the throttle, the limit) are a 503: a
+// certificate this client does not trust, 502 (no retry fixes it, whose
+// fault it is aside); a context's error (a caller's body reader that gave
+// up), none of its own (Status reads the context's); any other, such as a
+// request that does not parse or a body that fails to read, 500: the
+// request this service made was at fault.
+func own(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case untrusted(err):
+		return ownFault{err, http.StatusBadGateway}
+	}
+	return ownFault{err, http.StatusInternalServerError}
+}
+
+// untrusted reports whether err is a server certificate that the client
+// does not trust (TLS verification).
+func untrusted(err error) bool {
+	var (
+		verify           *tls.CertificateVerificationError
+		unknownAuthority x509.UnknownAuthorityError
+		hostname         x509.HostnameError
+		invalid          x509.CertificateInvalidError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalid)
+}
+
+// ownFault is an error made on this side, with the status that stands
+// for it (own).
+type ownFault struct {
+	error
+	status int
+}
 
 func (e ownFault) Unwrap() error { return e.error }
 
-// HTTPStatus returns 500.
-func (ownFault) HTTPStatus() int { return http.StatusInternalServerError }
+// HTTPStatus returns the status that stands for the error.
+func (e ownFault) HTTPStatus() int { return e.status }
 
 // cutRequest reports whether err is a write of the request that the
 // server cut short with a reset or by closing the connection, and which
@@ -1058,17 +1089,12 @@ func plusOne(n int64) int64 { return n + min(1, math.MaxInt64-n) }
 // RoundTripper, was made by the client without the dependency's doing.
 func localError(err error) bool {
 	var (
-		verify           *tls.CertificateVerificationError
-		unknownAuthority x509.UnknownAuthorityError
-		hostname         x509.HostnameError
-		invalid          x509.CertificateInvalidError
-		body             *bodyError
-		record           tls.RecordHeaderError
-		addr             *net.AddrError
+		body   *bodyError
+		record tls.RecordHeaderError
+		addr   *net.AddrError
 	)
 	switch {
-	case errors.As(err, &body), errors.As(err, &verify), errors.As(err, &unknownAuthority),
-		errors.As(err, &hostname), errors.As(err, &invalid), errors.Is(err, http.ErrSchemeMismatch):
+	case errors.As(err, &body), untrusted(err), errors.Is(err, http.ErrSchemeMismatch):
 		return true
 	case errors.As(err, &record) && string(record.RecordHeader[:]) == "HTTP/":
 		return true // an https URL for a server that speaks plain HTTP, as http.Client says

@@ -53,8 +53,8 @@
 // In a pipeline (see pipeline.WithLimit) the limiter guards each attempt,
 // retries and hedges included, inside the retry stage. A refused attempt's
 // error is of class [resilience.ClassRejected]: not retried, not counted
-// by the breaker; a call whose retry it refused counts as the failure its
-// sent attempt was (retrypolicy.Error's class).
+// by the breaker, which counts a call whose retry it refused as the
+// failure its sent attempt was (retrypolicy.Error.Answer).
 package limit
 
 import (

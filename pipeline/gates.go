@@ -18,8 +18,9 @@ type gate interface {
 	// acquire admits an attempt, with a ticket for release (0 if it holds
 	// nothing to give back), or refuses it with an error of class
 	// [resilience.ClassRejected]. waited says whether the attempt's call
-	// waited for the breaker, hedge whether the attempt is a hedge.
-	acquire(ctx context.Context, waited, hedge bool) (ticket uint64, err error)
+	// waited for the breaker, hedge whether the attempt is a hedge, probe
+	// whether it is a probe of a breaker not closed.
+	acquire(ctx context.Context, waited, hedge, probe bool) (ticket uint64, err error)
 	// release gives back what acquire took, with the attempt's outcome:
 	// nil, its error, or context.Canceled for an attempt that was not
 	// sent or was abandoned, which teaches nothing.
@@ -61,9 +62,9 @@ func (c *config) buildGates() []gate {
 
 // acquire passes an attempt through gs: nil with their tickets, or the
 // first refusal, with its kind, after giving back what it held.
-func acquire(ctx context.Context, gs []gate, waited, hedge bool) (held tickets, kind resilience.EventKind, err error) {
+func acquire(ctx context.Context, gs []gate, waited, hedge, probe bool) (held tickets, kind resilience.EventKind, err error) {
 	for i, g := range gs {
-		tk, err := g.acquire(ctx, waited, hedge)
+		tk, err := g.acquire(ctx, waited, hedge, probe)
 		if err != nil {
 			release(gs, held, context.Canceled) // not sent: nothing learned
 			return tickets{}, g.refusal(), err
@@ -83,10 +84,17 @@ func release(gs []gate, held tickets, outcome error) {
 	}
 }
 
-// throttleGate is the client-side throttle (WithThrottle).
+// throttleGate is the client-side throttle (WithThrottle). A probe of a
+// breaker not closed passes it, uncounted: the breaker already holds the
+// dependency's load to its probes, and a throttle that refused them, its
+// window still full of the outage's failures, kept the breaker from
+// closing and then refused the calls of a dependency back (review102).
 type throttleGate struct{ t *throttle.Throttle }
 
-func (g throttleGate) acquire(context.Context, bool, bool) (uint64, error) {
+func (g throttleGate) acquire(_ context.Context, _, _, probe bool) (uint64, error) {
+	if probe {
+		return 0, nil
+	}
 	tk, err := g.t.Admit()
 	return uint64(tk), err
 }
@@ -100,7 +108,7 @@ func (throttleGate) refusal() resilience.EventKind      { return resilience.Even
 // attempt that its call may not need.
 type limitGate struct{ l *limit.Limiter }
 
-func (g limitGate) acquire(ctx context.Context, _, hedge bool) (uint64, error) {
+func (g limitGate) acquire(ctx context.Context, _, hedge, _ bool) (uint64, error) {
 	if hedge {
 		ctx = noWait
 	}
@@ -133,7 +141,7 @@ type pacer struct {
 	backlog atomic.Int64 // calls that waited, not yet over
 }
 
-func (p *pacer) acquire(ctx context.Context, waited, hedge bool) (uint64, error) {
+func (p *pacer) acquire(ctx context.Context, waited, hedge, _ bool) (uint64, error) {
 	if !waited {
 		if p.backlog.Load() == 0 {
 			return 0, nil

@@ -25,14 +25,14 @@ import (
 func TestPacerCountsCallsThatNeverWaited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &pacer{limit: limit.NewAIMD(limit.Initial(2), limit.MaxWaiting(10))}
-		tk, err := p.acquire(t.Context(), false, false)
+		tk, err := p.acquire(t.Context(), false, false, false)
 		require.NoError(t, err)
 		assert.Zero(t, tk, "nothing waits: nothing held")
 
 		p.backlog.Add(1)
 		var held []uint64
 		for range 3 {
-			tk, err := p.acquire(t.Context(), false, false)
+			tk, err := p.acquire(t.Context(), false, false, false)
 			require.NoError(t, err)
 			require.NotZero(t, tk, "counted")
 			held = append(held, tk)
@@ -41,12 +41,12 @@ func TestPacerCountsCallsThatNeverWaited(t *testing.T) {
 
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 		defer cancel()
-		_, err = p.acquire(ctx, true, false)
+		_, err = p.acquire(ctx, true, false, false)
 		require.ErrorIs(t, err, limit.ErrLimited, "the call that waited waits behind them")
 		for _, tk := range held {
 			p.release(tk, nil)
 		}
-		tk, err = p.acquire(t.Context(), true, false)
+		tk, err = p.acquire(t.Context(), true, false, false)
 		require.NoError(t, err)
 		p.release(tk, nil)
 	})
@@ -129,7 +129,7 @@ type fakeGate struct {
 	released []error
 }
 
-func (g *fakeGate) acquire(context.Context, bool, bool) (uint64, error) {
+func (g *fakeGate) acquire(context.Context, bool, bool, bool) (uint64, error) {
 	if g.refuse {
 		return 0, limit.ErrLimited
 	}
@@ -150,7 +150,7 @@ func (*fakeGate) refusal() resilience.EventKind { return resilience.EventLimited
 // hold nothing.
 func TestARefusalGivesBackWhatTheGatesBeforeHeld(t *testing.T) {
 	first, second, third := &fakeGate{}, &fakeGate{refuse: true}, &fakeGate{}
-	held, kind, err := acquire(t.Context(), []gate{first, second, third}, false, false)
+	held, kind, err := acquire(t.Context(), []gate{first, second, third}, false, false, false)
 	require.ErrorIs(t, err, limit.ErrLimited)
 	assert.Equal(t, resilience.EventLimited, kind)
 	assert.Equal(t, tickets{}, held)

@@ -105,13 +105,14 @@ func WithListener(l resilience.Listener) Option {
 // shared by every pipeline calling the same dependency: while the
 // dependency refuses work, attempts are refused locally with an error
 // matching [throttle.ErrThrottled], of class [resilience.ClassRejected],
-// and reported as [resilience.EventThrottled]; a call whose retry is
-// refused so fails with the class of the attempt it sent, which the
-// breaker counts. An attempt that the
-// caller's deadline ended is taken back, as one the caller canceled: a
-// budget too short for an answer says nothing of the dependency (the
-// attempt timeout's and the time budget's count). Default none; nil means
-// none.
+// and reported as [resilience.EventThrottled]; the breaker counts a call
+// whose retry is refused so as the failure of the attempt it sent
+// (retrypolicy.Error.Answer). A probe of a breaker not closed passes the
+// throttle, uncounted: the breaker holds the load to its probes. An
+// attempt that the caller's deadline ended is taken back, as one the
+// caller canceled: a budget too short for an answer says nothing of the
+// dependency (the attempt timeout's and the time budget's count). Default
+// none; nil means none.
 func WithThrottle(t *throttle.Throttle) Option {
 	return optionFunc(func(c *config) { c.throttle = t })
 }

@@ -407,14 +407,7 @@ func TestThrottleShedsLoadAndLetsGo(t *testing.T) {
 					if err == nil {
 						okBySecond[time.Since(start)/time.Second].Add(1)
 					} else if errors.Is(err, throttle.ErrThrottled) {
-						// A call refused before anything was sent is not the
-						// dependency's doing; one whose retry was refused is
-						// the failure its sent attempt was, for a breaker.
-						want := resilience.ClassRejected
-						if re := (*retrypolicy.Error)(nil); errors.As(err, &re) && re.Attempts > 1 {
-							want = resilience.ClassTransient
-						}
-						assert.Equal(t, want, resilience.Classify(err))
+						assert.Equal(t, resilience.ClassRejected, resilience.Classify(err))
 						throttled.Add(1)
 					}
 					time.Sleep(10 * time.Millisecond)

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -142,11 +143,18 @@ func TestReview102_ThrottleBehindBreakerRecovery(t *testing.T) {
 		})
 		return
 	}
-	f0, a0, o0 := run(false)
-	f1, a1, o1 := run(true)
-	t.Logf("breaker alone (opened %v): %d of %d calls after recovery failed; breaker+throttle (opened %v): %d of %d", o0, f0, a0, o1, f1, a1)
-	if f1 > 250 { // docs/retries.md: 47 to 166 of 500 in 20 runs, its window holding the outage's failures for a bucket or two; none held would be 500
-		t.Errorf("with a throttle behind the breaker, %d calls of %d failed on a healthy dependency after the outage, against %d of %d with the breaker alone", f1, a1, f0, a0)
+	var fs []int64
+	for range 5 {
+		f0, a0, o0 := run(false)
+		f1, a1, o1 := run(true)
+		t.Logf("breaker alone (opened %v): %d of %d calls after recovery failed; breaker+throttle (opened %v): %d of %d", o0, f0, a0, o1, f1, a1)
+		fs = append(fs, f1)
+	}
+	slices.Sort(fs)
+	// docs/retries.md: 4 to 41 of 500 in 60 runs, a median of 15; 47 to 166
+	// while the throttle refused the breaker's probes.
+	if median := fs[len(fs)/2]; median > 30 {
+		t.Errorf("with a throttle behind the breaker, a median of %d calls of 500 failed on a healthy dependency after the outage (runs: %v)", median, fs)
 	}
 }
 

@@ -251,7 +251,10 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 		err = b.Execute(ctx, c.inside)
 	}
 	res, c.res = c.res, res
-	if w, ok := err.(*waitedOut); ok {
+	switch w := err.(type) {
+	case *waitedOut:
+		err = w.err
+	case *gateStopped:
 		err = w.err
 	}
 	switch {
@@ -286,8 +289,39 @@ func (c *call[T]) inside(ctx context.Context) (err error) {
 	}
 	if err != nil && c.probe && c.opts.waited && deadlinePassed(ctx) && !errors.Is(err, ErrAttemptTimeout) {
 		err = &waitedOut{err}
+	} else if err != nil {
+		if answer := answerOf(err); answer != nil {
+			err = &gateStopped{err, answer}
+		}
 	}
 	return err
+}
+
+// answerOf returns the retry loop's answer in err (retrypolicy.Error's
+// Answer), nil if none; apart, so that a call that succeeds allocates
+// nothing for errors.As.
+func answerOf(err error) error {
+	var re *retrypolicy.Error
+	if errors.As(err, &re) {
+		return re.Answer()
+	}
+	return nil
+}
+
+// gateStopped is the error of a call whose retry a gate (the throttle, the
+// concurrency limit) refused after the dependency failed an attempt: of
+// that attempt's class for the breaker, which counts the call by what the
+// dependency answered; its cause, of class rejected, for the caller
+// (retrypolicy.Error.Answer).
+type gateStopped struct{ err, answer error }
+
+func (g *gateStopped) Error() string { return g.err.Error() }
+func (g *gateStopped) Unwrap() error { return g.err }
+func (g *gateStopped) ResilienceClass() resilience.Class {
+	if c, ok := classify.Safely(g.answer); ok {
+		return c
+	}
+	return resilience.ClassRejected
 }
 
 // waitedOut is the error of a probe that a call which waited for the
@@ -490,7 +524,7 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	}
 	if err != nil && ctx.Err() != nil {
 		err = c.p.outOfTime(ctx, 1, err)
-	} else if err != nil && c.p.cfg.retry != nil && (c.opts.single && c.p.cfg.retry.WouldRetry(err) || classify.Holds(resilience.IsUnrepeatable, err)) {
+	} else if err != nil && c.p.cfg.retry != nil && (c.opts.single && classify.Holds(c.p.cfg.retry.WouldRetry, err) || classify.Holds(resilience.IsUnrepeatable, err)) {
 		l.Emit(resilience.Event{Kind: resilience.EventNotRetried, Attempt: 1, Err: err})
 	}
 	return res, err
@@ -534,7 +568,7 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 		return c.timeout(ctx)
 	}
 	gates := c.p.cfg.gates
-	held, refusal, err := acquire(ctx, gates, c.opts.waited, hedge)
+	held, refusal, err := acquire(ctx, gates, c.opts.waited, hedge, c.probe)
 	if err == nil && hedge && (ctx.Err() != nil || passed(ctx) || r.phase.Load() == firstWon || r.decided.Load()) {
 		release(gates, held, context.Canceled) // its slot came as its race was decided: not sent
 		return res, context.Canceled

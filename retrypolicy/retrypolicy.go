@@ -86,7 +86,7 @@ type Error struct {
 	OwnBudget bool
 
 	guarded bool  // the guard stopped the loop: Resume may go on with it
-	sent    error // the error of the attempt before Last, which a pipeline's gate refused: what the dependency answered
+	sent    error // see Answer
 }
 
 // Error returns a message with the attempt count, the reason and the last
@@ -110,14 +110,18 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Reason, e.Last}
 }
 
+// Answer returns, for a loop whose retry a pipeline's gate (the throttle,
+// the concurrency limit) refused, the error of the attempt before it,
+// which the dependency answered in the same run of the loop; nil
+// otherwise. The call's class is the refusal's (rejected: not retried by a
+// layer above), but a pipeline's breaker counts the call by this answer:
+// its dependency failed it, whatever then stopped its retries.
+func (e *Error) Answer() error { return e.sent }
+
 // ResilienceClass returns the class of the reason when it has one of its
 // own (the caller's cancellation, or a guard's error such as an open
 // breaker's), so that a loop stopped by a guard carries the same class as a
-// call the guard rejected up front; otherwise the class of the last error,
-// unless that is a refusal of the pipeline's gates (the throttle, the
-// concurrency limit: class rejected) of a retry: then the class of the
-// attempt before it, which the dependency answered, so that a breaker
-// counts a call its dependency failed whatever stopped its retries.
+// call the guard rejected up front; otherwise the class of the last error.
 func (e *Error) ResilienceClass() resilience.Class {
 	if e.Last == nil && e.Attempts == 0 && errors.Is(e.Reason, context.DeadlineExceeded) {
 		return resilience.ClassRejected // out of time before anything was sent: not the dependency's doing
@@ -128,10 +132,7 @@ func (e *Error) ResilienceClass() resilience.Class {
 	if c, ok := resilience.ClassOf(e.Reason); ok {
 		return c
 	}
-	if c := resilience.Classify(e.Last); c != resilience.ClassRejected || e.sent == nil {
-		return c
-	}
-	return resilience.Classify(e.sent)
+	return resilience.Classify(e.Last)
 }
 
 // Policy is an immutable retry configuration. It is safe for concurrent use
@@ -305,7 +306,10 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 				}
 			}
 		}
-		sent := last
+		answered := last // the attempt before this one's, if this run made it
+		if attempt == made+1 {
+			answered = nil
+		}
 		last, charge = err, notCounted
 		cfg.listener.Count(attempt, err)
 		if attemptEvents {
@@ -319,7 +323,9 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		}
 		if !cfg.retryable(err) {
 			e := cfg.giveUp(attempt, ErrNotRetryable, err)
-			e.sent = sent
+			if c, ok := classify.Safely(err); ok && c == resilience.ClassRejected {
+				e.sent = answered
+			}
 			return res, e
 		}
 		if cfg.maxAttempts > 0 && attempt >= cfg.maxAttempts {

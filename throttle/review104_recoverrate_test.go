@@ -2,6 +2,7 @@ package throttle_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -18,8 +19,7 @@ func TestReview104RecoveryAtLowerRates(t *testing.T) {
 	}
 	for _, rate := range []int{10, 20, 30, 50, 100, 300} {
 		for _, bg := range []float64{0.1, 0.3} {
-			worst := time.Duration(0)
-			over := 0
+			var lasts []time.Duration
 			for range 20 {
 				last := time.Duration(0)
 				synctest.Test(t, func(t *testing.T) {
@@ -44,18 +44,21 @@ func TestReview104RecoveryAtLowerRates(t *testing.T) {
 						time.Sleep(step)
 					}
 				})
-				worst = max(worst, last)
-				if last > 5100*time.Millisecond {
-					over++
-				}
+				lasts = append(lasts, last)
 			}
-			t.Logf("%d/s, %.0f%% failing once back: last refusal at worst %v after the return (20 runs), over 5.1 s in %d", rate, 100*bg, worst, over)
-			bound := 7 * time.Second // K's doc: 5.1 s at most at 100 and 300 calls a second
+			slices.Sort(lasts)
+			median, worst := lasts[len(lasts)/2], lasts[len(lasts)-1]
+			t.Logf("%d/s, %.0f%% failing once back: last refusal after the return, median %v, at worst %v (20 runs)", rate, 100*bg, median, worst)
+			// K's doc, from 200 runs of each: medians 1 to 1.7 s at 100
+			// and 300 calls a second, 1.3 to 3.7 s at 10 to 50; the tail
+			// is long (up to 15 s at 10 a second, 30% failing). A throttle
+			// that held on would refuse the whole minute.
+			bound := 3 * time.Second
 			if rate < 100 {
-				bound = 15 * time.Second // K's doc: up to 11.7 s at 10 to 50 calls a second
+				bound = 6 * time.Second
 			}
-			if worst > bound {
-				t.Errorf("%d/s, %.0f%% failing once back: last refusal %v after the return, doc: %v at most", rate, 100*bg, worst, bound)
+			if median > bound || worst > 50*time.Second {
+				t.Errorf("%d/s, %.0f%% failing once back: last refusal after the return, median %v (doc: %v at most), at worst %v", rate, 100*bg, median, bound, worst)
 			}
 		}
 	}

@@ -93,8 +93,9 @@
 // attempt that the caller's deadline ended is taken back, as a canceled
 // one (the pipeline's attempt timeout and time budget count). A refused
 // attempt's error is of class [resilience.ClassRejected]: not retried, not
-// counted by the breaker; a call whose retry it refused counts as the
-// failure its sent attempt was (retrypolicy.Error's class).
+// counted by the breaker, which counts a call whose retry it refused as
+// the failure its sent attempt was (retrypolicy.Error.Answer). A probe of
+// a breaker not closed passes it, uncounted.
 package throttle
 
 import (
@@ -170,9 +171,12 @@ type config struct {
 // refusal, as the book does, took 44 to 52 s with 2). Once back, a
 // dependency failing 1 to 30% of its attempts at random is refused
 // nothing 5.1 s after its return at most (100 runs at 30%,
-// TestReview100RecoveryWithBackgroundFailures); at 100 and 300 calls a
-// second, 5.1 s at most in 40 runs each; at 10 to 50 a second, fewer
-// answers in each bucket, up to 11.7 s (TestReview104RecoveryAtLowerRates): each attempt let
+// TestReview100RecoveryWithBackgroundFailures). At lower rates the tail
+// is longer, fewer answers in each bucket: at 100 and 300 calls a second,
+// with 30% failing, a median of 1.3 to 1.7 s and 90% of runs within 3.4
+// s, up to 9 s seen; at 10 to 50 a second, medians of 2 to 3.7 s, 90%
+// within 8 s, up to 15.3 s seen (200 runs of each,
+// TestReview104RecoveryAtLowerRates): each attempt let
 // through a bucket that fails adds a bucket. And at a few calls a second
 // with 30% failing, chance runs of failures in a window that holds few
 // answers refuse a few calls: 3 to 9 an hour (review104). Default 2. It panics
