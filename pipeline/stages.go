@@ -297,12 +297,10 @@ func (c *call[T]) inside(ctx context.Context) (err error) {
 	return err
 }
 
-// answerOf returns the retry loop's answer in err (retrypolicy.Error's
-// Answer), nil if none; apart, so that a call that succeeds allocates
-// nothing for errors.As.
+// answerOf returns the answer of the retry stage's loop (retrypolicy.Error's
+// Answer), whose error the stage returns as it is; nil if none.
 func answerOf(err error) error {
-	var re *retrypolicy.Error
-	if errors.As(err, &re) {
+	if re, ok := err.(*retrypolicy.Error); ok {
 		return re.Answer()
 	}
 	return nil

@@ -65,10 +65,15 @@ const maxWalk = 1 << 16
 // ask them of every failure. An error whose Unwrap panics is returned as
 // it is (see Safely).
 func Acyclic(err error) error {
-	if err == nil || endsSafely(err) {
-		return err
+	switch err.(type) {
+	case nil:
+		return nil
+	case interface{ Unwrap() error }, interface{ Unwrap() []error }:
+		if !endsSafely(err) {
+			return endless{err}
+		}
 	}
-	return endless{err}
+	return err
 }
 
 // endsSafely reports whether err's tree ends within maxWalk errors; true
