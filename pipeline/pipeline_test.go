@@ -455,7 +455,8 @@ func TestFailingCallAllocatesOnlyItsError(t *testing.T) {
 			retrypolicy.WithSleep(func(context.Context, time.Duration) error { return nil }))))
 	op := func(context.Context) (int, error) { return 0, errDown }
 	allocs := testing.AllocsPerRun(100, func() { _, _ = pipeline.Do(context.Background(), p, op) })
-	assert.LessOrEqual(t, allocs, 6.0)
+	assert.LessOrEqual(t, allocs, 3.0) // 3 on 6 December 2026; a 4th was the breaker's answer found by errors.As
+
 }
 
 // TestBudgetCostsNothingWhereItCapsNothing: a call the breaker rejects
