@@ -960,21 +960,18 @@ func classify(err error, body, once bool) error {
 }
 
 // own marks err, an error made on this side, with the status that
-// retrysignal.Status answers for it, where the pipeline's own refusals
-// (class rejected too: the breaker, the throttle, the limit) are a 503: a
-// certificate this client does not trust, 502 (no retry fixes it, whose
-// fault it is aside); a context's error (a caller's body reader that gave
-// up), none of its own (Status reads the context's); any other, such as a
-// request that does not parse or a body that fails to read, 500: the
-// request this service made was at fault.
+// retrysignal.Status answers for it, 500 (grpcsignal's INTERNAL), where
+// the pipeline's own refusals (class rejected too: the breaker, the
+// throttle, the limit) are a 503: the request this service made was at
+// fault (one that does not parse, a body that fails to read, a server
+// certificate it does not trust: no retry fixes them). A context's error
+// (a caller's body reader that gave up) is left as it is: Status reads
+// the context's.
 func own(err error) error {
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
-	case untrusted(err):
-		return ownFault{err, http.StatusBadGateway}
 	}
-	return ownFault{err, http.StatusInternalServerError}
+	return ownFault{err}
 }
 
 // untrusted reports whether err is a server certificate that the client
@@ -989,17 +986,13 @@ func untrusted(err error) bool {
 	return errors.As(err, &verify) || errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalid)
 }
 
-// ownFault is an error made on this side, with the status that stands
-// for it (own).
-type ownFault struct {
-	error
-	status int
-}
+// ownFault is an error made on this side (own).
+type ownFault struct{ error }
 
 func (e ownFault) Unwrap() error { return e.error }
 
-// HTTPStatus returns the status that stands for the error.
-func (e ownFault) HTTPStatus() int { return e.status }
+// HTTPStatus returns 500.
+func (ownFault) HTTPStatus() int { return http.StatusInternalServerError }
 
 // cutRequest reports whether err is a write of the request that the
 // server cut short with a reset or by closing the connection, and which

@@ -110,10 +110,24 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Reason, e.Last}
 }
 
+// answerIn returns the answer of a retry loop's error in err's tree, nil
+// if none.
+func answerIn(err error) error {
+	var re *Error
+	if errors.As(err, &re) {
+		return re.sent
+	}
+	return nil
+}
+
 // Answer returns, for a loop whose retry a pipeline's gate (the throttle,
 // the concurrency limit) refused, the error of the attempt before it,
-// which the dependency answered in the same run of the loop; nil
-// otherwise. The call's class is the refusal's (rejected: not retried by a
+// which the dependency answered in the same run of the loop (or, where
+// the attempt the gate refused was the run's first, the answer of a loop
+// nested in the operation whose retry a gate refused); nil otherwise.
+// Only a pipeline's own breaker (pipeline.WithBreaker) reads it: a breaker
+// of the caller's around pipeline.Do leaves the call out, its class being
+// rejected. The call's class is the refusal's (rejected: not retried by a
 // layer above), but a pipeline's breaker counts the call by this answer:
 // its dependency failed it, whatever then stopped its retries.
 func (e *Error) Answer() error { return e.sent }
@@ -324,7 +338,9 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		if !cfg.retryable(err) {
 			e := cfg.giveUp(attempt, ErrNotRetryable, err)
 			if c, ok := classify.Safely(err); ok && c == resilience.ClassRejected {
-				e.sent = answered
+				if e.sent = answered; answered == nil {
+					e.sent, _ = classify.Ask(answerIn, err) // a nested loop's, as its caller's breaker would count it
+				}
 			}
 			return res, e
 		}

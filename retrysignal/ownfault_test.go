@@ -25,9 +25,11 @@ func (b failingBody) Read([]byte) (int, error) { return 0, b.err }
 func (failingBody) Close() error               { return nil }
 
 // The status a service answers for an error its httpclient made on this
-// side (review102, review106): 500 for a request that was at fault, 502
-// for a certificate it does not trust, and a context's own for a caller's
-// body reader that gave up; never the 503 of the pipeline's refusals.
+// side (review102, review106, review107): 500 for a request that was at
+// fault, a certificate it does not trust included (grpcsignal's INTERNAL,
+// where a 502 read UNAVAILABLE, which gRPC clients retry), and a
+// context's own for a caller's body reader that gave up; never the 503 of
+// the pipeline's refusals.
 func TestStatusOfTheClientsOwnErrors(t *testing.T) {
 	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer tlsSrv.Close()
@@ -52,7 +54,7 @@ func TestStatusOfTheClientsOwnErrors(t *testing.T) {
 	}{
 		{"unsupported scheme", get("ftp://127.0.0.1:1/x"), http.StatusInternalServerError},
 		{"no host", get("http:///x"), http.StatusInternalServerError},
-		{"untrusted certificate", get(tlsSrv.URL), http.StatusBadGateway},
+		{"untrusted certificate", get(tlsSrv.URL), http.StatusInternalServerError},
 		{"body that fails to read", post(srv.URL, failingBody{errors.New("disk")}), http.StatusInternalServerError},
 		{"body reader out of time", post(srv.URL, failingBody{context.DeadlineExceeded}), http.StatusGatewayTimeout},
 	}

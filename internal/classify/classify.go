@@ -53,17 +53,20 @@ func Ask[T any](f func(error) T, err error) (v T, ok bool) {
 	return f(err), true
 }
 
-// maxWalk is the most errors Acyclic visits in an error's tree: far past
-// any chain a program builds, and a few milliseconds for one that wraps
-// itself.
-const maxWalk = 1 << 16
+// maxJoins is the deepest nesting of joins (Unwrap() []error) that
+// Acyclic walks: a join that holds itself nests for ever.
+const maxJoins = 10_000
 
-// Acyclic returns err, or, if its tree (as Unwrap walks it) does not end
-// within maxWalk errors, as that of an error that wraps itself does not,
-// an error with err's message that wraps nothing: errors.Is, errors.As
-// and resilience.Classify would walk such a tree for ever, and the stages
-// ask them of every failure. An error whose Unwrap panics is returned as
-// it is (see Safely).
+// Acyclic returns err, or, if its tree (as Unwrap walks it) does not end,
+// as that of an error that wraps itself does not, an error with err's
+// message that wraps nothing: errors.Is, errors.As and
+// resilience.Classify would walk such a tree for ever, and the stages ask
+// them of every failure. A chain is known to loop when an error comes
+// back in it (compared with ==); a join, when joins nest past maxJoins. A
+// tree that ends, however wide or however often it holds one branch, is
+// returned as it is, as is an error whose methods panic (see Safely).
+// The error given for one that does not end keeps the class its top
+// error gives itself (a ResilienceClass method of its own).
 func Acyclic(err error) error {
 	switch err.(type) {
 	case nil:
@@ -76,31 +79,34 @@ func Acyclic(err error) error {
 	return err
 }
 
-// endsSafely reports whether err's tree ends within maxWalk errors; true
-// if a method panics.
+// endsSafely reports whether err's tree ends; true if a method panics or
+// two errors of it cannot be compared.
 func endsSafely(err error) (ok bool) {
 	defer func() {
 		if recover() != nil {
 			ok = true
 		}
 	}()
-	n := 0
-	return ends(err, &n)
+	return ends(err, 0)
 }
 
-// ends reports whether err's tree ends within maxWalk errors, n counting
-// those visited.
-func ends(err error, n *int) bool {
-	for err != nil {
-		if *n++; *n > maxWalk {
-			return false
-		}
+// ends reports whether err's tree ends, joins nested depth deep above it:
+// along a chain, a slow walker one step in two behind finds a loop when
+// the fast one meets it (Floyd's).
+func ends(err error, depth int) bool {
+	slow := err
+	for step := 0; ; step++ {
 		switch u := err.(type) {
+		case nil:
+			return true
 		case interface{ Unwrap() error }:
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:
+			if depth >= maxJoins {
+				return false
+			}
 			for _, e := range u.Unwrap() {
-				if !ends(e, n) {
+				if !ends(e, depth+1) {
 					return false
 				}
 			}
@@ -108,12 +114,26 @@ func ends(err error, n *int) bool {
 		default:
 			return true
 		}
+		if step%2 == 1 {
+			slow = slow.(interface{ Unwrap() error }).Unwrap()
+		}
+		if err != nil && err == slow {
+			return false
+		}
 	}
-	return true
 }
 
-// endless stands for an error whose tree does not end: its message, and
-// nothing to unwrap.
+// endless stands for an error whose tree does not end: its message, the
+// class its top error gives itself, and nothing to unwrap.
 type endless struct{ err error }
 
 func (e endless) Error() string { return e.err.Error() }
+
+// ResilienceClass returns the class the top error gives itself, or
+// transient.
+func (e endless) ResilienceClass() resilience.Class {
+	if c, ok := e.err.(interface{ ResilienceClass() resilience.Class }); ok {
+		return c.ResilienceClass()
+	}
+	return resilience.ClassTransient
+}
