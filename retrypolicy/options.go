@@ -49,6 +49,12 @@ var backoffPermanent = &backoff.PermanentError{}
 // as it is classified is left to RetryIf, and by default not retried.
 func (c *config) retryable(err error) bool {
 	class, ok := classify.Safely(err)
+	return c.retryableAs(err, class, ok)
+}
+
+// retryableAs is retryable, err's class being class (ok false if its
+// methods panicked as it was classified).
+func (c *config) retryableAs(err error, class resilience.Class, ok bool) bool {
 	switch {
 	case ok && class == resilience.ClassRejected:
 		return false

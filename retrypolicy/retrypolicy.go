@@ -309,21 +309,20 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		running = attempt
 		res, err := op(ctx)
 		running = 0
+		var class resilience.Class
+		classified := false
 		if err != nil {
 			err = classify.Acyclic(err) // one that wraps itself would hang errors.Is below
+			class, classified = classify.Safely(err)
 		}
-		if err != nil && guard != nil {
-			if c, ok := classify.Safely(err); ok && c == resilience.ClassRejected {
-				if gerr := guard(); gerr != nil && errors.Is(err, gerr) { // refused as the guard would have: not sent
-					cfg.giveBack(charge)
-					return res, &Error{Attempts: attempt - 1, Reason: gerr, Last: last, guarded: true}
-				}
+		rejected := classified && class == resilience.ClassRejected // refused on this side: not sent
+		if rejected && guard != nil {
+			if gerr := guard(); gerr != nil && errors.Is(err, gerr) { // refused as the guard would have
+				cfg.giveBack(charge)
+				return res, &Error{Attempts: attempt - 1, Reason: gerr, Last: last, guarded: true}
 			}
 		}
-		answered := last // the attempt before this one's, if this run made it
-		if attempt == made+1 {
-			answered = nil
-		}
+		prev := last
 		last, charge = err, notCounted
 		cfg.listener.Count(attempt, err)
 		if attemptEvents {
@@ -335,12 +334,13 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		if ctx.Err() != nil {
 			return res, cfg.giveUp(attempt, stopReason(ctx), err)
 		}
-		if !cfg.retryable(err) {
+		if !cfg.retryableAs(err, class, classified) {
 			e := cfg.giveUp(attempt, ErrNotRetryable, err)
-			if c, ok := classify.Safely(err); ok && c == resilience.ClassRejected {
-				if e.sent = answered; answered == nil {
-					e.sent, _ = classify.Ask(answerIn, err) // a nested loop's, as its caller's breaker would count it
-				}
+			switch {
+			case rejected && attempt > made+1: // a gate refused a retry of this run: what the dependency answered before it
+				e.sent = prev
+			case rejected: // a nested loop's, as its caller's breaker would count it
+				e.sent, _ = classify.Ask(answerIn, err)
 			}
 			return res, e
 		}
