@@ -185,8 +185,17 @@ type httpStatus interface {
 // is open or busy, the retries or the retry quota ran out on errors
 // without an answer, or the caller went away; 502 for another failure
 // that a retry would not fix; 500 when the request this service made was
-// at fault.
+// at fault, or when a method of err panics as it is asked (this service's
+// own error).
 func Status(err error) int {
+	if s, ok := classify.Ask(statusOf, err); ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// statusOf is Status, for an error whose methods answer.
+func statusOf(err error) int {
 	var answered httpStatus
 	switch {
 	case errors.Is(err, retrypolicy.ErrOutOfTime):
@@ -226,10 +235,7 @@ var contradicting = [...]string{"Content-Length", "Content-Encoding", "Content-R
 
 // writeError is [WriteError], with the [NoRetryHeader] only if signal.
 func writeError(w http.ResponseWriter, err error, signal bool) {
-	status, ok := classify.Ask(Status, err)
-	if !ok { // a method of err panicked: this service's own error
-		status = http.StatusInternalServerError
-	}
+	status := Status(err)
 	h := w.Header()
 	for _, k := range contradicting {
 		h.Del(k)
@@ -270,7 +276,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case sw.started:
 		slog.Error("retrysignal: a handler failed after starting its response", "path", r.URL.Path, "error", err)
 	default:
-		writeError(w, err, classify.Holds(Retried, err))
+		writeError(w, err, Retried(err))
 	}
 }
 
@@ -287,7 +293,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 //
 //	proxy.ErrorHandler = retrysignal.ProxyErrorHandler
 func ProxyErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
-	writeError(w, err, classify.Holds(Retried, err))
+	writeError(w, err, Retried(err))
 }
 
 // Retried reports whether err, a resilient outbound call's, says that the
@@ -305,9 +311,13 @@ func ProxyErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
 // service's own time budget (retrypolicy.Error's OwnBudget: its caller,
 // with more time, may retry it), a plain client's error. A deadline the
 // handler set on its own context, rather than a pipeline's time budget, is
-// taken for the caller's. [Handler] answers with the signal what it
-// reports, and grpcsignal's server interceptors pass on only that.
-func Retried(err error) bool {
+// taken for the caller's. An error whose methods panic as they are asked
+// is not. [Handler] answers with the signal what it reports, and
+// grpcsignal's server interceptors pass on only that.
+func Retried(err error) bool { return classify.Holds(retried, err) }
+
+// retried is Retried, for an error whose methods answer.
+func retried(err error) bool {
 	if breaker.IsRejection(err) {
 		return true
 	}

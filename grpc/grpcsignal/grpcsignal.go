@@ -248,29 +248,17 @@ func Error(ctx context.Context, err error) error {
 // for concurrent use.
 func UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
-	if err != nil && retried(err) {
+	if err != nil && retrysignal.Retried(err) {
 		return nil, Error(ctx, err)
 	}
 	return resp, err
-}
-
-// retried is retrysignal.Retried(err), false if a method of err panics as
-// it is asked: the error then passes as it is, as retrysignal.Handler
-// answers it without the signal.
-func retried(err error) (yes bool) {
-	defer func() {
-		if recover() != nil {
-			yes = false
-		}
-	}()
-	return retrysignal.Retried(err)
 }
 
 // StreamServerInterceptor is [UnaryServerInterceptor] for streaming
 // handlers. It is safe for concurrent use.
 func StreamServerInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	err := handler(srv, ss)
-	if err != nil && retried(err) {
+	if err != nil && retrysignal.Retried(err) {
 		return Error(ss.Context(), err)
 	}
 	return err
