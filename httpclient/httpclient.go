@@ -974,18 +974,6 @@ func own(err error) error {
 	return ownFault{err}
 }
 
-// untrusted reports whether err is a server certificate that the client
-// does not trust (TLS verification).
-func untrusted(err error) bool {
-	var (
-		verify           *tls.CertificateVerificationError
-		unknownAuthority x509.UnknownAuthorityError
-		hostname         x509.HostnameError
-		invalid          x509.CertificateInvalidError
-	)
-	return errors.As(err, &verify) || errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalid)
-}
-
 // ownFault is an error made on this side (own).
 type ownFault struct{ error }
 
@@ -1082,12 +1070,17 @@ func plusOne(n int64) int64 { return n + min(1, math.MaxInt64-n) }
 // RoundTripper, was made by the client without the dependency's doing.
 func localError(err error) bool {
 	var (
-		body   *bodyError
-		record tls.RecordHeaderError
-		addr   *net.AddrError
+		verify           *tls.CertificateVerificationError
+		unknownAuthority x509.UnknownAuthorityError
+		hostname         x509.HostnameError
+		invalid          x509.CertificateInvalidError
+		body             *bodyError
+		record           tls.RecordHeaderError
+		addr             *net.AddrError
 	)
 	switch {
-	case errors.As(err, &body), untrusted(err), errors.Is(err, http.ErrSchemeMismatch):
+	case errors.As(err, &body), errors.As(err, &verify), errors.As(err, &unknownAuthority),
+		errors.As(err, &hostname), errors.As(err, &invalid), errors.Is(err, http.ErrSchemeMismatch):
 		return true
 	case errors.As(err, &record) && string(record.RecordHeader[:]) == "HTTP/":
 		return true // an https URL for a server that speaks plain HTTP, as http.Client says
