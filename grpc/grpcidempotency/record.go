@@ -25,7 +25,7 @@ import (
 // The names under which a record keeps a gRPC answer, in its Header.
 const (
 	codeHeader    = "Grpc-Status-Code"
-	messageHeader = "Grpc-Status-Message" // base64, for a message that is not valid UTF-8
+	messageHeader = "Grpc-Status-Message" // for a message that is not valid UTF-8
 	typeHeader    = "Grpc-Message-Type"
 	headerPrefix  = "Grpc-Header-"
 	trailerPrefix = "Grpc-Trailer-"
@@ -80,11 +80,12 @@ func record(claim *idempotency.Claim, sts *capture, resp any, err error, types *
 // marshalStatus returns st in the wire format, for a record whose header
 // is h. A message that is not valid UTF-8 (a file name's bytes, which
 // grpc-go sends as they are) cannot be in a google.rpc.Status, whose
-// message is a proto3 string: it is kept in h, base64-encoded.
+// message is a proto3 string: it is kept in h, which the stores keep
+// byte for byte (idempotency.Record's JSON).
 func marshalStatus(st *grpcstatus.Status, h http.Header) []byte {
 	p := st.Proto()
 	if !utf8.ValidString(p.Message) {
-		h.Set(messageHeader, base64.StdEncoding.EncodeToString([]byte(p.Message)))
+		h.Set(messageHeader, p.Message)
 		p.Message = strings.ToValidUTF8(p.Message, "\uFFFD")
 	}
 	body, err := proto.Marshal(p)
@@ -109,11 +110,7 @@ func replay(ctx context.Context, rec *idempotency.Record, types *sync.Map) (any,
 			return nil, grpcstatus.Error(codes.Internal, "grpcidempotency: stored status unreadable")
 		}
 		if m, ok := rec.Header[messageHeader]; ok {
-			raw, err := base64.StdEncoding.DecodeString(m[0])
-			if err != nil {
-				return nil, grpcstatus.Error(codes.Internal, "grpcidempotency: stored status unreadable")
-			}
-			st.Message = string(raw)
+			st.Message = m[0]
 		}
 		return nil, grpcstatus.ErrorProto(st)
 	}

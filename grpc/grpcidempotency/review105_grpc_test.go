@@ -112,6 +112,27 @@ func TestReview105StatusWithANonUTF8MessageIsReplayedWithItsCode(t *testing.T) {
 	}
 }
 
+// The same through a store that keeps JSON (jsonStore): the repeat gets
+// the message the first call got (grpc-go sends each byte that is not
+// UTF-8 as U+FFFD), from the message's bytes kept in the record's header.
+func TestReview105StatusWithANonUTF8MessageThroughJSON(t *testing.T) {
+	const msg = "no such file: caf\xe9\xe8.txt"
+	var runs atomic.Int64
+	h := func(ctx context.Context, req *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		runs.Add(1)
+		return nil, grpcstatus.Error(codes.FailedPrecondition, msg)
+	}
+	guard := idempotency.NewGuard(jsonStore{idempotency.NewMemoryStore(0)})
+	cc := r105Serve(t, h, grpc.UnaryInterceptor(grpcidempotency.UnaryServerInterceptor(guard, grpcidempotency.SharedKeys())))
+	_, err, _ := r105Call(t, cc, "k4")
+	first, _ := grpcstatus.FromError(err)
+	_, err, _ = r105Call(t, cc, "k4")
+	again, _ := grpcstatus.FromError(err)
+	if first.Code() != codes.FailedPrecondition || again.Code() != first.Code() || again.Message() != first.Message() || runs.Load() != 1 {
+		t.Errorf("first %v %q, repeat %v %q, %d runs; want the first's answer, once", first.Code(), first.Message(), again.Code(), again.Message(), runs.Load())
+	}
+}
+
 // grpc.SetSendCompressor and grpc.ClientSupportedCompressors find grpc-go's
 // own stream in the context, which a keyed call's handler does not have
 // behind the interceptor (it records the metadata the handler sets): the
