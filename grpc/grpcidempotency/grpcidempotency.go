@@ -31,7 +31,7 @@
 // As over HTTP, an answer that tells the client to retry because the call
 // was not processed is not stored, and the key is freed: the codes that
 // map to HTTP 429, 502, 503 and 504 (RESOURCE_EXHAUSTED, UNAVAILABLE,
-// DEADLINE_EXCEEDED; see [HTTPStatus] and idempotency.ReleaseStatus),
+// DEADLINE_EXCEEDED; see grpcsignal.HTTPStatus and idempotency.ReleaseStatus),
 // CANCELED, ABORTED (gRPC's "retry at a higher level": the call did not
 // take effect, as a lower hop's "in progress" that the handler passes
 // on), and a handler that panicked. A handler's error that is not a
@@ -86,7 +86,7 @@ const ReplayedKey = "idempotent-replayed"
 // with a key in its [idempotencykey.MetadataKey] header at most once per
 // key on guard (see the package documentation). The guard's options
 // (idempotency.TTL, Lease, StoreTimeout, MaxResponse of the marshaled
-// answer, ReleaseStatus by [HTTPStatus], WithListener and WithLogger) work
+// answer, ReleaseStatus by grpcsignal.HTTPStatus, WithListener and WithLogger) work
 // as over HTTP; the middleware's (idempotency.Required, Scope, SharedKeys,
 // MaxBody) are refused by idempotency.NewGuard: this package's [Required],
 // [Scope], [SharedKeys] and [MaxRequest] are given here, in opts. A nil

@@ -252,16 +252,6 @@ func TestAPanickingHandlerFreesTheKey(t *testing.T) {
 	assert.Equal(t, 1, runs, "run again after the panic, then replayed")
 }
 
-func TestHTTPStatus(t *testing.T) {
-	for code, want := range map[codes.Code]int{
-		codes.OK: 200, codes.InvalidArgument: 400, codes.NotFound: 404, codes.Aborted: 409,
-		codes.ResourceExhausted: 429, codes.Canceled: 499, codes.Internal: 500, codes.Unimplemented: 501,
-		codes.Unavailable: 503, codes.DeadlineExceeded: 504, codes.DataLoss: 500, codes.Unauthenticated: 401,
-	} {
-		assert.Equal(t, want, grpcidempotency.HTTPStatus(code), code.String())
-	}
-}
-
 // TestARetryWhileTheFirstRunsGetsItsAnswer: an attempt timeout shorter
 // than a handler that does not stop for its caller makes the client retry
 // while the first attempt still runs on the server; the retries get ABORTED with a pushback of a second,

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/resiliencekit/resiliencekit/grpc/internal/httpstatus"
 	"github.com/resiliencekit/resiliencekit/idempotency"
 )
 
@@ -55,7 +56,7 @@ func record(claim *idempotency.Claim, sts *capture, resp any, err error, types *
 		}
 		rec.Body = marshalStatus(st, rec.Header)
 		rec.Header.Set(codeHeader, strconv.Itoa(int(st.Code())))
-		rec.Status = HTTPStatus(st.Code())
+		rec.Status = httpstatus.Of(st.Code())
 		return rec
 	}
 	pm, ok := resp.(proto.Message)
@@ -188,41 +189,6 @@ func messageType(name string, types *sync.Map) protoreflect.MessageType {
 		}
 	}
 	return nil
-}
-
-// HTTPStatus returns the HTTP status that a gRPC code stands for in a
-// record, as google.rpc.Code documents the mapping: the status that
-// idempotency.ReleaseStatus matches. OK is 200, INVALID_ARGUMENT,
-// FAILED_PRECONDITION and OUT_OF_RANGE 400, UNAUTHENTICATED 401,
-// PERMISSION_DENIED 403, NOT_FOUND 404, ALREADY_EXISTS and ABORTED 409,
-// RESOURCE_EXHAUSTED 429, CANCELED 499, UNIMPLEMENTED 501, UNAVAILABLE
-// 503, DEADLINE_EXCEEDED 504, and the rest 500.
-func HTTPStatus(c codes.Code) int {
-	switch c {
-	case codes.OK:
-		return http.StatusOK
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
-		return http.StatusBadRequest
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.PermissionDenied:
-		return http.StatusForbidden
-	case codes.NotFound:
-		return http.StatusNotFound
-	case codes.AlreadyExists, codes.Aborted:
-		return http.StatusConflict
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.Canceled:
-		return 499
-	case codes.Unimplemented:
-		return http.StatusNotImplemented
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	}
-	return http.StatusInternalServerError
 }
 
 // capture passes a handler's header and trailer metadata on to grpc-go,

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/grpc/internal/httpstatus"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 	"github.com/resiliencekit/resiliencekit/retrysignal"
@@ -179,37 +180,16 @@ func codeOf(status int) codes.Code {
 }
 
 // HTTPStatus returns the HTTP status that stands for c, as the
-// google.rpc.Code mapping gives it (NOT_FOUND 404, UNAVAILABLE 503,
-// CANCELED 499): for a service that answers HTTP when its gRPC call
-// failed (grpcclient's Error gives it to retrysignal.Status), so that the
-// failure keeps its meaning and its class.
-func HTTPStatus(c codes.Code) int {
-	switch c {
-	case codes.OK:
-		return http.StatusOK
-	case codes.Canceled:
-		return 499
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
-		return http.StatusBadRequest
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case codes.NotFound:
-		return http.StatusNotFound
-	case codes.AlreadyExists, codes.Aborted:
-		return http.StatusConflict
-	case codes.PermissionDenied:
-		return http.StatusForbidden
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.Unimplemented:
-		return http.StatusNotImplemented
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError // UNKNOWN, INTERNAL, DATA_LOSS, and codes past the 16
-}
+// google.rpc.Code mapping gives it: OK 200; INVALID_ARGUMENT,
+// FAILED_PRECONDITION and OUT_OF_RANGE 400; UNAUTHENTICATED 401;
+// PERMISSION_DENIED 403; NOT_FOUND 404; ALREADY_EXISTS and ABORTED 409;
+// RESOURCE_EXHAUSTED 429; CANCELED 499; UNIMPLEMENTED 501; UNAVAILABLE
+// 503; DEADLINE_EXCEEDED 504; the rest 500. A service that answers HTTP
+// when its gRPC call failed gives it (grpcclient's Error does, to
+// retrysignal.Status), so that the failure keeps its meaning and its
+// class; package grpcidempotency stores it as a record's status, which
+// idempotency.ReleaseStatus matches.
+func HTTPStatus(c codes.Code) int { return httpstatus.Of(c) }
 
 // NoRetryMessage is the status message of an [Error] answer: the
 // dependency's own message is not passed on to this service's callers,
