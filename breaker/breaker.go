@@ -22,7 +22,11 @@
 // doing, if it had less time than the dependency's answers may take: the
 // slowest answer of the last minute, and 100 ms at least. The breaker
 // times, from their admission, the first 16 answers of every 10 s and one
-// in 16 after them, drawn at random; it takes each other answer to have
+// in 16 after them, drawn at random (through a pipeline, from when the
+// attempt that answered was sent, where that was a retry or an attempt
+// that waited for a slot of the pipeline's concurrency limit: its delays
+// and queues are the caller's time, not the dependency's; and a call its
+// deadline ended in such an attempt had the time left as it was sent); it takes each other answer to have
 // lasted until the latest admission; it keeps the slowest of each 10 s
 // for 60 to 80 s. A call canceled that ends within 10 ms of its deadline
 // is taken for one its deadline ended (a caller upstream, told its budget
@@ -55,6 +59,7 @@ import (
 
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
+	"github.com/resiliencekit/resiliencekit/internal/sendtime"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -306,7 +311,10 @@ func (b *Breaker) executeOn(ctx context.Context, op func(ctx context.Context) er
 	err := op(ctx)
 	out := counted
 	if err != nil {
-		out = b.count(ctx, err, a)
+		a.at, err = sendtime.Open(a.at, err)
+		if err != nil {
+			out = b.count(ctx, err, a)
+		}
 	}
 	returned = true
 	b.cb.done(a, out)

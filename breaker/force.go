@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
+	"github.com/resiliencekit/resiliencekit/internal/sendtime"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
@@ -410,6 +411,7 @@ func (b *Breaker) executeForced(ctx context.Context, f *forcing, op func(ctx con
 		}()
 		err := op(ctx)
 		returned = true
+		a.at, err = sendtime.Open(a.at, err)
 		switch b.count(ctx, err, a) {
 		case failed:
 			f.failures.Add(1)

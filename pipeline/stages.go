@@ -9,6 +9,7 @@ import (
 	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
+	"github.com/resiliencekit/resiliencekit/internal/sendtime"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
@@ -37,13 +38,12 @@ import (
 // and no listener wants the call timed), and each attempt starts at the
 // stage firstInside names.
 type call[T any] struct {
-	p     *Pipeline
-	op    resilience.Operation[T]
-	k     *keeper // the contexts a streamed result needs; nil for Do
-	opts  callOpts
-	s     *state           // for hedging and the tracer; nil without them
-	b     *breaker.Breaker // checked between attempts; nil without one
-	probe bool             // admitted by a breaker not closed: one attempt, not hedged
+	p    *Pipeline
+	op   resilience.Operation[T]
+	k    *keeper // the contexts a streamed result needs; nil for Do
+	opts callOpts
+	s    *state           // for hedging and the tracer; nil without them
+	b    *breaker.Breaker // checked between attempts; nil without one
 
 	// The budget leaves these to the first attempt's timeout, which
 	// follows it at once: the clock reading the budget was set from, and
@@ -51,20 +51,23 @@ type call[T any] struct {
 	now   monotime.Reading // with spare, if config.attemptFollows
 	spare *lazyCtx
 
+	probe    bool               // admitted by a breaker not closed: one attempt, not hedged
 	done     bool               // the listener wants EventCallDone
 	clock    bool               // and its Duration: the call is timed
 	attempts bool               // the listener wants EventAttempt
-	via      int8               // the first stage of each attempt, with attempts
-	n        int                // attempts told by this run of the retry stage, with attempts
+	via      int8               // the first stage of each attempt, with attempts or a breaker
 	ran      bool               // the breaker admitted the call: inside ran
 	budgeted bool               // the time budget, not the caller, set the call's deadline
 	hedged   bool               // a race of the call sent a hedge (Hedged); of a hedge's copy, it was sent
+	shared   bool               // a race of the call may have let another goroutine have c.s
+	tries    int32              // attempts the retry stage ran since the breaker admitted the call, with a breaker
+	n        int                // attempts told by this run of the retry stage, with attempts
 	caller   context.Context    // with WaitWhenOpen and budgeted, the caller's context, for the breaker
 	stopped  *retrypolicy.Error // with WaitWhenOpen, the retry stage's stop by the breaker that the call waited out; nil if none
 	refused  error              // the breaker's refusal of the last attempt as it was about to be sent (reopened): not sent
+	sentAt   monotime.Reading   // when the attempt that ended the call was sent, if well after the breaker admitted it; else 0
 	res      T                  // what inside leaves for through
 	race     *race[T]           // for the call's first race, allocated with c.s; nil once used
-	shared   bool               // a race of the call may have let another goroutine have c.s
 }
 
 // hedged is the state of a hedged call with the memory of its first race,
@@ -241,7 +244,7 @@ func (c *call[T]) breaker(ctx context.Context) (T, error) {
 // waits. The listener hears of a refusal here, and of a stop from the
 // retry stage. Only a call that failed pays for telling which.
 func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejected bool, err error) {
-	c.ran = false
+	c.ran, c.tries, c.sentAt = false, 0, 0
 	if c.caller != nil {
 		// The budget, set before the breaker so that a wait is within it,
 		// is the pipeline's own limit: the breaker is given the caller's
@@ -251,6 +254,9 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 		err = b.Execute(ctx, c.inside)
 	}
 	res, c.res = c.res, res
+	if err != nil {
+		_, err = sendtime.Open(0, err) // for a breaker that did not judge the call (forced, disabled)
+	}
 	switch w := err.(type) {
 	case *waitedOut:
 		err = w.err
@@ -294,7 +300,23 @@ func (c *call[T]) inside(ctx context.Context) (err error) {
 			err = &gateStopped{err, answer}
 		}
 	}
+	if c.sentAt != 0 && (err == nil || c.tries <= 1) {
+		// The breaker times a success, and judges a failure by its
+		// caller's deadline in its one attempt only: a call retried
+		// that failed counts whenever its retry was sent.
+		err = &sendtime.Late{Err: err, At: c.sentAt}
+	}
 	return err
+}
+
+// sending notes that the attempt being sent, a retry or one that waited at
+// the gates, left well after the breaker admitted the call: the breaker
+// times the dependency's answer from now, and a call its caller's deadline
+// ends had the time left from now (package sendtime).
+func (c *call[T]) sending() {
+	if c.b != nil {
+		c.sentAt = monotime.Now()
+	}
 }
 
 // answerOf returns the answer of the retry stage's loop (retrypolicy.Error's
@@ -372,6 +394,10 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 	if c.stopped != nil {
 		return c.resume(ctx, guard, via)
 	}
+	if c.b != nil {
+		c.via, c.n = via, 0
+		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.stamped)
+	}
 	if c.attempts {
 		c.via, c.n = via, 0
 		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.told)
@@ -383,6 +409,22 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 		return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.timeout)
 	}
 	return retrypolicy.DoGuarded(ctx, c.p.cfg.retry, guard, c.op)
+}
+
+// stamped runs an attempt of the retry stage of a call through a breaker
+// from stage c.via (as told, if the listener wants attempts), a retry
+// noted as sent late.
+func (c *call[T]) stamped(ctx context.Context) (T, error) {
+	if c.tries++; c.tries > 1 {
+		c.sending()
+	}
+	switch {
+	case c.attempts:
+		return c.told(ctx)
+	case c.via == viaOp:
+		return c.op(ctx) // the retry stage takes an error that wraps itself apart, as invoke
+	}
+	return c.from(ctx, c.via)
 }
 
 // unsent reports whether err, an attempt's, is the breaker's refusal of
@@ -534,13 +576,16 @@ func (c *call[T]) hedge(ctx context.Context) (T, error) {
 	if h := c.p.cfg.hedge; h != nil && !c.probe && !c.opts.single && !c.opts.sequential {
 		if d, ok := h.After(); ok {
 			r := newRace(c, ctx, d)
-			res, err := r.run()
+			res, sentAt, err := r.run()
 			c.hedged = c.hedged || r.sent.Load() > 0
 			if !r.alone {
 				c.s.raced(err)
 			}
 			c.shared = c.shared || !r.alone
 			c.refused = r.refused
+			if sentAt != 0 {
+				c.sentAt = sentAt
+			}
 			return res, c.markHedged(err)
 		}
 	}
@@ -589,6 +634,9 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 			c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: n, Err: err})
 		}
 		return res, err
+	}
+	if !hedge && queued(gates, held) {
+		c.sending()
 	}
 	info := c.s.start(hedge) // numbered as it is sent: an attempt refused at the gates takes no number
 	if r != nil && !hedge && !c.s.traced() {

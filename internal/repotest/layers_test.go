@@ -34,7 +34,8 @@ func layer(pkg string) (int, bool) {
 	switch {
 	case pkg == "resilience", pkg == "idempotencykey":
 		return 0, true
-	case pkg == "internal/classify", pkg == "internal/safe", pkg == "internal/tally", pkg == "internal/window", pkg == "internal/monotime":
+	case pkg == "internal/classify", pkg == "internal/safe", pkg == "internal/tally", pkg == "internal/window", pkg == "internal/monotime",
+		pkg == "internal/sendtime":
 		return 1, true
 	case pkg == "retrypolicy", pkg == "breaker", pkg == "throttle", pkg == "limit", pkg == "hedge":
 		return 2, true
