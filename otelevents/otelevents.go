@@ -12,7 +12,9 @@
 //     rejected)
 //   - resilience.call.duration: their duration in seconds, by outcome
 //     (of a sample of them with [SampleDurations])
-//   - resilience.attempts: attempts, by outcome
+//   - resilience.attempts: attempts, by outcome; an attempt that the
+//     pipeline's throttle or concurrency limit refused before it was sent
+//     counts too, rejected (a trace has no span for it)
 //   - resilience.retries: scheduled retries
 //   - resilience.giveups: calls that stopped retrying, by "reason"
 //     (retries_exhausted, quota_exhausted, time_budget_exceeded,
@@ -20,12 +22,17 @@
 //   - resilience.rejections: calls a breaker rejected, and attempts its
 //     re-check refused as they were about to be sent
 //   - resilience.breaker.state: a breaker's state: 0 closed, 1 half-open,
-//     2 open
+//     2 open; observed at each collection, from the breaker's first change
+//     of state (before it, the Listener cannot tell a dependency with a
+//     breaker from one without)
 //
-// The five counts are asynchronous (observable) counters: the Listener
-// counts in atomic counters of its own, and a reader collects their
-// totals, so that an event costs one atomic addition; the duration is a
-// synchronous histogram, recorded as each call ends. Timing a call (two
+// The five counts are asynchronous (observable) counters, and the state an
+// asynchronous gauge: the Listener counts in atomic counters of its own,
+// and a reader collects their totals, so that an event costs one atomic
+// addition; the duration is a synchronous histogram, recorded as each call
+// ends, in seconds, with the bucket boundaries that OpenTelemetry's
+// semantic conventions give http.client.request.duration (5 ms to 10 s; a
+// View of the meter provider may change them). Timing a call (two
 // clock reads) and recording it on an SDK histogram cost more than the
 // rest of a pipeline's call: [SampleDurations] has only a sample of the
 // calls timed, and the counts stay exact.
@@ -100,7 +107,10 @@
 // never a synchronous one (WithSyncer) that exports it there (a 20 ms
 // export per span fails a 30 ms budget that the call alone meets). A call
 // whose context has ended before it starts is not run, and has no span;
-// a Listener counts it, canceled.
+// a Listener counts it: canceled, if its context was canceled; rejected,
+// with a give-up (time_budget_exceeded) and a duration of 0, if its
+// deadline had passed (retrypolicy.ErrOutOfTime: out of time before
+// anything was sent).
 package otelevents
 
 import (
@@ -110,6 +120,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -129,7 +140,7 @@ import (
 type Listener struct {
 	calls, attempts, retries, giveups, rejections metric.Int64ObservableCounter
 	duration                                      metric.Float64Histogram
-	state                                         metric.Int64Gauge
+	state                                         metric.Int64ObservableGauge
 	below                                         uint64 // SampleDurations: a call is timed if a random uint64 is below; 0: every call
 
 	deps sync.Map            // name -> *dep
@@ -151,18 +162,18 @@ type dep struct {
 	giveups         [len(giveupKinds)]atomic.Int64
 	retries         atomic.Int64
 	rejections      atomic.Int64
+	state           atomic.Int64 // stateValue of the breaker's last change; -1 before it
 
 	set      metric.MeasurementOption
 	outcome  [classes]metric.MeasurementOption
 	duration [classes][]metric.RecordOption
 	reason   [len(giveupKinds)]metric.MeasurementOption
-	state    []metric.RecordOption
 }
 
 func newDep(name string) *dep {
 	a := attribute.String("dependency", name)
 	d := &dep{name: name, set: metric.WithAttributeSet(attribute.NewSet(a))}
-	d.state = []metric.RecordOption{d.set}
+	d.state.Store(-1)
 	for c := range classes {
 		d.outcome[c] = metric.WithAttributeSet(attribute.NewSet(a, attribute.String("outcome", resilience.Class(c).String())))
 		d.duration[c] = []metric.RecordOption{d.outcome[c]}
@@ -231,8 +242,12 @@ func SampleDurations(n int) Option {
 }
 
 // New returns a Listener whose instruments come from mp's meter
-// "github.com/resiliencekit/resiliencekit".
+// "github.com/resiliencekit/resiliencekit"; a nil mp is the global one,
+// [otel.GetMeterProvider].
 func New(mp metric.MeterProvider, opts ...Option) (*Listener, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
 	m := mp.Meter(scope)
 	var l Listener
 	for _, o := range opts {
@@ -256,19 +271,24 @@ func New(mp metric.MeterProvider, opts ...Option) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err = m.RegisterCallback(l.observe, l.calls, l.attempts, l.retries, l.giveups, l.rejections); err != nil {
+	if l.state, err = m.Int64ObservableGauge("resilience.breaker.state",
+		metric.WithDescription("Circuit breaker state: 0 closed, 1 half-open, 2 open.")); err != nil {
+		return nil, err
+	}
+	if _, err = m.RegisterCallback(l.observe, l.calls, l.attempts, l.retries, l.giveups, l.rejections, l.state); err != nil {
 		return nil, err
 	}
 	if l.duration, err = m.Float64Histogram("resilience.call.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of finished pipeline calls.")); err != nil {
-		return nil, err
-	}
-	if l.state, err = m.Int64Gauge("resilience.breaker.state",
-		metric.WithDescription("Circuit breaker state: 0 closed, 1 half-open, 2 open.")); err != nil {
+		metric.WithDescription("Duration of finished pipeline calls."), metric.WithExplicitBucketBoundaries(durationBounds...)); err != nil {
 		return nil, err
 	}
 	return &l, nil
 }
+
+// durationBounds are resilience.call.duration's bucket boundaries, in
+// seconds: those of http.client.request.duration in OpenTelemetry's
+// semantic conventions.
+var durationBounds = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
 // observe hands the counts to a reader: each data point that has counted
 // something, as a synchronous counter would have made it.
@@ -289,6 +309,9 @@ func (l *Listener) observe(_ context.Context, o metric.Observer) error {
 		}
 		put(l.retries, &d.retries, d.set)
 		put(l.rejections, &d.rejections, d.set)
+		if v := d.state.Load(); v >= 0 {
+			o.ObserveInt64(l.state, v, d.set)
+		}
 		return true
 	})
 	return nil
@@ -308,8 +331,11 @@ func stateValue(s resilience.State) int64 {
 
 // Wants reports whether the Listener records events of kind k: calls,
 // attempts, retries, give-ups, rejections and state changes; a pipeline
-// builds no other event for it.
+// builds no other event for it. A nil Listener wants none.
 func (l *Listener) Wants(k resilience.EventKind) bool {
+	if l == nil {
+		return false
+	}
 	switch k {
 	case resilience.EventCallDone, resilience.EventAttempt, resilience.EventRetry, resilience.EventRejected,
 		resilience.EventStateChange, resilience.EventRetriesExhausted, resilience.EventQuotaExhausted,
@@ -325,13 +351,16 @@ func (l *Listener) Wants(k resilience.EventKind) bool {
 // (see [resilience.CallTimer]); the end of a call it declined comes
 // Untimed, and is counted but not recorded on the histogram.
 func (l *Listener) TimeCall() bool {
-	return l.below == 0 || rand.Uint64() < l.below
+	return l != nil && (l.below == 0 || rand.Uint64() < l.below)
 }
 
-// OnEvent records e. Each kind is tested once, in the switch: an event
-// of a kind the Listener does not record falls through it, so a wanted one
-// is not asked about again.
+// OnEvent records e; a nil Listener records nothing. Each kind is tested
+// once, in the switch: an event of a kind the Listener does not record
+// falls through it, so a wanted one is not asked about again.
 func (l *Listener) OnEvent(e resilience.Event) {
+	if l == nil {
+		return
+	}
 	switch e.Kind {
 	case resilience.EventCallDone:
 		d := l.of(e.Name)
@@ -349,7 +378,7 @@ func (l *Listener) OnEvent(e resilience.Event) {
 			l.of(e.Name).rejections.Add(1)
 		}
 	case resilience.EventStateChange:
-		l.state.Record(context.Background(), stateValue(e.To), l.of(e.Name).state...)
+		l.of(e.Name).state.Store(stateValue(e.To))
 	case resilience.EventRetriesExhausted, resilience.EventQuotaExhausted, resilience.EventTimeBudgetExceeded,
 		resilience.EventNotRetried:
 		d := l.of(e.Name)

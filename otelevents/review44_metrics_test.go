@@ -316,29 +316,38 @@ func TestReview44_SampleDurationsLastWins(t *testing.T) {
 // the names kept (it was quadratic: the map of dependencies was copied on
 // every new name).
 func TestReview44_ManyNamesGrowth(t *testing.T) {
-	l, r := r44Listener(t)
-	measure := func(from, to int) time.Duration {
-		start := time.Now()
-		for i := from; i < to; i++ {
-			l.OnEvent(resilience.Event{Kind: resilience.EventRetry, Name: fmt.Sprintf("host-%d", i)})
+	// Up to three tries, each on a Listener of its own: a quadratic cost
+	// is over the bound in every one (about 19x), where a loaded machine's
+	// pause lands in one at most.
+	for try := 1; ; try++ {
+		l, r := r44Listener(t)
+		measure := func(from, to int) time.Duration {
+			start := time.Now()
+			for i := from; i < to; i++ {
+				l.OnEvent(resilience.Event{Kind: resilience.EventRetry, Name: fmt.Sprintf("host-%d", i)})
+			}
+			return time.Since(start)
 		}
-		return time.Since(start)
-	}
-	var ms0, ms1 runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms0)
-	first := measure(0, 2000)
-	_ = measure(2000, 18000)
-	last := measure(18000, 20000)
-	runtime.GC()
-	runtime.ReadMemStats(&ms1)
-	t.Logf("first 2000 names: %v; names 18000-20000: %v (x%.1f); heap +%d KiB for 20000 names (%d B/name)",
-		first, last, float64(last)/float64(first), (ms1.HeapAlloc-ms0.HeapAlloc)/1024, (ms1.HeapAlloc-ms0.HeapAlloc)/20000)
-	start := time.Now()
-	sums, _, _ := r44Collect(t, r)
-	t.Logf("one collection: %v, %d points", time.Since(start), len(sums["resilience.retries"]))
-	if last > 5*first {
-		t.Errorf("a new name costs %.0fx more at 20000 names than at the first: quadratic", float64(last)/float64(first))
+		var ms0, ms1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms0)
+		first := measure(0, 2000)
+		_ = measure(2000, 18000)
+		last := measure(18000, 20000)
+		runtime.GC()
+		runtime.ReadMemStats(&ms1)
+		t.Logf("try %d: first 2000 names: %v; names 18000-20000: %v (x%.1f); heap +%d KiB for 20000 names (%d B/name)",
+			try, first, last, float64(last)/float64(first), (ms1.HeapAlloc-ms0.HeapAlloc)/1024, (ms1.HeapAlloc-ms0.HeapAlloc)/20000)
+		start := time.Now()
+		sums, _, _ := r44Collect(t, r)
+		t.Logf("one collection: %v, %d points", time.Since(start), len(sums["resilience.retries"]))
+		if last <= 5*first {
+			return
+		}
+		if try == 3 {
+			t.Errorf("a new name costs %.0fx more at 20000 names than at the first: quadratic", float64(last)/float64(first))
+			return
+		}
 	}
 }
 

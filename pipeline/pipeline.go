@@ -253,9 +253,7 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 		if !c.done {
 			return c.breaker(ctx)
 		}
-		res, err := c.breaker(ctx)
-		c.ended(err, 0) // untimed: !c.clock
-		return res, err
+		return c.timed(ctx) // untimed (!c.clock), but told as it ends, a panic's end too
 	}
 	return c.run(ctx)
 }
