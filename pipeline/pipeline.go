@@ -253,7 +253,7 @@ func start[T any](ctx context.Context, p *Pipeline, op resilience.Operation[T], 
 		if !c.done {
 			return c.breaker(ctx)
 		}
-		return c.timed(ctx) // untimed (!c.clock), but told as it ends, a panic's end too
+		return c.untimed(ctx)
 	}
 	return c.run(ctx)
 }

@@ -152,6 +152,22 @@ func (c *call[T]) timed(ctx context.Context) (T, error) {
 	return res, err
 }
 
+// untimed runs a call that the listener wants told as it ends, but not
+// timed, straight into the breaker (config.intoBreaker), and tells its
+// end: a panic's or runtime.Goexit's too, as timed does.
+func (c *call[T]) untimed(ctx context.Context) (res T, err error) {
+	returned := false
+	defer func() {
+		if !returned {
+			c.ended(errPanicked, 0)
+		}
+	}()
+	res, err = c.breaker(ctx)
+	returned = true
+	c.ended(err, 0)
+	return res, err
+}
+
 // ended tells the listener, which wanted it, that the call ended with err
 // after took, or untimed if the call was not timed.
 func (c *call[T]) ended(err error, took time.Duration) {
