@@ -33,49 +33,14 @@ func r109Collect(t *testing.T, rd *sdkmetric.ManualReader) metricdata.ResourceMe
 	return rm
 }
 
-// r109Sums: metric name -> "dep|outcome-or-reason" -> value (histogram: count).
+// r109Sums: metric name -> "dep|outcome-or-reason" -> value (histogram:
+// count), as r61Sums reads them.
 func r109Sums(t *testing.T, rd *sdkmetric.ManualReader) map[string]map[string]int64 {
 	t.Helper()
-	rm := r109Collect(t, rd)
-	out := map[string]map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			mm := map[string]int64{}
-			out[m.Name] = mm
-			switch d := m.Data.(type) {
-			case metricdata.Sum[int64]:
-				for _, p := range d.DataPoints {
-					dep, _ := p.Attributes.Value("dependency")
-					o, ok := p.Attributes.Value("outcome")
-					if !ok {
-						o, _ = p.Attributes.Value("reason")
-					}
-					mm[dep.AsString()+"|"+o.AsString()] += p.Value
-				}
-			case metricdata.Histogram[float64]:
-				for _, p := range d.DataPoints {
-					dep, _ := p.Attributes.Value("dependency")
-					o, _ := p.Attributes.Value("outcome")
-					mm[dep.AsString()+"|"+o.AsString()] += int64(p.Count)
-				}
-			case metricdata.Gauge[int64]:
-				for _, p := range d.DataPoints {
-					dep, _ := p.Attributes.Value("dependency")
-					mm[dep.AsString()+"|"] = p.Value
-				}
-			}
-		}
-	}
-	return out
+	return r61Sums(t, rd)
 }
 
-func r109Total(m map[string]int64) int64 {
-	var n int64
-	for _, v := range m {
-		n += v
-	}
-	return n
-}
+func r109Total(m map[string]int64) int64 { return r61Total(m) }
 
 func r109Fmt(s map[string]map[string]int64) string {
 	var b strings.Builder
