@@ -124,8 +124,9 @@ const (
 )
 
 // Queued reports whether t's slot was granted from the queue, after a
-// wait, rather than at once: the time the attempt waited was its
-// caller's, which a pipeline's breaker does not take as the dependency's.
+// wait, rather than at once: a pipeline's breaker times the dependency's
+// answer to such an attempt from its sending, the wait being the
+// caller's time.
 func (t Ticket) Queued() bool { return t&queued != 0 }
 
 // ticket returns the Ticket of an attempt sent in round.

@@ -24,7 +24,10 @@
 //   - resilience.breaker.state: a breaker's state: 0 closed, 1 half-open,
 //     2 open; observed at each collection, from the breaker's first change
 //     of state (before it, the Listener cannot tell a dependency with a
-//     breaker from one without)
+//     breaker from one without). Its "dependency" is the breaker's name
+//     (breaker.New's; "NAME (fleet)" for a shared breaker's fleet), the
+//     other instruments' the pipeline's (pipeline.WithName, or its
+//     breaker's): give the two the same name to put them side by side
 //
 // The five counts are asynchronous (observable) counters, and the state an
 // asynchronous gauge: the Listener counts in atomic counters of its own,

@@ -271,7 +271,7 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 	}
 	res, c.res = c.res, res
 	if err != nil {
-		_, err = sendtime.Open(0, err) // for a breaker that did not judge the call (forced, disabled)
+		_, err = sendtime.Open(0, err) // a success, for a breaker that did not time it (forced, disabled)
 	}
 	switch w := err.(type) {
 	case *waitedOut:
@@ -316,19 +316,16 @@ func (c *call[T]) inside(ctx context.Context) (err error) {
 			err = &gateStopped{err, answer}
 		}
 	}
-	if c.sentAt != 0 && (err == nil || c.tries <= 1) {
-		// The breaker times a success, and judges a failure by its
-		// caller's deadline in its one attempt only: a call retried
-		// that failed counts whenever its retry was sent.
-		err = &sendtime.Late{Err: err, At: c.sentAt}
+	if c.sentAt != 0 && err == nil {
+		err = &sendtime.Success{At: c.sentAt} // the breaker times the answer from its attempt's sending
 	}
 	return err
 }
 
 // sending notes that the attempt being sent, a retry or one that waited at
 // the gates, left well after the breaker admitted the call: the breaker
-// times the dependency's answer from now, and a call its caller's deadline
-// ends had the time left from now (package sendtime).
+// times the dependency's answer, if a success, from now (package
+// sendtime).
 func (c *call[T]) sending() {
 	if c.b != nil {
 		c.sentAt = monotime.Now()
