@@ -212,11 +212,12 @@ func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forc
 }
 
 // resendForcing writes again the mode SetMode could not write, on the
-// flusher's goroutine after a flush that reached the store, unless the
+// flusher's goroutine after a flush that reached the store, by the
+// flush's deadline, unless the
 // store holds one the replica had not taken when it was set (another
 // replica's, set meanwhile: it is taken as usual). Versions decide, not
 // the replicas' clocks.
-func (b *Breaker) resendForcing() {
+func (b *Breaker) resendForcing(deadline time.Time) {
 	r := &b.resend
 	if !r.mu.TryLock() {
 		return // a SetMode is writing: its mode is the one to keep
@@ -226,7 +227,7 @@ func (b *Breaker) resendForcing() {
 	if r.pending == nil || !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(b.fleet.life, b.fleet.every)
+	ctx, cancel := context.WithDeadline(b.fleet.life, deadline)
 	defer cancel()
 	cur, v, err := sf.Forced(ctx, b.Name())
 	if err != nil {
@@ -316,19 +317,20 @@ func (b *Breaker) setForcing(f Forcing, fleet bool) {
 }
 
 // takeForcing takes the fleet's mode from the store, on the flusher's
-// goroutine, when its version is newer than the one last taken. An older
+// goroutine by the flush's deadline, when its version is newer than the
+// one last taken. An older
 // one is a store that went back in time (restarted empty, or from an
 // older snapshot): the replica keeps the mode it took and writes it back
 // under its version at once, so that a mode revoked since does not come
 // back to the replicas that start now, and a replica that missed a change
 // does not give the fleet its older mode.
-func (b *Breaker) takeForcing(version uint64) {
+func (b *Breaker) takeForcing(version uint64, deadline time.Time) {
 	sf, ok := b.fleet.store.(SharedForcer)
 	seen := b.forceSeen.Load()
 	if !ok || version == seen {
 		return
 	}
-	ctx, cancel := context.WithTimeout(b.fleet.life, b.fleet.every)
+	ctx, cancel := context.WithDeadline(b.fleet.life, deadline)
 	defer cancel()
 	f, v, err := sf.Forced(ctx, b.Name())
 	switch {

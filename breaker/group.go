@@ -28,7 +28,10 @@ type Group[K comparable] struct {
 // NewGroup returns a Group that makes the breaker of a key by
 // newBreaker(key), called once per key under the Group's lock, for at most
 // limit keys. newBreaker may share state across replicas ([Shared]) or
-// return the same breaker for several keys. It panics if newBreaker is nil
+// return the same breaker for several keys. A Group does not close the
+// breakers it made: a shared breaker's flusher and watcher run until its
+// [Breaker.Close], so newBreaker that makes shared ones keeps them where
+// the program can close them as it stops. It panics if newBreaker is nil
 // or limit is under 1.
 func NewGroup[K comparable](limit int, newBreaker func(key K) *Breaker) *Group[K] {
 	if newBreaker == nil {

@@ -540,7 +540,10 @@ func (f *fleet) flush() {
 	watched := f.watched
 	f.mu.Unlock()
 	// A deadline, not only a cancellation: a client reading from a frozen
-	// server may heed only the deadline.
+	// server may heed only the deadline. One for the whole flush, the
+	// forced mode's reads and writes after the Sync included, so that a
+	// flush lasts an interval at most and Close waits two at most
+	// (review111: each had an interval of its own).
 	deadline := time.Now().Add(f.every)
 	if by := f.closeBy.Load(); by != 0 {
 		if by := f.epoch.Add(time.Duration(by)); by.Before(deadline) {
@@ -571,8 +574,8 @@ func (f *fleet) flush() {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}
 	f.apply(got, false, watched, used, s.ProbeRunning)
-	f.b.resendForcing()
-	f.b.takeForcing(got.ForceVersion)
+	f.b.resendForcing(deadline)
+	f.b.takeForcing(got.ForceVersion, deadline)
 }
 
 // apply takes the store's answer: a flush's (watched: how many of the

@@ -132,10 +132,23 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local bucket = math.max(math.floor(window / buckets), 1)
 local b = math.floor(now / bucket)
 local gen = redis.call("GET", k .. ":gen")
+if gen then
+	redis.call("PEXPIRE", k .. ":gen", keep) -- a name no replica flushes any more leaves no key behind
+end
 local function clearcounts()
 	for i = b - buckets, b do redis.call("DEL", k .. ":b:" .. i) end
 end
 local opened = redis.call("GET", k .. ":open")
+-- A time to come is now: a server whose clock went back (an NTP step, a
+-- failover to a replica whose clock is behind the old master's) would
+-- otherwise hold the fleet open, and a probe's grant, for as long again.
+if opened and tonumber(opened) > now then
+	opened = tostring(now)
+	redis.call("SET", k .. ":open", opened, "KEEPTTL")
+end
+if tonumber(redis.call("GET", k .. ":since") or "0") > now then
+	redis.call("SET", k .. ":since", tostring(now), "KEEPTTL")
+end
 
 -- Lost state (restarted empty): take back a replica's view of a fleet
 -- that was not closed (it sends closed if its store has not confirmed it
@@ -179,7 +192,7 @@ local function reopened()
 end
 if not gen or rolledback then
 	gen = string.format("%d", math.max(now, tonumber(pgen) + 1))
-	redis.call("SET", k .. ":gen", gen)
+	redis.call("SET", k .. ":gen", gen, "PX", keep)
 	if not unknown and tonumber(pgen) > 0 then -- a generation replacing one a replica knew: a change
 		redis.call("SET", k .. ":since", tostring(now), "PX", keep)
 	end
@@ -195,7 +208,7 @@ local function clear(next_gen, state)
 	clearcounts()
 	redis.call("DEL", k .. ":ok:" .. (redis.call("GET", k .. ":gen") or "")) -- the probes' successes of the generation that ends
 	redis.call("DEL", k .. ":restored")
-	redis.call("SET", k .. ":gen", next_gen)
+	redis.call("SET", k .. ":gen", next_gen, "PX", keep)
 	redis.call("SET", k .. ":since", tostring(now), "PX", keep)
 	redis.call("PUBLISH", k .. ":changes", next_gen .. " " .. state)
 end
@@ -327,7 +340,12 @@ end
 local grants = k .. ":grants:" .. gen
 local all = redis.call("HGETALL", grants)
 local live, mine = 0, false
+local longest = now + math.max(probet, 3 * flushms) -- the latest a grant made now expires: later, a clock gone back
 for i = 1, #all, 2 do
+	if tonumber(all[i + 1]) > longest then
+		all[i + 1] = string.format("%d", longest)
+		redis.call("HSET", grants, all[i], all[i + 1])
+	end
 	if tonumber(all[i + 1]) <= now then
 		redis.call("HDEL", grants, all[i])
 	elseif all[i] == replica then
@@ -550,7 +568,7 @@ end
 local state = 0
 if opened then
 	state = 2
-	if now >= tonumber(opened) + opent then state = 1 end
+	if now >= math.min(tonumber(opened), now) + opent then state = 1 end -- a time to come is now, as in syncScript
 end
 return {state, gen, r, f}
 `)
