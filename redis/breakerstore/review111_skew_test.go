@@ -3,7 +3,7 @@ package breakerstore_test
 import (
 	"context"
 	"errors"
-		"strconv"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
