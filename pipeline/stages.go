@@ -458,12 +458,8 @@ func (c *call[T]) guard() error {
 // out the breaker that stopped them, within the same most attempts, each
 // from stage via.
 func (c *call[T]) resume(ctx context.Context, guard func() error, via int8) (T, error) {
-	op := func(ctx context.Context) (T, error) { return c.from(ctx, via) }
-	if c.attempts {
-		c.via, c.n = via, c.made()
-		op = c.told
-	}
-	return retrypolicy.Resume(ctx, c.p.cfg.retry, guard, c.stopped, op)
+	c.via, c.n = via, c.made() // a call that waited has a breaker: its retries are stamped
+	return retrypolicy.Resume(ctx, c.p.cfg.retry, guard, c.stopped, c.stamped)
 }
 
 // made returns the attempts the retry stage made before the breaker

@@ -124,7 +124,7 @@ local unknown = ARGV[17] == "1" -- the replica had heard no generation: its coun
 local ownhalf, flushms = ARGV[18] == "1", tonumber(ARGV[19])
 local replica, held, openedfor = ARGV[20], ARGV[21] == "1", tonumber(ARGV[22])
 local countsage = tonumber(ARGV[23] or "0")
-local keep = 86400000 -- an open fleet stays so until probes close it (a day at most, if nobody asks)
+local keep = math.max(86400000, 3 * flushms) -- an open fleet stays so until probes close it (a day at most, if nobody asks, or three flush intervals)
 local forcev = tonumber(redis.call("GET", k .. ":forcev") or "0") -- the version of a mode set fleet-wide (Force)
 
 local t = redis.call("TIME")
