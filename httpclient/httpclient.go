@@ -235,8 +235,11 @@ func WithPipeline(p *pipeline.Pipeline) Option {
 // on the authority's first request, in place of the pipeline's breaker, so
 // that one dead host does not fail the calls to the others. The pipeline's
 // other stages stay as they are. At most [MaxBreakers] authorities get a
-// breaker (a [breaker.Group]); requests to more share the pipeline's own
-// breaker. newBreaker may share state across replicas ([breaker.Shared]).
+// breaker (a [breaker.Group]); requests to more go through the pipeline
+// without a breaker: one breaker shared by those hosts would let a dead
+// one fail the calls to the others (review113), which is what a breaker
+// per host is for. newBreaker may share state across replicas
+// ([breaker.Shared]).
 // Default off: one breaker, the pipeline's, for every host. It panics if
 // newBreaker is nil.
 func BreakerPerHost(newBreaker func(authority string) *breaker.Breaker) Option {
@@ -247,8 +250,8 @@ func BreakerPerHost(newBreaker func(authority string) *breaker.Breaker) Option {
 }
 
 // MaxBreakers bounds the breakers that [BreakerPerHost] makes, one per
-// authority: requests to an authority past the bound share the pipeline's
-// own breaker. Default 1024. It panics if n < 1.
+// authority: requests to an authority past the bound go through the
+// pipeline without a breaker. Default 1024. It panics if n < 1.
 func MaxBreakers(n int) Option {
 	if n < 1 {
 		panic(fmt.Sprintf("httpclient: MaxBreakers(%d): n must be 1 or more", n))
@@ -474,6 +477,7 @@ type Transport struct {
 	cfg       *config
 	breakers  *breaker.Group[string] // by authority, with BreakerPerHost
 	pipelines sync.Map               // of each of breakers' breakers: *breaker.Breaker to *pipeline.Pipeline
+	unguarded *pipeline.Pipeline     // with BreakerPerHost, for the authorities past MaxBreakers: no breaker
 }
 
 // NewTransport returns a Transport configured by opts.
@@ -483,6 +487,7 @@ func NewTransport(opts ...Option) *Transport {
 		slog.Default().Info("httpclient: the pipeline has no retry stage (pipeline.WithRetry): every request is sent once")
 	}
 	if cfg := t.cfg; cfg.perHost != nil {
+		t.unguarded = cfg.pipeline.With(pipeline.WithBreaker(nil))
 		t.breakers = breaker.NewGroup(cfg.maxBreakers, func(auth string) *breaker.Breaker {
 			b := cfg.perHost(auth)
 			if _, ok := t.pipelines.Load(b); !ok { // newBreaker may give several authorities one breaker
@@ -646,7 +651,7 @@ func (t *Transport) pipelineFor(u *url.URL) *pipeline.Pipeline {
 	}
 	b, ok := t.breakers.Get(authority(u))
 	if !ok {
-		return t.cfg.pipeline // past MaxBreakers
+		return t.unguarded // past MaxBreakers
 	}
 	p, _ := t.pipelines.Load(b) // stored before the Group handed b out
 	return p.(*pipeline.Pipeline)
@@ -715,7 +720,11 @@ func (a *attempt) bufferBody(retryable bool) error {
 	case !a.hasBody:
 		return nil
 	case r.GetBody != nil:
-		a.getBody = r.GetBody
+		// The first attempt sends the body as it is, as net/http does: the
+		// caller may have wrapped it since GetBody was set (to fill its
+		// trailers at EOF, or a RoundTripper above that compressed it);
+		// GetBody makes the copies of the retries and hedges.
+		a.once1, a.getBody = r.Body, a.thenGetBody
 		return nil
 	case !retryable || r.ContentLength > a.cfg.maxBuffered:
 		a.rewindable = false
@@ -754,6 +763,16 @@ func unrepeatable(err error) error {
 		return err
 	}
 	return resilience.Unrepeatable(errors.Join(err, ErrBodyNotRetried))
+}
+
+// thenGetBody is the GetBody of a body the request's GetBody rewinds: the
+// caller's body itself for the attempt that comes first, which the base
+// then closes, and the request's GetBody's copies for the others.
+func (a *attempt) thenGetBody() (io.ReadCloser, error) {
+	if a.handed.CompareAndSwap(false, true) {
+		return a.once1, nil
+	}
+	return a.req.GetBody()
 }
 
 // handOver is the GetBody of a body sent once, by its one attempt: the
@@ -813,6 +832,9 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 				}
 				return nil, unrepeatable(classify(err, a.hasBody, true))
 			}
+		}
+		if proxyError(a.cfg.base, r, err) {
+			return nil, resilience.Rejected(own(err))
 		}
 		return nil, classify(err, a.hasBody, a.once)
 	}
@@ -1096,6 +1118,21 @@ func localError(err error) bool {
 	return false
 }
 
+// proxyError reports whether err, the error of base's RoundTrip of r, is
+// that of base's Proxy function, for a base that is net/http's Transport:
+// its configuration (an HTTP_PROXY that does not parse, say), which it
+// returns as it is before anything is dialed; no retry fixes it, and the
+// dependency never saw the request (review113: it was retried, and opened
+// the breaker on a healthy dependency).
+func proxyError(base http.RoundTripper, r *http.Request, err error) bool {
+	t, ok := base.(*http.Transport)
+	if !ok || t.Proxy == nil {
+		return false
+	}
+	_, perr := t.Proxy(r)
+	return perr != nil && (perr == err || perr.Error() == err.Error())
+}
+
 // callerBody is a request body of the caller's: its read errors are the
 // caller's, which net/http returns as they are.
 type callerBody struct{ io.ReadCloser }
@@ -1191,6 +1228,17 @@ type releaseRWBody struct {
 	io.Writer
 }
 
+// releaseRWCBody is a releaseRWBody that keeps its CloseWrite too: net/http's
+// upgraded connection half-closes, which a reverse proxy uses to pass on
+// its client's (review113: without it, a backend that answers once its
+// client has half-closed, as an exec stream does, lost its answer).
+type releaseRWCBody struct {
+	releaseRWBody
+	closeWriter
+}
+
+type closeWriter interface{ CloseWrite() error }
+
 // releaseBody wraps body, the body of the answer returned, to release
 // when closed, keeping its Write if it has one; the wrapper is a's own, so
 // that it costs no allocation of its own.
@@ -1198,6 +1246,9 @@ func (a *attempt) releaseBody(body io.ReadCloser, release func(), err error) io.
 	a.body = releaseBody{ReadCloser: body, release: release, err: err}
 	rb := &a.body
 	if w, ok := body.(io.Writer); ok {
+		if cw, ok := body.(closeWriter); ok {
+			return releaseRWCBody{releaseRWBody{rb, w}, cw}
+		}
 		return releaseRWBody{rb, w}
 	}
 	return rb

@@ -105,7 +105,8 @@ func TestReview2TransportInsideHedgeOfSamePipeline(t *testing.T) {
 
 // The caller's request, headers of several values and non-canonical keys
 // included, is sent as it is (plus the attempt's headers), never changed,
-// and can be sent again.
+// and can be sent again, its body rewound as net/http asks of a request
+// sent again (its first attempt sends the body as it is: review113).
 func TestReview2CallerHeadersKeptAndRequestReusable(t *testing.T) {
 	var seen r2seen
 	var n atomic.Int32
@@ -130,6 +131,9 @@ func TestReview2CallerHeadersKeptAndRequestReusable(t *testing.T) {
 	req.Header.Set(retrysignal.AttemptHeader, "7/9")
 	before := req.Header.Clone()
 	for round := range 2 {
+		if round > 0 {
+			req.Body, _ = req.GetBody()
+		}
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -365,7 +369,8 @@ func TestReview2TransportInsideHedgeOfOtherPipeline(t *testing.T) {
 	}
 	seen.mu.Lock()
 	defer seen.mu.Unlock()
-	if len(seen.reqs) == 0 || seen.reqs[0].Get(retrysignal.AttemptHeader) != "1/3" {
-		t.Errorf("headers %v", seen.reqs)
+	// The hedge, 2 ms later, may arrive first on a loaded machine.
+	if !slices.ContainsFunc(seen.reqs, func(h http.Header) bool { return h.Get(retrysignal.AttemptHeader) == "1/3" }) {
+		t.Errorf("no first attempt \"1/3\" among %v", seen.reqs)
 	}
 }

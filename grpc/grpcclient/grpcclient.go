@@ -103,6 +103,7 @@ type Interceptor struct {
 	cfg       *config
 	breakers  *breaker.Group[breakerKey] // with BreakerPerTarget or BreakerPerMethod
 	pipelines sync.Map                   // of each of breakers' breakers: *breaker.Breaker to *pipeline.Pipeline
+	unguarded *pipeline.Pipeline         // with breakers, for the keys past MaxBreakers: no breaker
 	methods   sync.Map                   // whether a method is idempotent by its descriptor: string to bool
 	nMethods  atomic.Int64               // in methods, up to maxMethods
 }
@@ -113,6 +114,7 @@ type breakerKey struct{ target, method string }
 func New(opts ...Option) *Interceptor {
 	ic := &Interceptor{cfg: newConfig(opts)}
 	if cfg := ic.cfg; cfg.newBreaker != nil {
+		ic.unguarded = cfg.pipeline.With(pipeline.WithBreaker(nil))
 		ic.breakers = breaker.NewGroup(cfg.maxBreakers, func(k breakerKey) *breaker.Breaker {
 			b := cfg.newBreaker(k.target + k.method)
 			if _, ok := ic.pipelines.Load(b); !ok { // newBreaker may give several keys one breaker
@@ -250,7 +252,7 @@ func (ic *Interceptor) pipelineFor(target, method string) *pipeline.Pipeline {
 	}
 	b, ok := ic.breakers.Get(k)
 	if !ok {
-		return ic.cfg.pipeline // past MaxBreakers
+		return ic.unguarded // past MaxBreakers
 	}
 	p, _ := ic.pipelines.Load(b) // stored before the Group handed b out
 	return p.(*pipeline.Pipeline)

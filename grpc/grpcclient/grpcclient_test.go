@@ -296,6 +296,36 @@ func TestBreakerPerTargetIsolatesTargetsAndIsBounded(t *testing.T) {
 	assert.NoError(t, err, "past MaxBreakers: the pipeline's own stages")
 }
 
+// TestPastMaxBreakersNoSharedFate: targets past MaxBreakers get no
+// breaker, not the pipeline's own shared by them all, which a dead one
+// would open for the others (review113, for httpclient's hosts).
+func TestPastMaxBreakersNoSharedFate(t *testing.T) {
+	first, dead, alive := start(t), start(t), start(t)
+	dead.SetFault(grpctest.Get, grpctest.Fault{Code: codes.Unavailable})
+	var made keys
+	own := breaker.New("own", breaker.ConsecutiveFailures(1), breaker.OpenTimeout(time.Minute))
+	ic := grpcclient.New(grpcclient.WithPipeline(fastPipeline(pipeline.WithBreaker(own))), grpcclient.MaxBreakers(1),
+		grpcclient.BreakerPerTarget(made.breakers(1)))
+	clients := map[*grpctest.Server]*grpctest.Client{}
+	for _, srv := range []*grpctest.Server{first, dead, alive} {
+		cc, err := grpctest.Dial(srv.Addr, ic.DialOptions()...)
+		require.NoError(t, err)
+		t.Cleanup(func() { cc.Close() })
+		clients[srv] = grpctest.NewClient(cc)
+	}
+	_, err := clients[first].Get(t.Context(), "a")
+	require.NoError(t, err)
+	for range 3 {
+		_, err = clients[dead].Get(t.Context(), "a")
+		require.Error(t, err)
+		require.NotErrorIs(t, err, breaker.ErrOpen, "past the bound: no breaker")
+	}
+	_, err = clients[alive].Get(t.Context(), "a")
+	assert.NoError(t, err, "a healthy target past the bound is not failed by a dead one")
+	assert.Equal(t, resilience.StateClosed, own.State(), "the pipeline's own breaker is not theirs")
+	assert.Len(t, made.list(), 1)
+}
+
 func TestBreakerPerMethod(t *testing.T) {
 	srv := start(t)
 	var made keys

@@ -81,7 +81,9 @@ func WithPipeline(p *pipeline.Pipeline) Option {
 // pipeline's breaker, so that one dead dependency does not fail the calls
 // to the others through a shared Interceptor. The pipeline's other stages
 // stay as they are. At most [MaxBreakers] targets get a breaker; calls to
-// more share the pipeline's own. newBreaker may share state across
+// more go through the pipeline without a breaker (one shared by them would
+// let a dead one fail the calls to the others, which a breaker per target
+// is for). newBreaker may share state across
 // replicas (breaker.Shared). It replaces [BreakerPerMethod]. Default off:
 // one breaker, the pipeline's, for every call.
 func BreakerPerTarget(newBreaker func(target string) *breaker.Breaker) Option {
@@ -99,8 +101,8 @@ func BreakerPerMethod(newBreaker func(key string) *breaker.Breaker) Option {
 
 // MaxBreakers bounds the breakers that [BreakerPerTarget] or
 // [BreakerPerMethod] make, one per key (a breaker.Group): calls with a key
-// past the bound share the pipeline's own breaker. Default 1024. It panics
-// if n < 1.
+// past the bound go through the pipeline without a breaker. Default 1024.
+// It panics if n < 1.
 func MaxBreakers(n int) Option {
 	if n < 1 {
 		panic(fmt.Sprintf("grpcclient: MaxBreakers(%d): n must be 1 or more", n))
