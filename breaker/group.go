@@ -45,8 +45,10 @@ func NewGroup[K comparable](limit int, newBreaker func(key K) *Breaker) *Group[K
 
 // Get returns the breaker of key and true, making it on key's first Get.
 // If the Group already holds its limit of breakers, Get returns nil and
-// false for a new key, and makes nothing: the caller falls back on a
-// breaker of its own, such as one shared by all the keys past the bound.
+// false for a new key, and makes nothing: the caller goes on without a
+// breaker for it (as httpclient and grpcclient do), not with one shared
+// by all the keys past the bound, which one dead key would open for the
+// others.
 func (g *Group[K]) Get(key K) (*Breaker, bool) {
 	if p := g.m.Load(); p != nil {
 		if b, ok := (*p)[key]; ok {

@@ -487,7 +487,7 @@ func NewTransport(opts ...Option) *Transport {
 		slog.Default().Info("httpclient: the pipeline has no retry stage (pipeline.WithRetry): every request is sent once")
 	}
 	if cfg := t.cfg; cfg.perHost != nil {
-		t.unguarded = cfg.pipeline.With(pipeline.WithBreaker(nil))
+		t.unguarded = unguarded(cfg.pipeline)
 		t.breakers = breaker.NewGroup(cfg.maxBreakers, func(auth string) *breaker.Breaker {
 			b := cfg.perHost(auth)
 			if _, ok := t.pipelines.Load(b); !ok { // newBreaker may give several authorities one breaker
@@ -690,6 +690,7 @@ type attempt struct {
 	mu     sync.Mutex       // hedged attempts run at once
 	n      int              // attempts made
 	failed []*http.Response // the failed answers of the last attempt and its hedges, bodies not yet closed
+	errs   []error          // their errors, one an answer
 	done   bool             // the request has returned: answers that come late are closed
 
 	body  releaseBody // the body of the answer returned
@@ -703,7 +704,7 @@ func (a *attempt) finish() []*http.Response {
 	defer a.mu.Unlock()
 	a.done = true
 	failed := a.failed
-	a.failed = nil
+	a.failed, a.errs = nil, nil
 	return failed
 }
 
@@ -792,9 +793,10 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	hedge := a.p.IsHedge(ctx) // a twin of attempt n: its number, marked
 	a.mu.Lock()
 	var prev []*http.Response
+	var prevErrs []error
 	if !hedge { // attempt n-1 and its hedges are over: the race chose among their answers
 		a.n++
-		prev, a.failed = a.failed, nil
+		prev, prevErrs, a.failed, a.errs = a.failed, a.errs, nil, nil
 		if a.n == 1 && !a.once {
 			// Read as the call is sent, not before it: a call that waited
 			// for an open breaker (WaitWhenOpen) and was let through once it
@@ -804,15 +806,28 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	}
 	n, most := a.n, a.max
 	a.mu.Unlock()
+	var body io.ReadCloser
+	if a.hasBody {
+		var err error
+		if body, err = a.getBody(); err != nil {
+			err = fmt.Errorf("httpclient: rewind request body: %w", err)
+			if len(prev) > 0 {
+				// A retry not sent: the answers before it stay the call's,
+				// to hand back as net/http would have (review114: they
+				// were drained and replaced by this error).
+				a.mu.Lock()
+				a.failed, a.errs = prev, prevErrs
+				a.mu.Unlock()
+				return nil, resilience.Rejected(errors.Join(slices.Concat(prevErrs, []error{ErrBodyNotRetried, own(err)})...))
+			}
+			return nil, resilience.Rejected(own(err))
+		}
+	}
 	for _, r := range prev {
 		drain(ctx, r.Body)
 	}
 	r := a.request(ctx, n, most, hedge)
 	if a.hasBody {
-		body, err := a.getBody()
-		if err != nil {
-			return nil, resilience.Rejected(own(fmt.Errorf("httpclient: rewind request body: %w", err)))
-		}
 		if a.buffered {
 			r.Body = body
 		} else {
@@ -833,7 +848,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 				return nil, unrepeatable(classify(err, a.hasBody, true))
 			}
 		}
-		if proxyError(a.cfg.base, r, err) {
+		if ctx.Err() == nil && proxyError(a.cfg.base, r, err) {
 			return nil, resilience.Rejected(own(err))
 		}
 		return nil, classify(err, a.hasBody, a.once)
@@ -854,7 +869,7 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 	// Unread, to be handed back as it came if no attempt follows and the
 	// race chooses it: a twin's may be chosen instead (the longer
 	// Retry-After, or an answer not to retry).
-	a.failed = append(a.failed, resp)
+	a.failed, a.errs = append(a.failed, resp), append(a.errs, err)
 	return nil, err
 }
 
@@ -967,7 +982,8 @@ func drain(ctx context.Context, body io.ReadCloser) {
 // not trust (TLS verification), a URL's port that does not parse, TLS
 // versions the client's configuration leaves none of, a response header over the client's
 // MaxResponseHeaderBytes over HTTP/1.1, an https URL for a server that speaks plain
-// HTTP. So is a request whose sending the server cut ([cutRequest]): one
+// HTTP, an error of the base Transport's Proxy function (see proxyError).
+// So is a request whose sending the server cut ([cutRequest]): one
 // with a body (body is true) that is sent once (once is true), or one
 // without a body of which net/http says some was written. Every other
 // error, a connection refused or reset, a timeout, is left transient.
@@ -1123,10 +1139,18 @@ func localError(err error) bool {
 // its configuration (an HTTP_PROXY that does not parse, say), which it
 // returns as it is before anything is dialed; no retry fixes it, and the
 // dependency never saw the request (review113: it was retried, and opened
-// the breaker on a healthy dependency).
+// the breaker on a healthy dependency). Proxy is asked again, with r, for
+// an error that is no network error nor a context's (review114: a Proxy
+// that returns its request's context's error made a timeout the
+// caller's), and its error must be the same: a Proxy that fails only now
+// and then is recognised only when it fails again, else its failure
+// counts, as it did before.
 func proxyError(base http.RoundTripper, r *http.Request, err error) bool {
 	t, ok := base.(*http.Transport)
-	if !ok || t.Proxy == nil {
+	var op *net.OpError
+	var netErr net.Error
+	if !ok || t.Proxy == nil || errors.As(err, &op) || errors.As(err, &netErr) && netErr.Timeout() ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	_, perr := t.Proxy(r)
@@ -1282,4 +1306,15 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return max(at.Sub(now), 0), true
+}
+
+// unguarded returns p without its breaker, under p's name (its breaker's,
+// if p has none of its own): the events of the calls past MaxBreakers
+// name the dependency as the others do (review114).
+func unguarded(p *pipeline.Pipeline) *pipeline.Pipeline {
+	opts := []pipeline.Option{pipeline.WithBreaker(nil)}
+	if name := p.Stages().Name; name != "" {
+		opts = append(opts, pipeline.WithName(name))
+	}
+	return p.With(opts...)
 }
