@@ -126,6 +126,7 @@ type Guard struct {
 	local     *MemoryStore // the records a request is kept on once the store has failed for FailOpenAfter; nil if none
 	usedLocal atomic.Bool  // a request was claimed on local: its repeats are answered from there
 	out       outage
+	keysOut   keyOutages // keys whose claims alone fail
 	cfg       config
 	orphans   orphans
 	inflight  sync.Map // scoped key -> *Claim held by this guard, until its result is saved
@@ -284,10 +285,12 @@ func (g *Guard) claimOrLocal(ctx context.Context, c *Claim) (*Record, monotime.R
 		return found, asked, err
 	}
 	if err == nil {
+		g.keysOut.answered(c.Key)
 		g.storeAnswered()
 		return found, asked, nil
 	}
-	if !g.storeFailed(err) {
+	open := g.storeFailed(err)
+	if keyOpen := !errors.Is(err, ErrFull) && g.keysOut.failed(c.Key, g.cfg.failOpen); !open && !keyOpen {
 		return nil, asked, err
 	}
 	return g.claimLocal(ctx, c)

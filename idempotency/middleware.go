@@ -163,6 +163,8 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	defer func() {
 		switch {
 		case returned:
+		case rec.hijacked: // it may have answered on the connection: not run again, not replayed (review115)
+			_ = claim.Complete(r.Context(), hijackedRecord)
 		case rec.status == 0: // a panic or runtime.Goexit before anything was sent
 			_ = claim.Release(r.Context())
 		default: // after a status was sent: what the handler did may stand
@@ -191,6 +193,11 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	rec.pass()
 }
 
+// hijackedRecord is what is stored for a handler that hijacked its
+// connection and then panicked or called runtime.Goexit: what it sent is
+// unknown, and cannot be replayed (Truncated), as for one that returned.
+var hijackedRecord = Record{Status: http.StatusInternalServerError, Truncated: true}
+
 // panicRecord is what is stored for a handler that panicked after it sent
 // a status: a 500, as Stripe stores after its atomic phase.
 var panicRecord = Record{
@@ -205,7 +212,7 @@ var panicRecord = Record{
 func (h *handler) stored(header http.Header, outer map[string]bool) http.Header {
 	out := make(http.Header, len(header))
 	for k, vs := range header {
-		if !h.cfg.exclude[k] && !outer[k] {
+		if !h.cfg.exclude[http.CanonicalHeaderKey(k)] && !outer[k] { // a name set into the map as it is, "set-cookie", is sent too
 			out[k] = vs
 		}
 	}
@@ -218,7 +225,7 @@ func (h *handler) stored(header http.Header, outer map[string]bool) http.Header 
 func (h *handler) replay(w http.ResponseWriter, rec *Record) {
 	out := w.Header()
 	for k, vs := range rec.Header {
-		if _, set := out[k]; !set && !h.cfg.exclude[k] {
+		if _, set := out[k]; !set && !h.cfg.exclude[http.CanonicalHeaderKey(k)] {
 			out[k] = append([]string(nil), vs...)
 		}
 	}
