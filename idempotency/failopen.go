@@ -29,7 +29,6 @@ type outage struct {
 	run     int              // calls in a row that got through
 	open    bool             // requests run on the guard's local records
 	probe   monotime.Reading // when one may ask the store again, while open
-	ended   monotime.Reading // when the guard last stopped running on its local records; 0 if never
 }
 
 // second counts the claims of one second.
@@ -48,23 +47,34 @@ const (
 	// shareBuckets is the seconds over which the share of failed calls
 	// is counted.
 	shareBuckets = 10
-	// reopenWithin is how long after an outage ended the guard fails open
-	// again as soon as most of its claims fail, not after FailOpenAfter: a
-	// store that fails some keys and answers others (shards of a cluster
-	// down) answers the probes of one and fails the others' claims, and
-	// each end of an outage refused those for FailOpenAfter again
-	// (review115: 572 of 1,000 requests in a minute).
-	reopenWithin = time.Minute
 )
+
+// epochOf returns the second of now, since monotime's start.
+func epochOf(now monotime.Reading) int64 {
+	e := int64(now / monotime.Reading(time.Second))
+	if now < 0 && now%monotime.Reading(time.Second) != 0 {
+		e-- // a bubble's readings are negative: floor, not toward zero
+	}
+	return e
+}
+
+// quiet reports whether the last shareBuckets seconds before now saw no
+// call; o.mu is held.
+func (o *outage) quiet(now monotime.Reading) bool {
+	e := epochOf(now)
+	for _, b := range o.buckets {
+		if e-b.epoch < shareBuckets && b.fails+b.oks > 0 {
+			return false
+		}
+	}
+	return true
+}
 
 // count counts a call at now that failed or not, and reports whether at
 // least half of the calls of the last shareBuckets seconds failed; o.mu
 // is held.
 func (o *outage) count(now monotime.Reading, failed bool) (most bool) {
-	e := int64(now / monotime.Reading(time.Second))
-	if now < 0 && now%monotime.Reading(time.Second) != 0 {
-		e-- // a bubble's readings are negative: floor, not toward zero
-	}
+	e := epochOf(now)
 	b := &o.buckets[(e%shareBuckets+shareBuckets)%shareBuckets]
 	if b.epoch != e {
 		b.epoch, b.fails, b.oks = e, 0, 0
@@ -132,9 +142,15 @@ func (o *outage) failed(after time.Duration) (open, began bool) {
 	if o.open {
 		return true, false // a probe's: the window is for opening
 	}
+	if o.quiet(now) {
+		// A failure after a silence is the first of its own: one before
+		// the silence says nothing of the store now (review116: two
+		// transient errors five minutes apart on a quiet guard failed it
+		// open, and a stored key ran again).
+		o.failing = false
+	}
 	o.note(now, o.count(now, true))
-	recent := o.ended != 0 && time.Duration(now-o.ended) < reopenWithin
-	if after >= 0 && o.failing && (time.Duration(now-o.since) >= after || recent) {
+	if after >= 0 && o.failing && time.Duration(now-o.since) >= after {
 		o.open, began = true, true
 		o.probe = now + monotime.Reading(probeEvery)
 	}
@@ -155,7 +171,7 @@ func (o *outage) succeeded() (ended bool) {
 		if o.run < healthyRun {
 			return false
 		}
-		o.open, o.failing, o.ended = false, false, now
+		o.open, o.failing = false, false
 		o.buckets = [shareBuckets]second{} // the next outage counts from its own first failure
 		o.bad.Store(false)
 		return true
@@ -166,76 +182,4 @@ func (o *outage) succeeded() (ended bool) {
 		o.bad.Store(false)
 	}
 	return false
-}
-
-// keyOutages follows, key by key, the claims that a store fails while it
-// answers others: one shard of a Redis Cluster down, or one master that
-// evicts, fails the keys it holds and no others, so that the guard's
-// outage, which needs half of all its claims failed, never comes, and
-// those keys were refused for as long as the fault lasted (review115). A
-// key whose claims have failed without a break for [FailOpenAfter] runs
-// on the guard's local records, as every key does once the guard has
-// failed open. It keeps at most maxKeyOutages keys; one not claimed for
-// keyOutageIdle after its last failure is forgotten. Out of such a fault,
-// a claim that gets through costs one atomic load. It is safe for
-// concurrent use.
-type keyOutages struct {
-	n    atomic.Int64 // len(keys)
-	mu   sync.Mutex
-	keys map[string]keyOutage
-}
-
-// keyOutage is when a key's claims began to fail, and last failed.
-type keyOutage struct{ first, last monotime.Reading }
-
-const (
-	// maxKeyOutages is the most keys keyOutages follows at once.
-	maxKeyOutages = 4096
-	// keyOutageIdle is how long after its last failed claim a key is
-	// forgotten, past FailOpenAfter: its next failure starts anew.
-	keyOutageIdle = time.Minute
-)
-
-// failed notes a failed claim of key, and reports whether its claims have
-// failed, without a break, for after (never if negative).
-func (k *keyOutages) failed(key string, after time.Duration) bool {
-	if after < 0 {
-		return false
-	}
-	now := monotime.Now()
-	idle := after + keyOutageIdle
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	o, ok := k.keys[key]
-	if !ok || time.Duration(now-o.last) > idle {
-		if !ok && len(k.keys) >= maxKeyOutages {
-			for kk, oo := range k.keys {
-				if time.Duration(now-oo.last) > idle {
-					delete(k.keys, kk)
-				}
-			}
-			if len(k.keys) >= maxKeyOutages {
-				return false // the guard's own outage still covers a store that fails this many
-			}
-		}
-		if k.keys == nil {
-			k.keys = map[string]keyOutage{}
-		}
-		o.first = now
-	}
-	o.last = now
-	k.keys[key] = o
-	k.n.Store(int64(len(k.keys)))
-	return time.Duration(now-o.first) >= after
-}
-
-// answered notes a claim of key that got through: its failures end.
-func (k *keyOutages) answered(key string) {
-	if k.n.Load() == 0 {
-		return
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	delete(k.keys, key)
-	k.n.Store(int64(len(k.keys)))
 }

@@ -126,7 +126,6 @@ type Guard struct {
 	local     *MemoryStore // the records a request is kept on once the store has failed for FailOpenAfter; nil if none
 	usedLocal atomic.Bool  // a request was claimed on local: its repeats are answered from there
 	out       outage
-	keysOut   keyOutages // keys whose claims alone fail
 	cfg       config
 	orphans   orphans
 	inflight  sync.Map // scoped key -> *Claim held by this guard, until its result is saved
@@ -285,12 +284,10 @@ func (g *Guard) claimOrLocal(ctx context.Context, c *Claim) (*Record, monotime.R
 		return found, asked, err
 	}
 	if err == nil {
-		g.keysOut.answered(c.Key)
 		g.storeAnswered()
 		return found, asked, nil
 	}
-	open := g.storeFailed(err)
-	if keyOpen := !errors.Is(err, ErrFull) && g.keysOut.failed(c.Key, g.cfg.failOpen); !open && !keyOpen {
+	if !g.storeFailed(err) {
 		return nil, asked, err
 	}
 	return g.claimLocal(ctx, c)

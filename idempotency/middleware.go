@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/resiliencekit/resiliencekit/idempotencykey"
 )
@@ -212,7 +213,7 @@ var panicRecord = Record{
 func (h *handler) stored(header http.Header, outer map[string]bool) http.Header {
 	out := make(http.Header, len(header))
 	for k, vs := range header {
-		if !h.cfg.exclude[http.CanonicalHeaderKey(k)] && !outer[k] { // a name set into the map as it is, "set-cookie", is sent too
+		if !h.cfg.exclude[http.CanonicalHeaderKey(k)] && !outer[k] && !strings.HasPrefix(k, http.TrailerPrefix) { // a name set into the map as it is, "set-cookie", is sent too; a trailer is not stored
 			out[k] = vs
 		}
 	}
@@ -225,7 +226,7 @@ func (h *handler) stored(header http.Header, outer map[string]bool) http.Header 
 func (h *handler) replay(w http.ResponseWriter, rec *Record) {
 	out := w.Header()
 	for k, vs := range rec.Header {
-		if _, set := out[k]; !set && !h.cfg.exclude[http.CanonicalHeaderKey(k)] {
+		if _, set := out[k]; !set && !h.cfg.exclude[http.CanonicalHeaderKey(k)] && !strings.HasPrefix(k, http.TrailerPrefix) {
 			out[k] = append([]string(nil), vs...)
 		}
 	}

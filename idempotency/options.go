@@ -155,15 +155,11 @@ func StoreTimeout(d time.Duration) Option {
 // run on this process's own records. A request whose claim the store
 // fails gets an error (503 over HTTP, UNAVAILABLE over gRPC), and the
 // handler does not run, until the store has failed at least half of the
-// guard's claims, without a break, for d (half as the mean, over the
+// guard's claims, without a break (ten seconds without a claim is one),
+// for d (half as the mean, over the
 // seconds of the last 10 that saw a claim, of each second's share: so at
 // most 5 s more after a spell in which it answered most, whatever the
-// rate of claims), or its own key's claims, without a break, for d (a
-// store that fails the keys of one shard and answers the others: a Redis
-// Cluster's master down, or evicting; at most 4,096 keys followed at
-// once), and at once if the guard's last such outage ended within a
-// minute (a store that fails some keys answers the probes of others, and
-// each end refused those for d again); from then on, each keyed request is claimed, renewed
+// rate of claims); from then on, each keyed request is claimed, renewed
 // and saved in this process's memory ([MemoryStore]), so that it runs,
 // and its repeats to this process get 409, then its replay, then and
 // after. A request running
