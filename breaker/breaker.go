@@ -22,11 +22,9 @@
 // doing, if it had less time than the dependency's answers may take: the
 // slowest answer of the last minute, and 100 ms at least. The breaker
 // times, from their admission, the first 16 answers of every 10 s and one
-// in 16 after them, drawn at random (through a pipeline, from when the
-// attempt that answered was sent, where that was a retry or an attempt
-// that waited for a slot of the pipeline's concurrency limit or of
-// WaitWhenOpen's pacer: its delays and queues are the caller's time, not
-// the dependency's; a hedge that wins is timed from its race's first
+// in 16 after them, drawn at random (through a pipeline, a retry's from
+// when it was sent: its backoff, a Retry-After among it, is the caller's
+// time, not the dependency's; a hedge that wins from its race's first
 // attempt); it takes each other answer to have
 // lasted until the latest admission; it keeps the slowest of each 10 s
 // for 60 to 80 s. A call canceled that ends within 10 ms of its deadline
@@ -43,13 +41,13 @@
 // before its first answer comes, for an open timeout, until a probe with
 // more time closes it. One breaker for calls of very different lengths (a
 // long poll beside short reads) takes the short calls' budgets by the long
-// ones'. The time a call had is from its admission, a wait at a
-// pipeline's concurrency limit included: a dependency that hangs frees
+// ones'. A wait at a pipeline's concurrency limit counts in both, an
+// answer's time and the time a call had: a dependency that hangs frees
 // the limit's slots only as deadlines pass, so that its attempts are sent
 // from the queue with little time left, and counted so, they open the
 // breaker. A queue that stands in front of a healthy dependency whose
 // answers take most of the callers' budgets sends attempts too late as
-// well, and opens it too, which serves more of those callers than the
+// well, and may open it too, which serves more of those callers than the
 // queue did (review108: 79 calls of 300 completed against 4 with a
 // breaker that never opens).
 //

@@ -116,21 +116,13 @@ type waiter struct {
 type Ticket uint64
 
 const (
-	slot      Ticket = 1 << 63 // set in every Ticket that holds a slot
-	timed     Ticket = 1 << 62 // granted from the queue, at the time in the bits below
-	msBits           = 30      // the time of a timed Ticket: milliseconds since the Limiter's start, mod 2^30 (12 days)
-	queued    Ticket = 1 << 31 // granted from the queue
-	roundMask        = 1<<31 - 1
+	slot   Ticket = 1 << 63 // set in every Ticket that holds a slot
+	timed  Ticket = 1 << 62 // granted from the queue, at the time in the bits below
+	msBits        = 30      // the time of a timed Ticket: milliseconds since the Limiter's start, mod 2^30 (12 days)
 )
 
-// Queued reports whether t's slot was granted from the queue, after a
-// wait, rather than at once: a pipeline's breaker times the dependency's
-// answer to such an attempt from its sending, the wait being the
-// caller's time.
-func (t Ticket) Queued() bool { return t&queued != 0 }
-
 // ticket returns the Ticket of an attempt sent in round.
-func ticket(round uint64) Ticket { return slot | Ticket(round&roundMask) }
+func ticket(round uint64) Ticket { return slot | Ticket(uint32(round)) }
 
 // timedTicket returns the Ticket of an attempt sent in round from the
 // queue at now.
@@ -379,7 +371,7 @@ func (l *Limiter) Release(tk Ticket, err error) {
 	}
 	l.mu.Lock()
 	if l.adaptive {
-		l.learn(uint32(tk&roundMask), c)
+		l.learn(uint32(tk), c)
 	}
 	var now time.Time // read by grant if need be
 	if tk&timed != 0 && err == nil {
@@ -392,11 +384,11 @@ func (l *Limiter) Release(tk Ticket, err error) {
 }
 
 // learn moves an adaptive limit by the class c of an attempt sent in
-// round (mod 2^31); l.mu is held.
+// round (mod 2^32); l.mu is held.
 func (l *Limiter) learn(round uint32, c resilience.Class) {
 	switch {
 	case c.Failure():
-		if round == uint32(l.round&roundMask) { // not yet decreased for: a new congestion
+		if round == uint32(l.round) { // not yet decreased for: a new congestion
 			l.limit = max(l.min, l.limit*l.backoff)
 			l.careful = 2 * l.limit
 			l.round++
@@ -453,9 +445,9 @@ func (l *Limiter) grant(now time.Time) {
 		}
 		w.granted = true
 		if l.oldestOnTime {
-			w.ticket = l.timedTicket(l.round, now) | queued
+			w.ticket = l.timedTicket(l.round, now)
 		} else {
-			w.ticket = ticket(l.round) | queued
+			w.ticket = ticket(l.round)
 		}
 		l.inFlight++
 		close(w.ready)

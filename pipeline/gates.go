@@ -27,8 +27,6 @@ type gate interface {
 	release(ticket uint64, outcome error)
 	// refusal is the kind of event that reports a refusal.
 	refusal() resilience.EventKind
-	// queued reports whether ticket was given after a wait.
-	queued(ticket uint64) bool
 }
 
 // maxGates is the most gates a pipeline has, one of each kind: an attempt
@@ -76,17 +74,6 @@ func acquire(ctx context.Context, gs []gate, waited, hedge, probe bool) (held ti
 	return held, 0, nil
 }
 
-// queued reports whether an attempt that holds tickets of gs waited for
-// one of them.
-func queued(gs []gate, held tickets) bool {
-	for i, g := range gs {
-		if held[i] != 0 && g.queued(held[i]) {
-			return true
-		}
-	}
-	return false
-}
-
 // release gives back the gates of gs that held tickets for, innermost
 // first.
 func release(gs []gate, held tickets, outcome error) {
@@ -114,7 +101,6 @@ func (g throttleGate) acquire(_ context.Context, _, _, probe bool) (uint64, erro
 
 func (g throttleGate) release(tk uint64, outcome error) { g.t.Done(throttle.Ticket(tk), outcome) }
 func (throttleGate) refusal() resilience.EventKind      { return resilience.EventThrottled }
-func (throttleGate) queued(uint64) bool                 { return false }
 
 // limitGate is the concurrency limit (WithLimit). A hedge takes a free
 // slot or is refused: it does not queue, where it would take the place of
@@ -140,7 +126,6 @@ var noWait = func() context.Context {
 
 func (g limitGate) release(tk uint64, outcome error) { g.l.Release(limit.Ticket(tk), outcome) }
 func (limitGate) refusal() resilience.EventKind      { return resilience.EventLimited }
-func (limitGate) queued(tk uint64) bool              { return limit.Ticket(tk).Queued() }
 
 // pacer paces the backlog of calls that waited for the breaker
 // (WaitWhenOpen): their attempts go through an adaptive limit of the
@@ -172,4 +157,3 @@ func (p *pacer) acquire(ctx context.Context, waited, hedge, _ bool) (uint64, err
 
 func (p *pacer) release(tk uint64, outcome error) { p.limit.Release(limit.Ticket(tk), outcome) }
 func (*pacer) refusal() resilience.EventKind      { return resilience.EventLimited }
-func (*pacer) queued(tk uint64) bool              { return limit.Ticket(tk).Queued() }

@@ -143,7 +143,6 @@ func (g *fakeGate) release(tk uint64, outcome error) {
 }
 
 func (*fakeGate) refusal() resilience.EventKind { return resilience.EventLimited }
-func (*fakeGate) queued(uint64) bool            { return false }
 
 // TestARefusalGivesBackWhatTheGatesBeforeHeld: when a gate refuses an
 // attempt, the gates before it, which admitted it, get their tickets back

@@ -13,7 +13,6 @@ import (
 	"unsafe"
 
 	"github.com/resiliencekit/resiliencekit/internal/classify"
-	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -103,13 +102,12 @@ func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[
 }
 
 // run runs the race and returns the winner's answer, or the last
-// failure's (the one with the longest retry-after hint), and when its
-// first attempt was sent if that was late (call.sentAt).
-func (r *race[T]) run() (res T, sentAt monotime.Reading, err error) {
-	o, sentAt := r.runFirst()
+// failure's (the one with the longest retry-after hint).
+func (r *race[T]) run() (T, error) {
+	o := r.runFirst()
 	if r.alone = r.disarm(); r.alone {
 		r.keep(o)
-		return o.res, sentAt, o.err
+		return o.res, o.err
 	}
 	r.mu.Lock()
 	hedged := r.running > 0
@@ -119,10 +117,9 @@ func (r *race[T]) run() (res T, sentAt monotime.Reading, err error) {
 	r.mu.Unlock()
 	if !hedged {
 		r.keep(o)
-		return o.res, sentAt, o.err
+		return o.res, o.err
 	}
-	res, err = r.finish(o)
-	return res, sentAt, err
+	return r.finish(o)
 }
 
 // disarm reports whether r sent no hedge and will send none, taken off the
@@ -130,10 +127,9 @@ func (r *race[T]) run() (res T, sentAt monotime.Reading, err error) {
 // alone sends hedges, never sees r.
 func (r *race[T]) disarm() bool { return r.c.p.cfg.hedgeTimers.disarm(&r.due) }
 
-// runFirst runs the first attempt on the caller's goroutine, and returns
-// its outcome and when it was sent if that was late (call.sentAt). If it
-// panics or calls runtime.Goexit, the hedges out are canceled first.
-func (r *race[T]) runFirst() (o outcome[T], sentAt monotime.Reading) {
+// runFirst runs the first attempt on the caller's goroutine. If it panics
+// or calls runtime.Goexit, the hedges out are canceled first.
+func (r *race[T]) runFirst() (o outcome[T]) {
 	if r.firstCtx == nil { // r may be reused: the context its operation may keep is apart
 		r.firstCtx = new(lazyCtx)
 	}
@@ -154,7 +150,7 @@ func (r *race[T]) runFirst() (o outcome[T], sentAt monotime.Reading) {
 	o.keep = &r.first
 	returned = true
 	r.phase.CompareAndSwap(firstRunning, firstReturned)
-	return o, a.sentAt
+	return o
 }
 
 // arm starts the hedging delay, as the first attempt is sent: not from a

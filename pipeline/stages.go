@@ -322,10 +322,9 @@ func (c *call[T]) inside(ctx context.Context) (err error) {
 	return err
 }
 
-// sending notes that the attempt being sent, a retry or one that waited at
-// the gates, left well after the breaker admitted the call: the breaker
-// times the dependency's answer, if a success, from now (package
-// sendtime).
+// sending notes that the attempt being sent, a retry, left well after the
+// breaker admitted the call: the breaker times the dependency's answer,
+// if a success, from now (package sendtime).
 func (c *call[T]) sending() {
 	if c.b != nil {
 		c.sentAt = monotime.Now()
@@ -585,16 +584,13 @@ func (c *call[T]) hedge(ctx context.Context) (T, error) {
 	if h := c.p.cfg.hedge; h != nil && !c.probe && !c.opts.single && !c.opts.sequential {
 		if d, ok := h.After(); ok {
 			r := newRace(c, ctx, d)
-			res, sentAt, err := r.run()
+			res, err := r.run()
 			c.hedged = c.hedged || r.sent.Load() > 0
 			if !r.alone {
 				c.s.raced(err)
 			}
 			c.shared = c.shared || !r.alone
 			c.refused = r.refused
-			if sentAt != 0 {
-				c.sentAt = sentAt
-			}
 			return res, c.markHedged(err)
 		}
 	}
@@ -643,9 +639,6 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 			c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: n, Err: err})
 		}
 		return res, err
-	}
-	if !hedge && queued(gates, held) {
-		c.sending()
 	}
 	info := c.s.start(hedge) // numbered as it is sent: an attempt refused at the gates takes no number
 	if r != nil && !hedge && !c.s.traced() {

@@ -1,17 +1,18 @@
 // Package sendtime tells a pipeline's breaker when the attempt that
-// answered a call with success was sent, where that was well after the
-// breaker admitted the call: after a wait for a slot of a concurrency
-// limit (or of WaitWhenOpen's pacer), or as a retry. The breaker times the
-// dependency's answers, its slowest recent one being the least time a
-// call must have had for its caller's deadline to count against the
-// dependency: a queue or a backoff before the attempt was the caller's
-// time, not the dependency's.
+// answered a call with success was sent, where that was a retry: the
+// breaker times the dependency's answers, its slowest recent one being
+// the least time a call must have had for its caller's deadline to count
+// against the dependency, and a retry's backoff (a Retry-After among
+// them) is the caller's time, not the dependency's.
 //
-// A call that its caller's deadline ended is still judged by the time it
-// had from its admission, queue and all: a dependency that hangs frees a
-// limit's slots only as deadlines pass, so that every attempt is sent from
-// the queue with little time left, and judged from its sending none would
-// count, and the breaker would never open (review110).
+// A wait at a pipeline's concurrency limit is not taken out, neither of
+// an answer's time nor of the time a call had: a dependency that hangs
+// frees a limit's slots only as deadlines pass, so that every attempt is
+// sent from the queue with little time left, and judged from its sending
+// none would count, and the breaker would never open (review110); and an
+// answer timed from its sending, its queue left out, made the breaker
+// count the calls a healthy dependency's own queue had made late
+// (review35's figures).
 package sendtime
 
 import "github.com/resiliencekit/resiliencekit/internal/monotime"
