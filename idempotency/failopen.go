@@ -58,16 +58,24 @@ func epochOf(now monotime.Reading) int64 {
 	return e
 }
 
+// window returns, over the seconds of the last shareBuckets up to second
+// e that saw a call, the sum of each second's share of failed calls, and
+// how many such seconds there were; o.mu is held.
+func (o *outage) window(e int64) (share float64, seconds int) {
+	for _, b := range o.buckets {
+		if e-b.epoch < shareBuckets && b.fails+b.oks > 0 {
+			share += float64(b.fails) / float64(b.fails+b.oks)
+			seconds++
+		}
+	}
+	return share, seconds
+}
+
 // quiet reports whether the last shareBuckets seconds before now saw no
 // call; o.mu is held.
 func (o *outage) quiet(now monotime.Reading) bool {
-	e := epochOf(now)
-	for _, b := range o.buckets {
-		if e-b.epoch < shareBuckets && b.fails+b.oks > 0 {
-			return false
-		}
-	}
-	return true
+	_, seconds := o.window(epochOf(now))
+	return seconds == 0
 }
 
 // count counts a call at now that failed or not, and reports whether at
@@ -84,13 +92,7 @@ func (o *outage) count(now monotime.Reading, failed bool) (most bool) {
 	} else {
 		b.oks++
 	}
-	share, seconds := 0.0, 0
-	for _, b := range o.buckets {
-		if e-b.epoch < shareBuckets && b.fails+b.oks > 0 {
-			share += float64(b.fails) / float64(b.fails+b.oks)
-			seconds++
-		}
-	}
+	share, seconds := o.window(e)
 	return share > 0 && share >= float64(seconds)/2
 }
 

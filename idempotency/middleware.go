@@ -213,11 +213,19 @@ var panicRecord = Record{
 func (h *handler) stored(header http.Header, outer map[string]bool) http.Header {
 	out := make(http.Header, len(header))
 	for k, vs := range header {
-		if !h.cfg.exclude[http.CanonicalHeaderKey(k)] && !outer[k] && !strings.HasPrefix(k, http.TrailerPrefix) { // a name set into the map as it is, "set-cookie", is sent too; a trailer is not stored
+		if !h.excluded(k) && !outer[k] {
 			out[k] = vs
 		}
 	}
 	return out
+}
+
+// excluded reports whether a header named k is neither stored nor
+// replayed: one of ReplayExclude's, whatever the case it was set in (a
+// name set into the map as it is, "set-cookie", is sent too), or a
+// trailer declared with http.TrailerPrefix.
+func (h *handler) excluded(k string) bool {
+	return h.cfg.exclude[http.CanonicalHeaderKey(k)] || strings.HasPrefix(k, http.TrailerPrefix)
 }
 
 // replay writes a stored response: its headers but the excluded ones and
@@ -226,7 +234,7 @@ func (h *handler) stored(header http.Header, outer map[string]bool) http.Header 
 func (h *handler) replay(w http.ResponseWriter, rec *Record) {
 	out := w.Header()
 	for k, vs := range rec.Header {
-		if _, set := out[k]; !set && !h.cfg.exclude[http.CanonicalHeaderKey(k)] && !strings.HasPrefix(k, http.TrailerPrefix) {
+		if _, set := out[k]; !set && !h.excluded(k) {
 			out[k] = append([]string(nil), vs...)
 		}
 	}

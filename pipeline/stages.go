@@ -65,7 +65,7 @@ type call[T any] struct {
 	caller   context.Context    // with WaitWhenOpen and budgeted, the caller's context, for the breaker
 	stopped  *retrypolicy.Error // with WaitWhenOpen, the retry stage's stop by the breaker that the call waited out; nil if none
 	refused  error              // the breaker's refusal of the last attempt as it was about to be sent (reopened): not sent
-	sentAt   monotime.Reading   // when the attempt that ended the call was sent, if well after the breaker admitted it; else 0
+	sentAt   monotime.Reading   // when the call's last retry was sent, for the breaker to time its answer from; 0 if none
 	res      T                  // what inside leaves for through
 	race     *race[T]           // for the call's first race, allocated with c.s; nil once used
 }
@@ -322,15 +322,6 @@ func (c *call[T]) inside(ctx context.Context) (err error) {
 	return err
 }
 
-// sending notes that the attempt being sent, a retry, left well after the
-// breaker admitted the call: the breaker times the dependency's answer,
-// if a success, from now (package sendtime).
-func (c *call[T]) sending() {
-	if c.b != nil {
-		c.sentAt = monotime.Now()
-	}
-}
-
 // answerOf returns the answer of the retry stage's loop (retrypolicy.Error's
 // Answer), whose error the stage returns as it is; nil if none.
 func answerOf(err error) error {
@@ -424,11 +415,13 @@ func (c *call[T]) retry(ctx context.Context) (T, error) {
 }
 
 // stamped runs an attempt of the retry stage of a call through a breaker
-// from stage c.via (as told, if the listener wants attempts), a retry
-// noted as sent late.
+// from stage c.via (as told, if the listener wants attempts). A retry is
+// noted as sent now, well after the breaker admitted the call: the
+// breaker times the dependency's answer, if a success, from then
+// (package sendtime).
 func (c *call[T]) stamped(ctx context.Context) (T, error) {
 	if c.tries++; c.tries > 1 {
-		c.sending()
+		c.sentAt = monotime.Now()
 	}
 	switch {
 	case c.attempts:
