@@ -342,7 +342,10 @@ func TestReview87_WaitForConn(t *testing.T) {
 		for s := range ch {
 			late := review87HopEnd(t, fmt.Sprintf("h2 %v %s", h2, s.id), dl, s.at, s.budget)
 			t.Logf("h2 %v %s: hop ends %v after its caller", h2, s.id, late)
-			if late > 5*time.Millisecond {
+			// The dial alone takes 100 ms: a header set before the wait
+			// for the connection is that late; the rest is the request's
+			// time in transit, tens of ms on a loaded machine under -race.
+			if late > 50*time.Millisecond {
 				t.Errorf("h2 %v %s: hop ends %v after its caller", h2, s.id, late)
 			}
 		}
