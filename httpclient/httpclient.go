@@ -487,7 +487,7 @@ func NewTransport(opts ...Option) *Transport {
 		slog.Default().Info("httpclient: the pipeline has no retry stage (pipeline.WithRetry): every request is sent once")
 	}
 	if cfg := t.cfg; cfg.perHost != nil {
-		t.unguarded = unguarded(cfg.pipeline)
+		t.unguarded = cfg.pipeline.With(pipeline.WithBreaker(nil))
 		t.breakers = breaker.NewGroup(cfg.maxBreakers, func(auth string) *breaker.Breaker {
 			b := cfg.perHost(auth)
 			if _, ok := t.pipelines.Load(b); !ok { // newBreaker may give several authorities one breaker
@@ -1306,15 +1306,4 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return max(at.Sub(now), 0), true
-}
-
-// unguarded returns p without its breaker, under p's name (its breaker's,
-// if p has none of its own): the events of the calls past MaxBreakers
-// name the dependency as the others do (review114).
-func unguarded(p *pipeline.Pipeline) *pipeline.Pipeline {
-	opts := []pipeline.Option{pipeline.WithBreaker(nil)}
-	if name := p.Stages().Name; name != "" {
-		opts = append(opts, pipeline.WithName(name))
-	}
-	return p.With(opts...)
 }

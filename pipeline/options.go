@@ -46,9 +46,17 @@ type config struct {
 }
 
 // WithBreaker guards calls with b, shared by every pipeline calling the
-// same dependency. Default none; nil means none.
+// same dependency. Default none; nil means none, and takes out a breaker
+// given before while keeping its name as the pipeline's ([WithName]):
+// p.With(WithBreaker(nil)) calls the same dependency, unguarded, under the
+// name its events had.
 func WithBreaker(b *breaker.Breaker) Option {
-	return optionFunc(func(c *config) { c.breaker = b })
+	return optionFunc(func(c *config) {
+		if b == nil && c.breaker != nil && c.name == "" {
+			c.name = c.breaker.Name()
+		}
+		c.breaker = b
+	})
 }
 
 // WithRetry retries failed attempts by policy p; its [retrypolicy.Quota],

@@ -199,3 +199,28 @@ func TestDurationOptionsAtTheirBounds(t *testing.T) {
 		})
 	}
 }
+
+// WithBreaker(nil) takes the breaker out and keeps the name it gave the
+// pipeline; a name given, or none, stays as it was.
+func TestWithoutBreakerKeepsTheName(t *testing.T) {
+	b := breaker.New("payments")
+	for _, tc := range []struct {
+		name string
+		p    *pipeline.Pipeline
+		want string
+	}{
+		{"breaker's name", pipeline.New(pipeline.WithBreaker(b)).With(pipeline.WithBreaker(nil)), "payments"},
+		{"name given", pipeline.New(pipeline.WithBreaker(b), pipeline.WithName("pay")).With(pipeline.WithBreaker(nil)), "pay"},
+		{"renamed after", pipeline.New(pipeline.WithBreaker(b)).With(pipeline.WithBreaker(nil), pipeline.WithName("x")), "x"},
+		{"never a breaker", pipeline.New(pipeline.WithBreaker(nil)), ""},
+		{"another breaker", pipeline.New(pipeline.WithBreaker(b)).With(pipeline.WithBreaker(breaker.New("ledger"))), "ledger"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.p.Stages()
+			assert.Equal(t, tc.want, s.Name)
+			if tc.name != "another breaker" {
+				assert.Nil(t, s.Breaker)
+			}
+		})
+	}
+}

@@ -114,7 +114,7 @@ type breakerKey struct{ target, method string }
 func New(opts ...Option) *Interceptor {
 	ic := &Interceptor{cfg: newConfig(opts)}
 	if cfg := ic.cfg; cfg.newBreaker != nil {
-		ic.unguarded = unguarded(cfg.pipeline)
+		ic.unguarded = cfg.pipeline.With(pipeline.WithBreaker(nil))
 		ic.breakers = breaker.NewGroup(cfg.maxBreakers, func(k breakerKey) *breaker.Breaker {
 			b := cfg.newBreaker(k.target + k.method)
 			if _, ok := ic.pipelines.Load(b); !ok { // newBreaker may give several keys one breaker
@@ -496,15 +496,4 @@ func (unreachedInfo) AuthType() string { return "grpcclient-unreached" }
 func reached(p *peer.Peer) bool {
 	_, un := p.AuthInfo.(unreachedInfo)
 	return !un
-}
-
-// unguarded returns p without its breaker, under p's name (its breaker's,
-// if p has none of its own): the events of the calls past MaxBreakers
-// name the dependency as the others do (review114).
-func unguarded(p *pipeline.Pipeline) *pipeline.Pipeline {
-	opts := []pipeline.Option{pipeline.WithBreaker(nil)}
-	if name := p.Stages().Name; name != "" {
-		opts = append(opts, pipeline.WithName(name))
-	}
-	return p.With(opts...)
 }
