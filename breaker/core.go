@@ -16,17 +16,23 @@ import (
 //
 // A call reads the monotonic clock once, as it is admitted: for the end of
 // the open state and the window's current bucket. Its outcome counts in
-// the bucket it was admitted in. A success while no run of failures is
-// counted, the common case, reads no clock as it ends: if its bucket left
-// the window since the last call was admitted, it still counts until the
-// next admission drops that bucket, and changes no decision meanwhile (it
-// breaks no run of failures, and only a failure asks whether to trip). A
-// failure, or a success that would break a run of failures, reads the
-// clock again to judge the window as it is then, as gobreaker does for
-// every outcome; so does any outcome with a window of one bucket, which
-// starts anew at the first admission or outcome after it passed, and any
-// change of state. It keeps gobreaker's model (TestCoreAgreesWithGobreaker
-// holds it to gobreaker v2's).
+// the bucket it was admitted in, or, if that bucket has left the window
+// (the call outlasted the window, or with one bucket the window started
+// anew while it ran), with a request in the current bucket: as of its
+// end. gobreaker drops such an outcome; so a dependency whose failures
+// take longer than the window (a hang, calls whose deadlines are longer
+// than the window) never opened the breaker (review118). A success while
+// no run of failures is counted, the common case, reads no clock as it
+// ends: if its bucket left the window since the last call was admitted,
+// it still counts in that bucket until the next admission drops it, and
+// changes no decision meanwhile (it breaks no run of failures, and only a
+// failure asks whether to trip). A failure, or a success that would break
+// a run of failures, reads the clock again to judge the window as it is
+// then, as gobreaker does for every outcome; so does any outcome with a
+// window of one bucket, which starts anew at the first admission or
+// outcome after it passed, and any change of state. Otherwise it keeps
+// gobreaker's model (TestCoreAgreesWithGobreaker holds it to gobreaker
+// v2's on calls shorter than a bucket).
 type core struct {
 	maxRequests uint32        // probes let through when half-open, at least 1
 	timeout     time.Duration // how long the open state lasts
@@ -40,7 +46,7 @@ type core struct {
 	probeAt monotime.Reading // half-open: when the last probe was let through
 	overdue uint32           // half-open: probes let through past the limit, overdue (see overdueProbe)
 	start   monotime.Reading // of the state; buckets are counted from it
-	age     uint64           // the current bucket, counted from start
+	age     uint64           // the current bucket, counted from start (one bucket: the windows started since the state's)
 	win     Counts           // the sum of buckets
 	buckets []Counts         // indexed by age modulo their number
 
@@ -195,17 +201,18 @@ func (c *core) done(a admission, o outcome) {
 		c.current(monotime.Now())
 	}
 	if gen != c.gen {
-		return // admitted in a state, or one bucket's window, that has gone
+		return // admitted in a state that has gone
 	}
-	if age+uint64(len(c.buckets)) <= c.age {
-		// Its bucket has left the window: it does not count, but a
-		// failure asks whether the window as it is now trips the breaker.
-		if o == failed && c.readyToTrip(c.win) {
-			c.set(resilience.StateOpen, monotime.Now())
+	n := uint64(len(c.buckets))
+	b := &c.buckets[age%n]
+	if age+n <= c.age { // its bucket has left the window: it counts as of now
+		if o == excluded {
+			return
 		}
-		return
+		b = &c.buckets[c.age%n]
+		b.Requests++
+		c.win.Requests++
 	}
-	b := &c.buckets[age%uint64(len(c.buckets))]
 	switch o {
 	case excluded:
 		c.win.TotalExclusions++
@@ -347,7 +354,12 @@ func (c *core) current(now monotime.Reading) resilience.State {
 		case c.period == 0 || elapsed < 0:
 		case len(c.buckets) == 1:
 			if elapsed > c.period {
-				c.renew(now) // one bucket: a new window from now, as gobreaker's Interval
+				// One bucket: a new window from now, as gobreaker's
+				// Interval; the calls still out count in it as they end.
+				c.start = now
+				c.age++
+				c.win = Counts{}
+				clear(c.buckets)
 			}
 		default:
 			c.advance(uint64(elapsed / c.period))

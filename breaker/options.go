@@ -56,7 +56,9 @@ func (c *config) readyToTrip(n Counts, rate bool) bool {
 	return false
 }
 
-// ConsecutiveFailures opens the breaker after n failures in a row. Default
+// ConsecutiveFailures opens the breaker after n failures in a row in the
+// window ([Window]): a run that began in a bucket the window dropped keeps
+// only its failures still in it. Default
 // 5; n = 0 turns this threshold off: without [FailureRate] too, the breaker
 // never opens (it still counts, for tests and measurements).
 func ConsecutiveFailures(n uint32) Option {
@@ -85,7 +87,11 @@ const MaxBuckets = 100
 // Window sets the rolling window over which a closed breaker counts
 // outcomes, as buckets slices of d: the oldest slice drops out as time
 // passes. Default 60 s in 6 buckets; d = 0 counts without a window (only a
-// state change clears the counts); 1 bucket clears all counts every d. It
+// state change clears the counts); 1 bucket clears all counts every d. A
+// call counts in the slice it was sent in, or in the current one as it
+// ends if it took so long that its own left the window (with one bucket:
+// if the window started anew while it ran), so that calls longer than the
+// window, a hang's, still open the breaker. It
 // panics if d is negative, buckets is not from 1 to [MaxBuckets], or a
 // bucket would be under a millisecond.
 func Window(d time.Duration, buckets int) Option {

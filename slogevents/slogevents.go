@@ -17,13 +17,14 @@ import (
 // rejections and finished calls at Debug. It wants ([resilience.Filter])
 // only the events its logger is enabled for, so that a pipeline skips the
 // rest, and the clock reads of call durations when Debug is off. It is
-// safe for concurrent use; the zero Listener logs to slog.Default().
+// safe for concurrent use; the zero Listener, and a nil *Listener, log to
+// slog.Default().
 type Listener struct {
 	log *slog.Logger
 }
 
 func (l *Listener) logger() *slog.Logger {
-	if l.log == nil {
+	if l == nil || l.log == nil {
 		return slog.Default()
 	}
 	return l.log
