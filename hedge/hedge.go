@@ -104,7 +104,8 @@ func New(opts ...Option) *Policy {
 
 // MaxShare caps the hedges at share of the calls that may be hedged, plus
 // one, over a sliding window of 10 s (moving by whole seconds): a budget of their own, beside the
-// retry quota, which hedges do not draw on. Default 0.1. It panics unless
+// retry quota, which hedges do not draw on. A hedge counts once due,
+// before a pipeline's gates decide whether it is sent. Default 0.1. It panics unless
 // 0 < share <= 1.
 func MaxShare(share float64) Option {
 	if !(share > 0 && share <= 1) {

@@ -313,6 +313,27 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 	return 0, ErrLimited
 }
 
+// AcquireExtra takes a slot for an attempt that its call may do without,
+// such as a hedge, only while it leaves at least half of the limit's
+// slots free and no attempt waits; else it refuses at once with an error
+// matching [ErrLimited]. Such attempts so hold at most half of the limit,
+// and leave the other half to the attempts the calls need: a hedge that
+// took a free slot left a first attempt that came after it refused
+// (review117). The attempt must call [Limiter.Release] with the Ticket
+// once it ends. A nil *Limiter returns the zero Ticket.
+func (l *Limiter) AcquireExtra() (Ticket, error) {
+	if l == nil {
+		return 0, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if float64(l.inFlight+1) > l.limit/2 || len(l.queue) > 0 || len(l.late) > 0 {
+		return 0, ErrLimited
+	}
+	l.inFlight++
+	return ticket(l.round), nil
+}
+
 // Enter takes a slot for an attempt at once, past the limit if it is
 // reached, and without a turn in the queue: for an attempt that must not
 // wait or be refused, but whose load the Limiter should count (its slot
@@ -498,14 +519,17 @@ func overdue(w *waiter, now time.Time) bool {
 	return !w.deadline.IsZero() && w.deadline.Sub(now) <= now.Sub(w.since)/4 // divided: a deadline a century off does not overflow
 }
 
-// Limit returns the current limit.
+// Limit returns the current limit: the most attempts it lets hold a slot
+// at once ([Limiter.Enter] aside). An adaptive limit moves by fractions,
+// and lets attempts in while fewer than its fraction hold a slot: at 16.2,
+// 17, and Limit says 17 (review117: it said 16).
 func (l *Limiter) Limit() int {
 	if l == nil {
 		return math.MaxInt
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return int(min(l.limit, math.MaxInt/2))
+	return int(min(math.Ceil(l.limit), math.MaxInt/2))
 }
 
 // Waiting returns how many attempts wait for a slot.

@@ -46,12 +46,12 @@ func TestAIMDFallsOnFailuresAndClimbsWhenUsed(t *testing.T) {
 		l.Release(a, nil)
 		l.Release(b, nil)
 	}
-	assert.Equal(t, 3, l.Limit(), "2 + 1/2 + 1/2.5 + ... is 3 after 6 attempts")
+	assert.Equal(t, 4, l.Limit(), "2 + 1/2 + 1/2.5 + ... is 3.x after 6 attempts: 4 let in")
 
-	for range 100 { // one in flight of 3 is not using it: it stays
+	for range 100 { // one in flight of 3.x is not using it: it stays
 		l.Release(acquire(t, l), nil)
 	}
-	assert.Equal(t, 3, l.Limit())
+	assert.Equal(t, 4, l.Limit())
 
 	for range 100 { // a full limit climbs to Max, no further
 		var tks []limit.Ticket
@@ -317,9 +317,9 @@ func TestAWaiterGrantedAfterADecreaseIsANewRound(t *testing.T) {
 		tk := <-granted
 		assert.Zero(t, l.Waiting())
 		l.Release(tks[3], errOverloaded) // sent before the decrease: the same congestion
-		assert.Equal(t, 18, l.Limit())
+		assert.Equal(t, 19, l.Limit(), "18.x")
 		l.Release(tk, errOverloaded) // sent after it: a new one
-		assert.Equal(t, 16, l.Limit())
+		assert.Equal(t, 17, l.Limit(), "18.x * 0.9 = 16.x")
 		for _, tk := range tks[4:] {
 			l.Release(tk, nil)
 		}
@@ -355,7 +355,7 @@ func TestEnterTakesASlotPastTheLimit(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, 1, l.Waiting(), "two of the limit of 2 still in flight: the waiter waits")
 		l.Release(c, errOverloaded)
-		assert.Equal(t, 1, l.Limit(), "the entered attempt's failure is learned: 2 * 0.9")
+		assert.Equal(t, 2, l.Limit(), "the entered attempt's failure is learned: 2 * 0.9 = 1.8, 2 let in")
 		tk := <-got // one in flight of 1.8
 		l.Release(b, nil)
 		l.Release(tk, nil)
@@ -439,4 +439,49 @@ func TestReleaseTwiceKeepsTheLimit(t *testing.T) {
 	require.NoError(t, err)
 	_, err = l.Acquire(context.Background())
 	assert.ErrorIs(t, err, limit.ErrLimited, "one slot, taken")
+}
+
+// AcquireExtra takes a slot only while half of the limit stays free and
+// nobody waits; its slot is released as any.
+func TestAcquireExtraLeavesHalfTheLimit(t *testing.T) {
+	for _, tc := range []struct {
+		limit, held, want int // want: how many extra slots it grants
+	}{
+		{1, 0, 0}, {2, 0, 1}, {2, 1, 0}, {3, 1, 0}, {4, 1, 1}, {10, 0, 5}, {10, 3, 2}, {10, 5, 0},
+	} {
+		t.Run(fmt.Sprintf("%d of %d held", tc.held, tc.limit), func(t *testing.T) {
+			l := limit.NewFixed(tc.limit)
+			for range tc.held {
+				acquire(t, l)
+			}
+			var tks []limit.Ticket
+			for {
+				tk, err := l.AcquireExtra()
+				if err != nil {
+					require.ErrorIs(t, err, limit.ErrLimited)
+					break
+				}
+				tks = append(tks, tk)
+			}
+			assert.Len(t, tks, tc.want)
+			assert.Equal(t, tc.held+tc.want, l.InFlight())
+			for _, tk := range tks {
+				l.Release(tk, nil)
+			}
+			assert.Equal(t, tc.held, l.InFlight())
+		})
+	}
+	synctest.Test(t, func(t *testing.T) {
+		l := limit.NewFixed(10, limit.MaxWaiting(1))
+		for range 10 {
+			acquire(t, l)
+		}
+		go func() { _, _ = l.Acquire(t.Context()) }()
+		synctest.Wait()
+		_, err := l.AcquireExtra()
+		assert.ErrorIs(t, err, limit.ErrLimited, "an attempt waits")
+	})
+	tk, err := (*limit.Limiter)(nil).AcquireExtra()
+	assert.Zero(t, tk)
+	assert.NoError(t, err)
 }

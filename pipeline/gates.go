@@ -102,27 +102,22 @@ func (g throttleGate) acquire(_ context.Context, _, _, probe bool) (uint64, erro
 func (g throttleGate) release(tk uint64, outcome error) { g.t.Done(throttle.Ticket(tk), outcome) }
 func (throttleGate) refusal() resilience.EventKind      { return resilience.EventThrottled }
 
-// limitGate is the concurrency limit (WithLimit). A hedge takes a free
-// slot or is refused: it does not queue, where it would take the place of
-// a call's first attempt, and go ahead of those queued after it, for an
-// attempt that its call may not need.
+// limitGate is the concurrency limit (WithLimit). A hedge takes a slot
+// only from the half of the limit that is free, or is refused
+// ([limit.Limiter.AcquireExtra]): it does not queue, where it would take
+// the place of a call's first attempt, and go ahead of those queued after
+// it, for an attempt that its call may not need, nor take the last slots,
+// which the next call's first attempt would find taken.
 type limitGate struct{ l *limit.Limiter }
 
 func (g limitGate) acquire(ctx context.Context, _, hedge, _ bool) (uint64, error) {
 	if hedge {
-		ctx = noWait
+		tk, err := g.l.AcquireExtra()
+		return uint64(tk), err
 	}
 	tk, err := g.l.Acquire(ctx)
 	return uint64(tk), err
 }
-
-// noWait is a done context: [limit.Limiter.Acquire] then takes a free slot
-// or refuses at once.
-var noWait = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
 
 func (g limitGate) release(tk uint64, outcome error) { g.l.Release(limit.Ticket(tk), outcome) }
 func (limitGate) refusal() resilience.EventKind      { return resilience.EventLimited }
@@ -134,8 +129,8 @@ func (limitGate) refusal() resilience.EventKind      { return resilience.EventLi
 // waited is not over, each takes a slot at once, past the limit if need
 // be, so that the backlog is paced by the whole load on the dependency and
 // the limit learns from every answer; with nothing waiting, it admits at
-// once and holds nothing. A hedge of a call that waited takes a free slot
-// or is refused, as at the concurrency limit.
+// once and holds nothing. A hedge of a call that waited takes a slot from
+// the free half or is refused, as at the concurrency limit.
 type pacer struct {
 	limit   *limit.Limiter
 	backlog atomic.Int64 // calls that waited, not yet over
@@ -148,8 +143,9 @@ func (p *pacer) acquire(ctx context.Context, waited, hedge, _ bool) (uint64, err
 		}
 		return uint64(p.limit.Enter()), nil
 	}
-	if hedge {
-		ctx = noWait // as at the limit (limitGate): queued, it would outlast its twin's answer
+	if hedge { // as at the limit (limitGate): queued, it would outlast its twin's answer
+		tk, err := p.limit.AcquireExtra()
+		return uint64(tk), err
 	}
 	tk, err := p.limit.Acquire(ctx)
 	return uint64(tk), err

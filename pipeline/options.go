@@ -132,9 +132,14 @@ func WithThrottle(t *throttle.Throttle) Option {
 // waits for a slot within the time budget if l lets it. An adaptive l
 // learns nothing from an attempt that the caller's deadline ended, as
 // [WithThrottle]: give the pipeline an attempt timeout or a time budget,
-// so that it learns of a dependency that turns slow. A hedge takes a free
-// slot or is refused: it never waits in l's queue, where it would take
-// the place of another call's first attempt. A slot is held while op
+// so that it learns of a dependency that turns slow. A hedge takes a slot
+// only while at least half of l's stay free and none is waited for, or is
+// refused ([limit.Limiter.AcquireExtra]): it never waits in l's queue,
+// where it would take the place of another call's first attempt, and
+// hedges hold at most half of l (with a limit under 4, the twin's slot
+// alone is half: no hedge is sent), so that a burst of first attempts
+// finds the other half; one larger than that half may find a slot a hedge
+// holds, and wait or be refused. A slot is held while op
 // runs: a result still read after op returns ([DoStream], such as an
 // HTTP response's body) holds none. Default none; nil means none.
 func WithLimit(l *limit.Limiter) Option {
@@ -154,7 +159,8 @@ func WithLimit(l *limit.Limiter) Option {
 // [resilience.EventHedged]. A hedge that the gates refuse (throttle,
 // concurrency limit, WaitWhenOpen's pacer, the breaker's re-check) is not
 // sent and not reported as a refusal: its call goes on with the attempt
-// out, and is not refused. A call that failed after a hedge was sent
+// out, and is not refused; it counts against hedge.MaxShare's budget as
+// one sent (review117). A call that failed after a hedge was sent
 // says so ([Hedged]): the dependency got it twice, and retrysignal tells
 // the caller not to retry it, as after a retry. Default none; nil means
 // none.

@@ -328,6 +328,7 @@ func (r *race[T]) launch(n int32) {
 			// very attempt's doing, and the first may yet succeed.
 			if (o.err == nil || o.panicked != nil || o.goexit) && r.phase.CompareAndSwap(firstRunning, firstCut) {
 				r.firstCtx.end() // the caller takes this answer once the first attempt returns
+				r.cutHedges(hk)  // and the other hedges' slots go now, not then (review117)
 			} else if r.decided.Load() {
 				r.stopHedges() // but it does stop the next hedge (see call.sent)
 			}
@@ -422,6 +423,23 @@ func (r *race[T]) keep(o outcome[T]) {
 	k.attempt = o.keep.release
 	if prev != nil {
 		prev()
+	}
+}
+
+// cutHedges sends no more hedges and cancels those out but the winner,
+// whose answer the caller takes once the first attempt, cut short, has
+// returned: until then, the losers would hold their gates' slots. Their
+// failures are losers' (finish); abandon cancels them again, which does
+// nothing.
+func (r *race[T]) cutHedges(winner *keeper) {
+	r.mu.Lock()
+	r.stop()
+	keepers := *r.keepers // launch kept at least the winner
+	r.mu.Unlock()
+	for _, hk := range keepers {
+		if hk != winner {
+			hk.budget()
+		}
 	}
 }
 
