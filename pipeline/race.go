@@ -322,22 +322,26 @@ func (r *race[T]) launch(n int32) {
 					o.goexit = true
 				}
 			}
-			// Only a success (or a panic) cuts the first attempt short: a
-			// hedge's failure, even one not to retry, such as a 409 for an
-			// idempotency key whose first request still runs, may be that
-			// very attempt's doing, and the first may yet succeed.
-			if (o.err == nil || o.panicked != nil || o.goexit) && r.phase.CompareAndSwap(firstRunning, firstCut) {
-				r.firstCtx.end() // the caller takes this answer once the first attempt returns
-				r.cutHedges(hk)  // and the other hedges' slots go now, not then (review117)
-			} else if r.decided.Load() {
-				r.stopHedges() // but it does stop the next hedge (see call.sent)
-			}
+			r.hedgeEnded(&o)
 			results <- o
 		}()
 		o.res, o.err = a.attempt(actx, true, r)
 		r.refusedHedge(&a, o.err)
 		returned = true
 	}()
+}
+
+// hedgeEnded tells r how a hedge ended. Only a success (or a panic) cuts
+// the first attempt short: a hedge's failure, even one not to retry, such
+// as a 409 for an idempotency key whose first request still runs, may be
+// that very attempt's doing, and the first may yet succeed.
+func (r *race[T]) hedgeEnded(o *outcome[T]) {
+	if (o.err == nil || o.panicked != nil || o.goexit) && r.phase.CompareAndSwap(firstRunning, firstCut) {
+		r.firstCtx.end()    // the caller takes this answer once the first attempt returns
+		r.cutHedges(o.keep) // and the other hedges' slots go now, not then (review117)
+	} else if r.decided.Load() {
+		r.stopHedges() // but it does stop the next hedge (see call.sent)
+	}
 }
 
 // refusedHedge takes a hedge that was sent (a, the hedge's call) out of
