@@ -100,6 +100,14 @@ type Limiter struct {
 	// eighth of the way to each; 0 from when a waiter finds the queue
 	// empty until an answer comes.
 	answer time.Duration
+	extras []extra // the slots AcquireExtra took, oldest first, that an attempt finding the limit full may take over
+	nextID uint32  // the id of the last extra slot
+}
+
+// extra is a slot that AcquireExtra took, and what stops its attempt.
+type extra struct {
+	tk   Ticket
+	stop func()
 }
 
 type waiter struct {
@@ -119,6 +127,8 @@ const (
 	slot   Ticket = 1 << 63 // set in every Ticket that holds a slot
 	timed  Ticket = 1 << 62 // granted from the queue, at the time in the bits below
 	msBits        = 30      // the time of a timed Ticket: milliseconds since the Limiter's start, mod 2^30 (12 days)
+	extraT Ticket = 1 << 61 // without timed: taken by AcquireExtra, with an id in the bits below
+	idBits        = 29
 )
 
 // ticket returns the Ticket of an attempt sent in round.
@@ -286,6 +296,16 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 		l.mu.Unlock()
 		return tk, nil
 	}
+	if len(l.extras) > 0 && len(l.queue) == 0 && len(l.late) == 0 {
+		// The newest extra attempt's slot is this one's: the extra is
+		// stopped, and its Release gives back nothing.
+		e := l.extras[len(l.extras)-1]
+		l.extras = l.extras[:len(l.extras)-1]
+		tk := ticket(l.round)
+		l.mu.Unlock()
+		e.stop()
+		return tk, nil
+	}
 	n := len(l.queue) + len(l.late)
 	if n >= l.waiting || ctx.Err() != nil {
 		l.mu.Unlock()
@@ -316,12 +336,19 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 // AcquireExtra takes a slot for an attempt that its call may do without,
 // such as a hedge, only while it leaves at least half of the limit's
 // slots free and no attempt waits; else it refuses at once with an error
-// matching [ErrLimited]. Such attempts so hold at most half of the limit,
-// and leave the other half to the attempts the calls need: a hedge that
-// took a free slot left a first attempt that came after it refused
-// (review117). The attempt must call [Limiter.Release] with the Ticket
-// once it ends. A nil *Limiter returns the zero Ticket.
-func (l *Limiter) AcquireExtra() (Ticket, error) {
+// matching [ErrLimited]. Such attempts so hold at most half of the limit.
+// And an attempt that [Limiter.Acquire] would refuse or queue, the limit
+// full, takes the slot of the newest extra attempt instead, which stop
+// (called once, not under the Limiter's lock) must end (a nil stop: the
+// slot is not taken over): a hedge that held
+// a slot left a first attempt that came after it refused, where the same
+// calls without hedges completed (review117, review119). The extra
+// attempt's [Limiter.Release] then gives back nothing, and teaches an
+// adaptive limit nothing; until the stopped attempt returns, one more
+// attempt is out than [Limiter.InFlight] counts. The attempt must call
+// Release with the Ticket once it ends. A nil *Limiter returns the zero
+// Ticket.
+func (l *Limiter) AcquireExtra(stop func()) (Ticket, error) {
 	if l == nil {
 		return 0, nil
 	}
@@ -331,7 +358,24 @@ func (l *Limiter) AcquireExtra() (Ticket, error) {
 		return 0, ErrLimited
 	}
 	l.inFlight++
-	return ticket(l.round), nil
+	if stop == nil { // nothing stops it: its slot is its own
+		return ticket(l.round), nil
+	}
+	l.nextID = (l.nextID + 1) & (1<<idBits - 1)
+	tk := ticket(l.round) | extraT | Ticket(l.nextID)<<32
+	l.extras = append(l.extras, extra{tk, stop})
+	return tk, nil
+}
+
+// given reports whether tk, an extra attempt's Ticket, gave its slot to
+// another attempt, and forgets it; l.mu is held.
+func (l *Limiter) given(tk Ticket) bool {
+	i := slices.IndexFunc(l.extras, func(e extra) bool { return e.tk == tk })
+	if i < 0 {
+		return true
+	}
+	l.extras = slices.Delete(l.extras, i, i+1)
+	return false
 }
 
 // Enter takes a slot for an attempt at once, past the limit if it is
@@ -391,6 +435,10 @@ func (l *Limiter) Release(tk Ticket, err error) {
 		}
 	}
 	l.mu.Lock()
+	if tk&(timed|extraT) == extraT && l.given(tk) { // a timed Ticket's time may set extraT's bit
+		l.mu.Unlock()
+		return
+	}
 	if l.adaptive {
 		l.learn(uint32(tk), c)
 	}

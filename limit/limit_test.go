@@ -456,7 +456,7 @@ func TestAcquireExtraLeavesHalfTheLimit(t *testing.T) {
 			}
 			var tks []limit.Ticket
 			for {
-				tk, err := l.AcquireExtra()
+				tk, err := l.AcquireExtra(nil)
 				if err != nil {
 					require.ErrorIs(t, err, limit.ErrLimited)
 					break
@@ -478,10 +478,68 @@ func TestAcquireExtraLeavesHalfTheLimit(t *testing.T) {
 		}
 		go func() { _, _ = l.Acquire(t.Context()) }()
 		synctest.Wait()
-		_, err := l.AcquireExtra()
+		_, err := l.AcquireExtra(nil)
 		assert.ErrorIs(t, err, limit.ErrLimited, "an attempt waits")
 	})
-	tk, err := (*limit.Limiter)(nil).AcquireExtra()
+	tk, err := (*limit.Limiter)(nil).AcquireExtra(nil)
 	assert.Zero(t, tk)
 	assert.NoError(t, err)
+}
+
+// An attempt that finds the limit full takes the newest extra attempt's
+// slot, once, and stops it; the extra's Release then gives back nothing
+// and teaches nothing; an attempt that finds none waits or is refused.
+func TestAnAttemptTakesAnExtraAttemptsSlot(t *testing.T) {
+	l := limit.NewAIMD(limit.Initial(4), limit.Max(4))
+	stopped := []int{}
+	a := acquire(t, l)
+	e1, err := l.AcquireExtra(func() { stopped = append(stopped, 1) })
+	require.NoError(t, err)
+	b := acquire(t, l)
+	c := acquire(t, l)
+	require.Equal(t, 4, l.InFlight())
+	d := acquire(t, l) // full: takes e1's slot
+	assert.Equal(t, []int{1}, stopped)
+	assert.Equal(t, 4, l.InFlight())
+	_, err = l.Acquire(context.Background())
+	assert.ErrorIs(t, err, limit.ErrLimited, "no extra left: refused")
+	l.Release(e1, errOverloaded) // gives back nothing, teaches nothing
+	assert.Equal(t, 4, l.InFlight())
+	assert.Equal(t, 4, l.Limit())
+	for _, tk := range []limit.Ticket{a, b, c, d} {
+		l.Release(tk, nil)
+	}
+	assert.Zero(t, l.InFlight())
+
+	// Not taken over: released as any, and its stop never called.
+	e2, err := l.AcquireExtra(func() { stopped = append(stopped, 2) })
+	require.NoError(t, err)
+	l.Release(e2, nil)
+	assert.Zero(t, l.InFlight())
+	for range 4 {
+		acquire(t, l)
+	}
+	assert.Equal(t, []int{1}, stopped)
+}
+
+// A Ticket granted from the queue 6.3 days after the Limiter began holds
+// a time whose top bit is an extra attempt's mark: released as its own.
+func TestATimedTicketIsNoExtraAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limit.NewFixed(1, limit.MaxWaiting(1), limit.OldestOnTime())
+		time.Sleep(time.Duration(1<<29+1000) * time.Millisecond)
+		a := acquire(t, l)
+		got := make(chan limit.Ticket)
+		go func() {
+			tk, err := l.Acquire(t.Context())
+			assert.NoError(t, err)
+			got <- tk
+		}()
+		synctest.Wait()
+		l.Release(a, nil)
+		b := <-got
+		require.NotZero(t, b&(1<<61), "the time's top bit is set")
+		l.Release(b, nil)
+		assert.Zero(t, l.InFlight())
+	})
 }

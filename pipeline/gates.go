@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync/atomic"
 
@@ -103,16 +104,17 @@ func (g throttleGate) release(tk uint64, outcome error) { g.t.Done(throttle.Tick
 func (throttleGate) refusal() resilience.EventKind      { return resilience.EventThrottled }
 
 // limitGate is the concurrency limit (WithLimit). A hedge takes a slot
-// only from the half of the limit that is free, or is refused
-// ([limit.Limiter.AcquireExtra]): it does not queue, where it would take
-// the place of a call's first attempt, and go ahead of those queued after
-// it, for an attempt that its call may not need, nor take the last slots,
-// which the next call's first attempt would find taken.
+// only from the half of the limit that is free, or is refused, and an
+// attempt that finds the limit full takes a hedge's slot, the hedge
+// stopped ([limit.Limiter.AcquireExtra]): it does not queue, where it
+// would take the place of a call's first attempt, and go ahead of those
+// queued after it, for an attempt that its call may not need, nor keep a
+// slot that another call's attempt needs.
 type limitGate struct{ l *limit.Limiter }
 
 func (g limitGate) acquire(ctx context.Context, _, hedge, _ bool) (uint64, error) {
 	if hedge {
-		tk, err := g.l.AcquireExtra()
+		tk, err := g.l.AcquireExtra(yieldOf(ctx))
 		return uint64(tk), err
 	}
 	tk, err := g.l.Acquire(ctx)
@@ -121,6 +123,35 @@ func (g limitGate) acquire(ctx context.Context, _, hedge, _ bool) (uint64, error
 
 func (g limitGate) release(tk uint64, outcome error) { g.l.Release(limit.Ticket(tk), outcome) }
 func (limitGate) refusal() resilience.EventKind      { return resilience.EventLimited }
+
+// yielder stops a hedge whose slot a gate gave to another call's attempt
+// ([limit.Limiter.AcquireExtra]): its context is canceled, and its
+// outcome, unless a success, is a refusal (errYielded), not its answer.
+type yielder struct {
+	yielded atomic.Bool
+	cancel  context.CancelFunc
+}
+
+func (y *yielder) stop() {
+	y.yielded.Store(true)
+	y.cancel()
+}
+
+// yieldKey marks a hedge's context with its yielder.
+type yieldKey struct{}
+
+// yieldOf returns what stops the hedge of ctx, nil if none.
+func yieldOf(ctx context.Context) func() {
+	if y, ok := ctx.Value(yieldKey{}).(*yielder); ok {
+		return y.stop
+	}
+	return nil
+}
+
+// errYielded is the outcome of a hedge that gave its slot to another
+// call's attempt and failed: refused on this side, as if not sent, for
+// the race; what the dependency answered it, if anything, is no answer.
+var errYielded = fmt.Errorf("pipeline: a hedge gave its slot to another call's attempt: %w", limit.ErrLimited)
 
 // pacer paces the backlog of calls that waited for the breaker
 // (WaitWhenOpen): their attempts go through an adaptive limit of the
@@ -144,7 +175,7 @@ func (p *pacer) acquire(ctx context.Context, waited, hedge, _ bool) (uint64, err
 		return uint64(p.limit.Enter()), nil
 	}
 	if hedge { // as at the limit (limitGate): queued, it would outlast its twin's answer
-		tk, err := p.limit.AcquireExtra()
+		tk, err := p.limit.AcquireExtra(yieldOf(ctx))
 		return uint64(tk), err
 	}
 	tk, err := p.limit.Acquire(ctx)

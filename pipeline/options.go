@@ -135,11 +135,12 @@ func WithThrottle(t *throttle.Throttle) Option {
 // so that it learns of a dependency that turns slow. A hedge takes a slot
 // only while at least half of l's stay free and none is waited for, or is
 // refused ([limit.Limiter.AcquireExtra]): it never waits in l's queue,
-// where it would take the place of another call's first attempt, and
-// hedges hold at most half of l (with a limit under 4, the twin's slot
-// alone is half: no hedge is sent), so that a burst of first attempts
-// finds the other half; one larger than that half may find a slot a hedge
-// holds, and wait or be refused. A slot is held while op
+// and hedges hold at most half of l (with a limit under 4, the twin's
+// slot alone is half: no hedge is sent). An attempt that finds l full
+// takes a hedge's slot, the newest's: that hedge's context is canceled,
+// and it is no answer of its call unless it succeeds, so that hedges never
+// cost another call's attempt its slot (review117, review119); until its
+// operation returns, one more attempt is out than l counts. A slot is held while op
 // runs: a result still read after op returns ([DoStream], such as an
 // HTTP response's body) holds none. Default none; nil means none.
 func WithLimit(l *limit.Limiter) Option {

@@ -41,13 +41,14 @@ type race[T any] struct {
 	ctx      context.Context
 	delay    time.Duration
 	first    keeper
-	firstCtx *lazyCtx     // allocated with r, unless r is reused (spareHedged): its operation may keep it
-	phase    atomic.Int32 // running, returned or cut: whether a hedge won while the first attempt ran
-	decided  atomic.Bool  // an attempt failed with an error not retried: no more hedges
-	sent     atomic.Int32 // hedges sent, that the operation did not refuse (see Hedged)
-	over     bool         // no more hedges; under mu
-	have     bool         // last is set
-	alone    bool         // no hedge was or will be sent: no other goroutine has seen r's call
+	cutter   atomic.Pointer[keeper] // the hedge that cut the first attempt short: the race's answer
+	firstCtx *lazyCtx               // allocated with r, unless r is reused (spareHedged): its operation may keep it
+	phase    atomic.Int32           // running, returned or cut: whether a hedge won while the first attempt ran
+	decided  atomic.Bool            // an attempt failed with an error not retried: no more hedges
+	sent     atomic.Int32           // hedges sent, that the operation did not refuse (see Hedged)
+	over     bool                   // no more hedges; under mu
+	have     bool                   // last is set
+	alone    bool                   // no hedge was or will be sent: no other goroutine has seen r's call
 
 	mu      sync.Mutex      // between the caller and the timer, which sends the hedges
 	extra   int32           // most hedges (the policy's, up to math.MaxInt32)
@@ -250,10 +251,11 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 		results := r.results
 		r.mu.Unlock()
 		o := <-results
-		if cut && o.err != nil && o.panicked == nil && !o.goexit {
+		if cut && o.keep != r.cutter.Load() {
 			// The hedge that cut the first attempt short has yet to come,
-			// and is the answer: another's failure, even one not to retry,
-			// does not replace the success that canceled the first.
+			// and is the answer: the others' outcomes are losers', those
+			// that cutHedges canceled, and a success that came first
+			// (review119: it was returned, its context canceled).
 			r.dispose(o)
 			continue
 		}
@@ -306,8 +308,9 @@ func (r *race[T]) launch(n int32) {
 		r.results = make(chan outcome[T], min(r.extra, maxWaitingOutcomes))
 	}
 	hk := &keeper{hedge: n}
-	actx, cancel := context.WithCancel(context.WithValue(r.ctx, hedgeKey{}, r.c.p))
-	hk.budget = cancel
+	y := new(yielder)
+	actx, cancel := context.WithCancel(context.WithValue(context.WithValue(r.ctx, hedgeKey{}, r.c.p), yieldKey{}, y))
+	hk.budget, y.cancel = cancel, cancel
 	r.keepHedge(hk)
 	a := r.c
 	a.k, a.hedged = hk, false // set as it is sent (racing)
@@ -327,6 +330,9 @@ func (r *race[T]) launch(n int32) {
 		}()
 		o.res, o.err = a.attempt(actx, true, r)
 		r.refusedHedge(&a, o.err)
+		if o.err != nil && y.yielded.Load() {
+			o.err = errYielded
+		}
 		returned = true
 	}()
 }
@@ -337,6 +343,7 @@ func (r *race[T]) launch(n int32) {
 // that very attempt's doing, and the first may yet succeed.
 func (r *race[T]) hedgeEnded(o *outcome[T]) {
 	if (o.err == nil || o.panicked != nil || o.goexit) && r.phase.CompareAndSwap(firstRunning, firstCut) {
+		r.cutter.Store(o.keep)
 		r.firstCtx.end()    // the caller takes this answer once the first attempt returns
 		r.cutHedges(o.keep) // and the other hedges' slots go now, not then (review117)
 	} else if r.decided.Load() {
