@@ -17,10 +17,14 @@ func TestReview104RecoveryAtLowerRates(t *testing.T) {
 	if raceEnabled {
 		t.Skip("simulation in virtual time: run in .ci/run's pass without the race detector")
 	}
+	// 20 runs of each: a median of 6.1 s at 10 a second, 30% failing, in
+	// CI once (the doc: 2 to 3.7 s over 200 runs); 60 hold the median
+	// nearer its own.
+	const runs = 60
 	for _, rate := range []int{10, 20, 30, 50, 100, 300} {
 		for _, bg := range []float64{0.1, 0.3} {
 			var lasts []time.Duration
-			for range 20 {
+			for range runs {
 				last := time.Duration(0)
 				synctest.Test(t, func(t *testing.T) {
 					th := throttle.New()
@@ -47,12 +51,13 @@ func TestReview104RecoveryAtLowerRates(t *testing.T) {
 				lasts = append(lasts, last)
 			}
 			slices.Sort(lasts)
-			median, worst := lasts[len(lasts)/2], lasts[len(lasts)-1]
-			t.Logf("%d/s, %.0f%% failing once back: last refusal after the return, median %v, at worst %v (20 runs)", rate, 100*bg, median, worst)
-			// K's doc, from 200 runs of each: medians 1 to 1.7 s at 100
-			// and 300 calls a second, 1.3 to 3.7 s at 10 to 50; the tail
-			// is long (up to 15 s at 10 a second, 30% failing). A throttle
-			// that held on would refuse the whole minute.
+			median, p90, worst := lasts[len(lasts)/2], lasts[len(lasts)*9/10], lasts[len(lasts)-1]
+			t.Logf("%d/s, %.0f%% failing once back: last refusal after the return, median %v, 90%% within %v, at worst %v (%d runs)", rate, 100*bg, median, p90, worst, runs)
+			// K's doc, from rounds of 200 runs of each: medians 1.2 to
+			// 1.9 s at 100 and 300 calls a second, 2.2 to 4.3 s at 10 to
+			// 50; the tail is long (up to 15 s at 10 a second, 30%
+			// failing). A throttle that held on would refuse the whole
+			// minute.
 			bound := 3 * time.Second
 			if rate < 100 {
 				bound = 6 * time.Second

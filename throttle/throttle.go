@@ -173,10 +173,10 @@ type config struct {
 // nothing 5.1 s after its return at most (100 runs at 30%,
 // TestReview100RecoveryWithBackgroundFailures). At lower rates the tail
 // is longer, fewer answers in each bucket: at 100 and 300 calls a second,
-// with 30% failing, a median of 1.3 to 1.7 s and 90% of runs within 3.4
-// s, up to 9 s seen; at 10 to 50 a second, medians of 2 to 3.7 s, 90%
-// within 8 s, up to 15.3 s seen (200 runs of each,
-// TestReview104RecoveryAtLowerRates): each attempt let
+// with 30% failing, medians of 1.2 to 1.9 s and 90% of runs within 3.7
+// s, up to 10.6 s seen; at 10 to 50 a second, medians of 2.2 to 4.3 s,
+// 90% within 8 s, up to 15 s seen (five rounds of 200 runs of each,
+// TestReview104RecoveryAtLowerRates with its runs set to 200): each attempt let
 // through a bucket that fails adds a bucket. And at a few calls a second
 // with 30% failing, chance runs of failures in a window that holds few
 // answers refuse a few calls: 3 to 9 an hour (review104). Default 2. It panics
