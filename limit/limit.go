@@ -100,18 +100,22 @@ type Limiter struct {
 	// eighth of the way to each; 0 from when a waiter finds the queue
 	// empty until an answer comes.
 	answer time.Duration
-	extras []extra // the slots AcquireExtra took, oldest first, that an attempt finding the limit full may take over
-	nextID uint32  // the id of the last extra slot
+	extras []*extra // the slots AcquireExtra took and still holds, oldest first
+	nextID uint32   // the id of the last extra slot
 }
 
-// extra is a slot that AcquireExtra took, and what stops its attempt.
+// extra is a slot that AcquireExtra took, what stops its attempt, and the
+// attempt its slot goes to once it is given back, if one was stopped for.
 type extra struct {
-	tk   Ticket
-	stop func()
+	tk      Ticket
+	stop    func()
+	stopped bool    // stop was called: the slot goes to heir
+	heir    *waiter // nil if it left
 }
 
 type waiter struct {
 	ready    chan struct{}
+	from     *extra // the extra attempt whose slot it waits for, not the queue
 	granted  bool
 	ticket   Ticket    // when granted
 	since    time.Time // when it joined the queue
@@ -296,28 +300,28 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 		l.mu.Unlock()
 		return tk, nil
 	}
-	if len(l.extras) > 0 && len(l.queue) == 0 && len(l.late) == 0 {
-		// The newest extra attempt's slot is this one's: the extra is
-		// stopped, and its Release gives back nothing.
-		e := l.extras[len(l.extras)-1]
-		l.extras = l.extras[:len(l.extras)-1]
-		tk := ticket(l.round)
-		l.mu.Unlock()
-		e.stop()
-		return tk, nil
-	}
 	n := len(l.queue) + len(l.late)
-	if n >= l.waiting || ctx.Err() != nil {
+	var e *extra
+	if i := l.stoppable(); i >= 0 && n == 0 && ctx.Err() == nil && float64(l.inFlight-1) < l.limit {
+		e = l.extras[i] // the newest not yet stopped: its slot comes to this attempt as it ends
+	} else if n >= l.waiting || ctx.Err() != nil {
 		l.mu.Unlock()
 		return 0, ErrLimited
 	}
-	if n == 0 { // a queue again: how slow the dependency was when one last stood tells little of now
+	if n == 0 && e == nil { // a queue again: how slow the dependency was when one last stood tells little of now
 		l.answer = 0
 	}
-	w := &waiter{ready: make(chan struct{}), since: time.Now()}
+	w := &waiter{ready: make(chan struct{}), since: time.Now(), from: e}
 	w.deadline, _ = ctx.Deadline()
-	l.queue = append(l.queue, w)
+	if e != nil {
+		e.stopped, e.heir = true, w
+	} else {
+		l.queue = append(l.queue, w)
+	}
 	l.mu.Unlock()
+	if e != nil {
+		e.stop()
+	}
 
 	select {
 	case <-w.ready:
@@ -338,16 +342,18 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 // slots free and no attempt waits; else it refuses at once with an error
 // matching [ErrLimited]. Such attempts so hold at most half of the limit.
 // And an attempt that [Limiter.Acquire] would refuse or queue, the limit
-// full, takes the slot of the newest extra attempt instead, which stop
-// (called once, not under the Limiter's lock) must end (a nil stop: the
-// slot is not taken over): a hedge that held
-// a slot left a first attempt that came after it refused, where the same
-// calls without hedges completed (review117, review119). The extra
-// attempt's [Limiter.Release] then gives back nothing, and teaches an
-// adaptive limit nothing; until the stopped attempt returns, one more
-// attempt is out than [Limiter.InFlight] counts. The attempt must call
-// Release with the Ticket once it ends. A nil *Limiter returns the zero
-// Ticket.
+// full and nothing waiting, if it would admit one more without that extra
+// attempt (an adaptive limit that just fell may not), stops the newest
+// extra attempt not yet
+// stopped, with stop (called once, not under the Limiter's lock; a nil
+// stop: none), and takes its slot as it is given back, waiting for it
+// while its context lasts, whatever [MaxWaiting]: a hedge that held a
+// slot left a first attempt that came after it refused, where the same
+// calls without hedges completed (review117, review119). Its stopped
+// attempt's [Limiter.Release] teaches an adaptive limit nothing. An
+// attempt whose context ignores the stop holds the other as long. The
+// attempt must call Release with the Ticket once it ends. A nil *Limiter
+// returns the zero Ticket.
 func (l *Limiter) AcquireExtra(stop func()) (Ticket, error) {
 	if l == nil {
 		return 0, nil
@@ -363,19 +369,37 @@ func (l *Limiter) AcquireExtra(stop func()) (Ticket, error) {
 	}
 	l.nextID = (l.nextID + 1) & (1<<idBits - 1)
 	tk := ticket(l.round) | extraT | Ticket(l.nextID)<<32
-	l.extras = append(l.extras, extra{tk, stop})
+	l.extras = append(l.extras, &extra{tk: tk, stop: stop})
 	return tk, nil
 }
 
-// given reports whether tk, an extra attempt's Ticket, gave its slot to
-// another attempt, and forgets it; l.mu is held.
-func (l *Limiter) given(tk Ticket) bool {
-	i := slices.IndexFunc(l.extras, func(e extra) bool { return e.tk == tk })
-	if i < 0 {
-		return true
+// stoppable returns the index of the newest extra attempt not yet
+// stopped, -1 if none; l.mu is held.
+func (l *Limiter) stoppable() int {
+	for i := len(l.extras) - 1; i >= 0; i-- {
+		if !l.extras[i].stopped {
+			return i
+		}
 	}
+	return -1
+}
+
+// handOn gives the slot of tk, an extra attempt's Ticket that ended, to
+// the attempt that stopped it, if it still waits, and forgets tk; it
+// reports whether it did, and whether tk was stopped; l.mu is held.
+func (l *Limiter) handOn(tk Ticket) (handed, stopped bool) {
+	i := slices.IndexFunc(l.extras, func(e *extra) bool { return e.tk == tk })
+	if i < 0 {
+		return false, false // released twice
+	}
+	e := l.extras[i]
 	l.extras = slices.Delete(l.extras, i, i+1)
-	return false
+	if w := e.heir; w != nil {
+		w.granted, w.ticket = true, ticket(l.round)
+		close(w.ready)
+		return true, true
+	}
+	return false, e.stopped
 }
 
 // Enter takes a slot for an attempt at once, past the limit if it is
@@ -403,6 +427,10 @@ func (l *Limiter) leave(w *waiter) {
 	if w.granted {
 		l.inFlight--
 		l.grant(time.Time{})
+		return
+	}
+	if w.from != nil { // the extra attempt's slot is given back as it ends
+		w.from.heir = nil
 		return
 	}
 	for _, q := range [...]*[]*waiter{&l.queue, &l.late} {
@@ -435,9 +463,15 @@ func (l *Limiter) Release(tk Ticket, err error) {
 		}
 	}
 	l.mu.Lock()
-	if tk&(timed|extraT) == extraT && l.given(tk) { // a timed Ticket's time may set extraT's bit
-		l.mu.Unlock()
-		return
+	if tk&(timed|extraT) == extraT { // a timed Ticket's time may set extraT's bit
+		handed, stopped := l.handOn(tk)
+		if handed {
+			l.mu.Unlock()
+			return
+		}
+		if stopped {
+			c = resilience.ClassCanceled
+		}
 	}
 	if l.adaptive {
 		l.learn(uint32(tk), c)

@@ -486,40 +486,78 @@ func TestAcquireExtraLeavesHalfTheLimit(t *testing.T) {
 	assert.NoError(t, err)
 }
 
-// An attempt that finds the limit full takes the newest extra attempt's
-// slot, once, and stops it; the extra's Release then gives back nothing
-// and teaches nothing; an attempt that finds none waits or is refused.
+// An attempt that finds the limit full stops the newest extra attempt,
+// once, and takes its slot as it ends, whatever MaxWaiting; the extra's
+// failure teaches nothing; an attempt that finds none stopped-for is
+// refused; one that leaves lets the slot go back.
 func TestAnAttemptTakesAnExtraAttemptsSlot(t *testing.T) {
-	l := limit.NewAIMD(limit.Initial(4), limit.Max(4))
-	stopped := []int{}
-	a := acquire(t, l)
-	e1, err := l.AcquireExtra(func() { stopped = append(stopped, 1) })
-	require.NoError(t, err)
-	b := acquire(t, l)
-	c := acquire(t, l)
-	require.Equal(t, 4, l.InFlight())
-	d := acquire(t, l) // full: takes e1's slot
-	assert.Equal(t, []int{1}, stopped)
-	assert.Equal(t, 4, l.InFlight())
-	_, err = l.Acquire(context.Background())
-	assert.ErrorIs(t, err, limit.ErrLimited, "no extra left: refused")
-	l.Release(e1, errOverloaded) // gives back nothing, teaches nothing
-	assert.Equal(t, 4, l.InFlight())
-	assert.Equal(t, 4, l.Limit())
-	for _, tk := range []limit.Ticket{a, b, c, d} {
-		l.Release(tk, nil)
-	}
-	assert.Zero(t, l.InFlight())
+	synctest.Test(t, func(t *testing.T) {
+		l := limit.NewAIMD(limit.Initial(4), limit.Max(4))
+		var stopped []int
+		a := acquire(t, l)
+		e1, err := l.AcquireExtra(func() { stopped = append(stopped, 1) })
+		require.NoError(t, err)
+		b, c := acquire(t, l), acquire(t, l)
+		require.Equal(t, 4, l.InFlight())
+		got := make(chan limit.Ticket)
+		go func() {
+			tk, err := l.Acquire(t.Context())
+			assert.NoError(t, err)
+			got <- tk
+		}()
+		synctest.Wait()
+		assert.Equal(t, []int{1}, stopped, "the extra is stopped")
+		_, err = l.Acquire(t.Context())
+		assert.ErrorIs(t, err, limit.ErrLimited, "no extra left to stop: refused")
+		l.Release(e1, errOverloaded) // its slot goes on; its failure teaches nothing
+		d := <-got
+		assert.Equal(t, 4, l.InFlight())
+		assert.Equal(t, 4, l.Limit())
+		for _, tk := range []limit.Ticket{a, b, c, d} {
+			l.Release(tk, nil)
+		}
+		assert.Zero(t, l.InFlight())
 
-	// Not taken over: released as any, and its stop never called.
-	e2, err := l.AcquireExtra(func() { stopped = append(stopped, 2) })
-	require.NoError(t, err)
-	l.Release(e2, nil)
-	assert.Zero(t, l.InFlight())
-	for range 4 {
-		acquire(t, l)
-	}
-	assert.Equal(t, []int{1}, stopped)
+		// The attempt that stopped it leaves: the slot is given back.
+		a = acquire(t, l)
+		e2, err := l.AcquireExtra(func() { stopped = append(stopped, 2) })
+		require.NoError(t, err)
+		b, c = acquire(t, l), acquire(t, l)
+		ctx, cancel := context.WithCancel(t.Context())
+		go func() {
+			_, err := l.Acquire(ctx)
+			assert.ErrorIs(t, err, limit.ErrLimited)
+		}()
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		l.Release(e2, nil)
+		assert.Equal(t, 3, l.InFlight())
+		for _, tk := range []limit.Ticket{a, b, c} {
+			l.Release(tk, nil)
+		}
+		assert.Zero(t, l.InFlight())
+
+		// Not stopped: released as any, and its stop never called.
+		e3, err := l.AcquireExtra(func() { stopped = append(stopped, 3) })
+		require.NoError(t, err)
+		l.Release(e3, nil)
+		assert.Equal(t, []int{1, 2}, stopped)
+		assert.Zero(t, l.InFlight())
+
+		// A done context stops no extra attempt.
+		a = acquire(t, l)
+		e4, err := l.AcquireExtra(func() { stopped = append(stopped, 4) })
+		require.NoError(t, err)
+		b, c = acquire(t, l), acquire(t, l)
+		_, err = l.Acquire(ctx)
+		assert.ErrorIs(t, err, limit.ErrLimited)
+		assert.Equal(t, []int{1, 2}, stopped)
+		for _, tk := range []limit.Ticket{a, b, c, e4} {
+			l.Release(tk, nil)
+		}
+		assert.Zero(t, l.InFlight())
+	})
 }
 
 // A Ticket granted from the queue 6.3 days after the Limiter began holds

@@ -68,3 +68,65 @@ func TestAHedgeGivesItsSlotToAnotherCallsAttempt(t *testing.T) {
 		assert.Zero(t, l.InFlight())
 	})
 }
+
+// A hedge stopped for another call's attempt that still answers: with Do
+// its answer is whole, and is the call's; with DoStream it is a stream
+// whose context is canceled, no answer, and the first attempt's is.
+func TestAStoppedHedgeThatAnswers(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			l := limit.NewFixed(4)
+			p := pipeline.New(pipeline.WithLimit(l), pipeline.WithHedging(hedge.New(hedge.Delay(10*time.Millisecond), hedge.MaxShare(1))))
+			answer := make(chan struct{})
+			op := func(ctx context.Context) (string, error) {
+				if p.IsHedge(ctx) {
+					<-answer // comes whatever its context says
+					return "hedge", nil
+				}
+				select {
+				case <-time.After(200 * time.Millisecond):
+					return "first", nil
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+			}
+			var got string
+			var err error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if stream {
+					var release func()
+					got, release, err = pipeline.DoStream(context.Background(), p, op)
+					release()
+				} else {
+					got, err = pipeline.Do(context.Background(), p, op)
+				}
+			}()
+			time.Sleep(20 * time.Millisecond)
+			var wg sync.WaitGroup
+			for range 3 {
+				wg.Go(func() {
+					_, err := pipeline.Do(context.Background(), pipeline.New(pipeline.WithLimit(l)), func(context.Context) (int, error) {
+						time.Sleep(time.Second)
+						return 1, nil
+					})
+					assert.NoError(t, err)
+				})
+			}
+			synctest.Wait()
+			start := time.Now()
+			close(answer)
+			<-done
+			require.NoError(t, err)
+			if stream {
+				assert.Equal(t, "first", got)
+			} else {
+				assert.Equal(t, "hedge", got)
+				assert.Zero(t, time.Since(start), "at once")
+			}
+			wg.Wait()
+			assert.Zero(t, l.InFlight())
+		})
+	}
+}

@@ -136,11 +136,13 @@ func WithThrottle(t *throttle.Throttle) Option {
 // only while at least half of l's stay free and none is waited for, or is
 // refused ([limit.Limiter.AcquireExtra]): it never waits in l's queue,
 // and hedges hold at most half of l (with a limit under 4, the twin's
-// slot alone is half: no hedge is sent). An attempt that finds l full
-// takes a hedge's slot, the newest's: that hedge's context is canceled,
-// and it is no answer of its call unless it succeeds, so that hedges never
-// cost another call's attempt its slot (review117, review119); until its
-// operation returns, one more attempt is out than l counts. A slot is held while op
+// slot alone is half: no hedge is sent). An attempt that finds l full,
+// nothing waiting, stops the newest hedge and takes its slot as the hedge
+// returns: the hedge's context is canceled, and it is no answer of its
+// call unless it succeeded (a streamed one, [DoStream], never is), so that
+// hedges do not cost another call's attempt its slot (review117,
+// review119, review120); a hedge whose operation ignores its context
+// holds that attempt as long. A slot is held while op
 // runs: a result still read after op returns ([DoStream], such as an
 // HTTP response's body) holds none. Default none; nil means none.
 func WithLimit(l *limit.Limiter) Option {

@@ -330,8 +330,8 @@ func (r *race[T]) launch(n int32) {
 		}()
 		o.res, o.err = a.attempt(actx, true, r)
 		r.refusedHedge(&a, o.err)
-		if o.err != nil && y.yielded.Load() {
-			o.err = errYielded
+		if y.yielded.Load() && (o.err != nil || r.c.k != nil) {
+			o.err = errYielded // its context canceled: a streamed success too, cut short (review120)
 		}
 		returned = true
 	}()
@@ -380,10 +380,7 @@ func (r *race[T]) settle(o outcome[T]) bool {
 		}
 		panic(o.panicked)
 	}
-	if c, ok := classify.Safely(o.err); ok && c == resilience.ClassRejected && (r.stopHedges() || r.have) {
-		// Refused on our side (throttle, limit): no more hedges, but the
-		// attempts out may still answer, and one that did is the answer.
-		r.dispose(o)
+	if r.refusedHere(o) {
 		return false
 	}
 	again := o.err != nil && retryable(o.err)
@@ -400,6 +397,23 @@ func (r *race[T]) settle(o outcome[T]) bool {
 	}
 	r.abandon(o.keep)
 	r.keep(o)
+	return true
+}
+
+// refusedHere takes o if it was refused on our side (throttle, limit)
+// while attempts are out or an answer is in: no more hedges, but the
+// attempts out may still answer, and one that did is the answer; else
+// the first refusal is (review120: a hedge's refusal replaced the first
+// attempt's own).
+func (r *race[T]) refusedHere(o outcome[T]) bool {
+	if c, ok := classify.Safely(o.err); !ok || c != resilience.ClassRejected || !r.stopHedges() && !r.have {
+		return false
+	}
+	if r.have {
+		r.dispose(o)
+	} else {
+		r.last, r.have = o, true
+	}
 	return true
 }
 
