@@ -102,6 +102,7 @@ type Limiter struct {
 	answer time.Duration
 	extras []*extra // the slots AcquireExtra took and still holds, oldest first
 	nextID uint32   // the id of the last extra slot
+	heirs  int      // waiters that stopped an extra attempt (see AcquireExtra)
 }
 
 // extra is a slot that AcquireExtra took, what stops its attempt, and the
@@ -109,7 +110,7 @@ type Limiter struct {
 type extra struct {
 	tk      Ticket
 	stop    func()
-	stopped bool    // stop was called: the slot goes to heir
+	stopped bool    // stop was called
 	heir    *waiter // nil if it left
 }
 
@@ -300,10 +301,12 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 		l.mu.Unlock()
 		return tk, nil
 	}
-	n := len(l.queue) + len(l.late)
+	n := len(l.queue) + len(l.late) - l.heirs // heirs wait past MaxWaiting
 	var e *extra
-	if i := l.stoppable(); i >= 0 && n == 0 && ctx.Err() == nil && float64(l.inFlight-1) < l.limit {
-		e = l.extras[i] // the newest not yet stopped: its slot comes to this attempt as it ends
+	stop := false
+	if i := l.unclaimed(); i >= 0 && n == 0 && ctx.Err() == nil && float64(l.inFlight-1) < l.limit {
+		e = l.extras[i] // the newest that no waiter claims: its slot comes to this attempt as it ends
+		stop = !e.stopped
 	} else if n >= l.waiting || ctx.Err() != nil {
 		l.mu.Unlock()
 		return 0, ErrLimited
@@ -313,13 +316,13 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 	}
 	w := &waiter{ready: make(chan struct{}), since: time.Now(), from: e}
 	w.deadline, _ = ctx.Deadline()
-	if e != nil {
+	if e != nil { // it waits in the queue too, whatever MaxWaiting: the first slot to come is its
 		e.stopped, e.heir = true, w
-	} else {
-		l.queue = append(l.queue, w)
+		l.heirs++
 	}
+	l.queue = append(l.queue, w)
 	l.mu.Unlock()
-	if e != nil {
+	if stop {
 		e.stop()
 	}
 
@@ -343,15 +346,15 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 // matching [ErrLimited]. Such attempts so hold at most half of the limit.
 // And an attempt that [Limiter.Acquire] would refuse or queue, the limit
 // full and nothing waiting, if it would admit one more without that extra
-// attempt (an adaptive limit that just fell may not), stops the newest
-// extra attempt not yet
-// stopped, with stop (called once, not under the Limiter's lock; a nil
-// stop: none), and takes its slot as it is given back, waiting for it
-// while its context lasts, whatever [MaxWaiting]: a hedge that held a
-// slot left a first attempt that came after it refused, where the same
-// calls without hedges completed (review117, review119). Its stopped
-// attempt's [Limiter.Release] teaches an adaptive limit nothing. An
-// attempt whose context ignores the stop holds the other as long. The
+// attempt (an adaptive limit that just fell may not), claims the slot of
+// the newest extra attempt that no other waiter claims, stopping it with
+// stop if it was not (called once, not under the Limiter's lock; a nil
+// stop: none), and waits in the queue, while its context lasts, whatever
+// [MaxWaiting], for the first slot to come, the stopped attempt's
+// included (the limit allowing it then): a hedge that held a slot left a first
+// attempt that came after it refused, where the same calls without hedges
+// completed (review117, review119, review120, review121). Its stopped
+// attempt's [Limiter.Release] teaches an adaptive limit nothing. The
 // attempt must call Release with the Ticket once it ends. A nil *Limiter
 // returns the zero Ticket.
 func (l *Limiter) AcquireExtra(stop func()) (Ticket, error) {
@@ -373,11 +376,12 @@ func (l *Limiter) AcquireExtra(stop func()) (Ticket, error) {
 	return tk, nil
 }
 
-// stoppable returns the index of the newest extra attempt not yet
-// stopped, -1 if none; l.mu is held.
-func (l *Limiter) stoppable() int {
+// unclaimed returns the index of the newest extra attempt whose slot no
+// waiter claims (stopped or not: the heir that stopped it may have been
+// served another slot, or left), -1 if none; l.mu is held.
+func (l *Limiter) unclaimed() int {
 	for i := len(l.extras) - 1; i >= 0; i-- {
-		if !l.extras[i].stopped {
+		if l.extras[i].heir == nil {
 			return i
 		}
 	}
@@ -385,8 +389,10 @@ func (l *Limiter) stoppable() int {
 }
 
 // handOn gives the slot of tk, an extra attempt's Ticket that ended, to
-// the attempt that stopped it, if it still waits, and forgets tk; it
-// reports whether it did, and whether tk was stopped; l.mu is held.
+// the attempt that stopped it, if it still waits and the limit lets one
+// more in without tk's (an adaptive limit may have fallen since), and
+// forgets tk; it reports whether it did, and whether tk was stopped; l.mu
+// is held.
 func (l *Limiter) handOn(tk Ticket) (handed, stopped bool) {
 	i := slices.IndexFunc(l.extras, func(e *extra) bool { return e.tk == tk })
 	if i < 0 {
@@ -394,12 +400,28 @@ func (l *Limiter) handOn(tk Ticket) (handed, stopped bool) {
 	}
 	e := l.extras[i]
 	l.extras = slices.Delete(l.extras, i, i+1)
-	if w := e.heir; w != nil {
-		w.granted, w.ticket = true, ticket(l.round)
-		close(w.ready)
-		return true, true
+	w := e.heir
+	if w == nil {
+		return false, e.stopped
 	}
-	return false, e.stopped
+	l.disinherit(w)
+	if float64(l.inFlight-1) >= l.limit {
+		return false, true // it waits as any other now
+	}
+	for _, q := range [...]*[]*waiter{&l.queue, &l.late} {
+		if j := slices.Index(*q, w); j >= 0 {
+			*q = slices.Delete(*q, j, j+1)
+		}
+	}
+	w.granted, w.ticket = true, ticket(l.round)
+	close(w.ready)
+	return true, true
+}
+
+// disinherit makes w, an heir, a waiter as any other; l.mu is held.
+func (l *Limiter) disinherit(w *waiter) {
+	w.from.heir, w.from = nil, nil
+	l.heirs--
 }
 
 // Enter takes a slot for an attempt at once, past the limit if it is
@@ -430,8 +452,7 @@ func (l *Limiter) leave(w *waiter) {
 		return
 	}
 	if w.from != nil { // the extra attempt's slot is given back as it ends
-		w.from.heir = nil
-		return
+		l.disinherit(w)
 	}
 	for _, q := range [...]*[]*waiter{&l.queue, &l.late} {
 		if i := slices.Index(*q, w); i >= 0 {
@@ -547,6 +568,9 @@ func (l *Limiter) grant(now time.Time) {
 			w = l.newest()
 		}
 		w.granted = true
+		if w.from != nil { // an heir served before its stopped extra ended: that slot is given back as it does
+			l.disinherit(w)
+		}
 		if l.oldestOnTime {
 			w.ticket = l.timedTicket(l.round, now)
 		} else {

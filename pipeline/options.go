@@ -137,12 +137,13 @@ func WithThrottle(t *throttle.Throttle) Option {
 // refused ([limit.Limiter.AcquireExtra]): it never waits in l's queue,
 // and hedges hold at most half of l (with a limit under 4, the twin's
 // slot alone is half: no hedge is sent). An attempt that finds l full,
-// nothing waiting, stops the newest hedge and takes its slot as the hedge
-// returns: the hedge's context is canceled, and it is no answer of its
-// call unless it succeeded (a streamed one, [DoStream], never is), so that
-// hedges do not cost another call's attempt its slot (review117,
-// review119, review120); a hedge whose operation ignores its context
-// holds that attempt as long. A slot is held while op
+// nothing waiting, stops the newest hedge and waits, whatever l's queue,
+// for the first slot to come, the hedge's as it returns included: the
+// hedge's context is canceled, and it is no answer of its call unless it
+// succeeded (a streamed one, [DoStream], never is), so that hedges do not
+// cost another call's attempt its slot (review117, review119 to
+// review121); a hedge whose operation ignores its context, with no other
+// slot freed, holds that attempt as long. A slot is held while op
 // runs: a result still read after op returns ([DoStream], such as an
 // HTTP response's body) holds none. Default none; nil means none.
 func WithLimit(l *limit.Limiter) Option {
