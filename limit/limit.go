@@ -303,10 +303,11 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 	}
 	n := len(l.queue) + len(l.late) - l.heirs // heirs wait past MaxWaiting
 	var e *extra
-	stop := false
-	if i := l.unclaimed(); i >= 0 && n == 0 && ctx.Err() == nil && float64(l.inFlight-1) < l.limit {
-		e = l.extras[i] // the newest that no waiter claims: its slot comes to this attempt as it ends
-		stop = !e.stopped
+	// The newest extra attempt that no waiter claims: its slot comes to
+	// this attempt as it ends. With attempts waiting before it, only one
+	// already stopped, whose slot is on its way back (review122).
+	if i := l.unclaimed(n > 0); i >= 0 && ctx.Err() == nil && float64(l.inFlight-1) < l.limit {
+		e = l.extras[i]
 	} else if n >= l.waiting || ctx.Err() != nil {
 		l.mu.Unlock()
 		return 0, ErrLimited
@@ -317,14 +318,15 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 	w := &waiter{ready: make(chan struct{}), since: time.Now(), from: e}
 	w.deadline, _ = ctx.Deadline()
 	if e != nil { // it waits in the queue too, whatever MaxWaiting: the first slot to come is its
-		e.stopped, e.heir = true, w
+		if !e.stopped {
+			e.stopped = true
+			e.stop() // under the lock: before the extra's Release, which may not then hand on a slot whose attempt was never told (review122)
+		}
+		e.heir = w
 		l.heirs++
 	}
 	l.queue = append(l.queue, w)
 	l.mu.Unlock()
-	if stop {
-		e.stop()
-	}
 
 	select {
 	case <-w.ready:
@@ -345,11 +347,13 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 // slots free and no attempt waits; else it refuses at once with an error
 // matching [ErrLimited]. Such attempts so hold at most half of the limit.
 // And an attempt that [Limiter.Acquire] would refuse or queue, the limit
-// full and nothing waiting, if it would admit one more without that extra
+// full, if it would admit one more without that extra
 // attempt (an adaptive limit that just fell may not), claims the slot of
-// the newest extra attempt that no other waiter claims, stopping it with
-// stop if it was not (called once, not under the Limiter's lock; a nil
-// stop: none), and waits in the queue, while its context lasts, whatever
+// the newest extra attempt that no other waiter claims (with attempts
+// waiting before it, one already stopped), stopping it with stop if it
+// was not (called once, under the Limiter's lock: it must return at once
+// and not call the Limiter; a nil stop: none), and waits in the queue,
+// while its context lasts, whatever
 // [MaxWaiting], for the first slot to come, the stopped attempt's
 // included (the limit allowing it then): a hedge that held a slot left a first
 // attempt that came after it refused, where the same calls without hedges
@@ -378,10 +382,11 @@ func (l *Limiter) AcquireExtra(stop func()) (Ticket, error) {
 
 // unclaimed returns the index of the newest extra attempt whose slot no
 // waiter claims (stopped or not: the heir that stopped it may have been
-// served another slot, or left), -1 if none; l.mu is held.
-func (l *Limiter) unclaimed() int {
+// served another slot, or left), only among those stopped if stopped,
+// -1 if none; l.mu is held.
+func (l *Limiter) unclaimed(stopped bool) int {
 	for i := len(l.extras) - 1; i >= 0; i-- {
-		if l.extras[i].heir == nil {
+		if e := l.extras[i]; e.heir == nil && (e.stopped || !stopped) {
 			return i
 		}
 	}
