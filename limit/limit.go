@@ -357,8 +357,10 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 // [MaxWaiting], for the first slot to come, the stopped attempt's
 // included (the limit allowing it then): a hedge that held a slot left a first
 // attempt that came after it refused, where the same calls without hedges
-// completed (review117, review119, review120, review121). Its stopped
-// attempt's [Limiter.Release] teaches an adaptive limit nothing. The
+// completed (review117, review119 to review122). A stopped attempt holds
+// its slot until it is released: one slow to stop leaves the attempts
+// waiting a slot short meanwhile (review123). Its stopped attempt's
+// [Limiter.Release] teaches an adaptive limit nothing. The
 // attempt must call Release with the Ticket once it ends. A nil *Limiter
 // returns the zero Ticket.
 func (l *Limiter) AcquireExtra(stop func()) (Ticket, error) {

@@ -142,8 +142,11 @@ func WithThrottle(t *throttle.Throttle) Option {
 // hedge's context is canceled, and it is no answer of its call unless it
 // succeeded (a streamed one, [DoStream], never is), so that hedges do not
 // cost another call's attempt its slot (review117, review119 to
-// review121); a hedge whose operation ignores its context, with no other
-// slot freed, holds that attempt as long. A slot is held while op
+// review122). A stopped hedge still holds its slot until its operation
+// returns: one that is slow to heed its context's cancellation leaves the
+// attempts waiting meanwhile (the one that stopped it, or those after it)
+// a slot short for as long, and one of them may run out of time where,
+// without hedging, it was served (review123). A slot is held while op
 // runs: a result still read after op returns ([DoStream], such as an
 // HTTP response's body) holds none. Default none; nil means none.
 func WithLimit(l *limit.Limiter) Option {
