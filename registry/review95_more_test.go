@@ -30,11 +30,12 @@ func TestReview95SuccessPathAllocs(t *testing.T) {
 }
 
 // A caller that cancels during the backoff: one call, one failure (its
-// last attempt failed), one attempt.
+// last attempt failed), one attempt. No jitter: a full-jitter delay under
+// MaxDelay's 10 s fell below the 20 ms to the cancel once in CI.
 func TestReview95CancelMidBackoff(t *testing.T) {
 	r := registry.New()
 	p, _ := r.AddPipeline(pipeline.New(pipeline.WithName("cb95"),
-		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(time.Hour)))))
+		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(time.Hour), retrypolicy.Jitter(retrypolicy.None)))))
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
 	_, err := pipeline.Do(ctx, p, func(context.Context) (int, error) { return 0, errors.New("down") })
