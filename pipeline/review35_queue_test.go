@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,8 +46,11 @@ func TestReview35LimitQueueWaitCountsAsTheDependencysTime(t *testing.T) {
 			opened.Add(1)
 		}
 	})))
-	l := limit.NewFixed(2, limit.MaxWaiting(1000))
-	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithLimit(l))
+	p := pipeline.New(pipeline.WithBreaker(b), pipeline.WithLimit(limit.NewFixed(2, limit.MaxWaiting(1000))))
+	// Its twin, run beside it on the same machine, has a breaker that
+	// never opens: what the limit's queue serves without a breaker.
+	twin := pipeline.New(pipeline.WithBreaker(breaker.New("twin", breaker.ConsecutiveFailures(0))),
+		pipeline.WithLimit(limit.NewFixed(2, limit.MaxWaiting(1000))))
 	var sent atomic.Int64
 	dep := review35Dep(50*time.Millisecond, &sent)
 
@@ -56,37 +60,59 @@ func TestReview35LimitQueueWaitCountsAsTheDependencysTime(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	var ok, cut, limited, rejected, other atomic.Int64
 	stop := time.Now().Add(2 * time.Second)
 	var wg sync.WaitGroup
+	var mine, its review35Tally
+	wg.Go(func() { mine.run(p, dep, stop) })
+	wg.Go(func() { its.run(twin, dep, stop) })
+	wg.Wait()
+	t.Logf("breaker counts in its window: %+v", b.Counts())
+	t.Logf("%s; breaker opened %d times", &mine, opened.Load())
+	t.Logf("twin whose breaker never opens: %s", &its)
+	// The queue stands (12 callers, 2 slots of 50 ms: 300 ms of waiting
+	// for 150 ms budgets), so that a call cut short had about as long as
+	// the slowest answer timed: some count (1 to 5 of some 25 alone, up to
+	// 15 beside two busy loops), and, as package breaker documents, a run
+	// of them may open the breaker (1 run in about 10 in CI). What must
+	// not happen is the breaker serving fewer of the callers of a healthy
+	// dependency than the queue alone, or opening again and again (7 times
+	// in 2 s with every cut call and every timeout in the queue counted).
+	assert.LessOrEqual(t, opened.Load(), int64(3))
+	assert.GreaterOrEqual(t, 4*mine.ok.Load(), 3*its.ok.Load(), "the breaker of a healthy 50 ms dependency served fewer callers than its twin that never opens: callers with 150 ms budgets, cut short after waiting in the pipeline's own limit queue")
+}
+
+// review35Tally counts the outcomes of 12 callers, each calling with a
+// 150 ms budget until stop.
+type review35Tally struct{ ok, cut, limited, rejected, other atomic.Int64 }
+
+func (c *review35Tally) run(p *pipeline.Pipeline, dep resilience.Operation[int], stop time.Time) {
+	var wg sync.WaitGroup
 	for range 12 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for time.Now().Before(stop) {
 				ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 				_, err := pipeline.Do(ctx, p, dep)
 				cancel()
 				switch {
 				case err == nil:
-					ok.Add(1)
+					c.ok.Add(1)
 				case breaker.IsRejection(err):
-					rejected.Add(1)
+					c.rejected.Add(1)
 					time.Sleep(10 * time.Millisecond)
 				case errors.Is(err, limit.ErrLimited):
-					limited.Add(1)
+					c.limited.Add(1)
 				case errors.Is(err, context.DeadlineExceeded):
-					cut.Add(1)
+					c.cut.Add(1)
 				default:
-					other.Add(1)
+					c.other.Add(1)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	t.Logf("breaker counts in its window: %+v", b.Counts())
-	t.Logf("ok %d, cut after being sent %d, timed out in the queue %d, rejected by the breaker %d, other %d; breaker opened %d times",
-		ok.Load(), cut.Load(), limited.Load(), rejected.Load(), other.Load(), opened.Load())
-	assert.Zero(t, opened.Load(), "the breaker of a healthy 50 ms dependency opened: callers with 150 ms budgets, cut short after waiting in the pipeline's own limit queue")
-	assert.Zero(t, rejected.Load())
+}
+
+func (c *review35Tally) String() string {
+	return fmt.Sprintf("ok %d, cut after being sent %d, timed out in the queue %d, rejected by the breaker %d, other %d",
+		c.ok.Load(), c.cut.Load(), c.limited.Load(), c.rejected.Load(), c.other.Load())
 }

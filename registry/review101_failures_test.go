@@ -17,7 +17,9 @@ import (
 	"github.com/resiliencekit/resiliencekit/retrypolicy"
 )
 
-func pstate(t *testing.T, reg *registry.Registry, name string) registry.PipelineState {
+func pstate(t *testing.T, reg *registry.Registry, p *pipeline.Pipeline, name string) registry.PipelineState {
+	// The registry forgets a pipeline nothing references: p stays alive until the snapshot is read.
+	defer runtime.KeepAlive(p)
 	for _, ps := range reg.Snapshot().Pipelines {
 		if ps.Name == name {
 			return ps
@@ -65,7 +67,7 @@ func TestReview101LimitRefusesRetryWithHedging(t *testing.T) {
 		if errA != nil || errB == nil {
 			t.Fatalf("A %v, B %v", errA, errB)
 		}
-		ps := pstate(t, reg, "p")
+		ps := pstate(t, reg, p, "p")
 		t.Logf("B: %v; %+v", errB, ps)
 		if ps.Calls != 2 || ps.Successes != 1 || ps.Failures != 1 || ps.Limited != 1 {
 			t.Errorf("calls %d successes %d failures %d limited %d; want 2 1 1 1", ps.Calls, ps.Successes, ps.Failures, ps.Limited)
@@ -98,7 +100,7 @@ func TestReview101WaitWhenOpenPanicGoexit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("waiting call: %v", err)
 		}
-		ps := pstate(t, reg, "p")
+		ps := pstate(t, reg, p, "p")
 		if ps.Successes != 1 || ps.Failures != 0 || ps.Calls != 1 {
 			t.Errorf("after a resumed call: successes %d failures %d calls %d", ps.Successes, ps.Failures, ps.Calls)
 		}
@@ -130,7 +132,7 @@ func TestReview101WaitWhenOpenPanicGoexit(t *testing.T) {
 			})
 		}()
 		<-done
-		ps = pstate(t, reg, "p")
+		ps = pstate(t, reg, p, "p")
 		if ps.Calls != 3 || ps.Successes != 1 || ps.Failures != 2 {
 			t.Errorf("calls %d successes %d failures %d; want 3 1 2 (%+v)", ps.Calls, ps.Successes, ps.Failures, ps)
 		}

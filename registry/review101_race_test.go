@@ -35,6 +35,7 @@ func TestReview101SnapshotRacesRegistration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer runtime.KeepAlive(stable) // the registry forgets a pipeline nothing references
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,6 +194,7 @@ func TestReview2ListenerInvariants(t *testing.T) {
 			if p, err = reg.AddPipeline(p); err != nil {
 				t.Fatal(err)
 			}
+			defer runtime.KeepAlive(p) // the registry forgets a pipeline nothing references
 		}
 		const calls = 60
 		for i := range calls {
@@ -253,6 +255,7 @@ func TestReview2RejectionsOnceWithBothBreakerAndPipeline(t *testing.T) {
 		pipeline.WithRetry(retrypolicy.New()))
 	reg := registry.New()
 	p, err := reg.AddPipeline(p)
+	defer runtime.KeepAlive(p) // the registry forgets a pipeline nothing references
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,6 +297,7 @@ func TestReview2NestedUnheard(t *testing.T) {
 		pipeline.WithBreaker(breaker.New("nb")), pipeline.WithRetry(retrypolicy.New()))
 	reg := registry.New()
 	p, err := reg.AddPipeline(p)
+	defer runtime.KeepAlive(p) // the registry forgets a pipeline nothing references
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,6 +378,7 @@ func TestReview2ConcurrentCounts(t *testing.T) {
 		pipeline.WithHedging(hedge.New(hedge.Delay(50*time.Microsecond), hedge.MaxShare(1))))
 	reg := registry.New()
 	p, err := reg.AddPipeline(p)
+	defer runtime.KeepAlive(p) // the registry forgets a pipeline nothing references
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ func TestReview61CallerCancelNotAFailure(t *testing.T) {
 	reg := registry.New(registry.Interval(iv, 100))
 	b := breaker.New("dep")
 	p, err := reg.AddPipeline(pipeline.New(pipeline.WithBreaker(b)))
+	defer runtime.KeepAlive(p) // the registry forgets a pipeline nothing references
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ func TestReview61FailureThenRetrySucceeds(t *testing.T) {
 	reg := registry.New(registry.Interval(iv, 50))
 	p, err := reg.AddPipeline(pipeline.New(pipeline.WithBreaker(breaker.New("dep")),
 		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(2), retrypolicy.BaseDelay(100*time.Millisecond), retrypolicy.MaxDelay(100*time.Millisecond), retrypolicy.Jitter(retrypolicy.None)))))
+	defer runtime.KeepAlive(p) // the registry forgets a pipeline nothing references
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +74,7 @@ func TestReview61SeriesUnderLoad(t *testing.T) {
 	reg := registry.New(registry.Interval(iv, 100000))
 	p, err := reg.AddPipeline(pipeline.New(pipeline.WithBreaker(breaker.New("dep", breaker.ConsecutiveFailures(1<<30))),
 		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(time.Millisecond), retrypolicy.MaxDelay(2*time.Millisecond)))))
+	defer runtime.KeepAlive(p) // the registry forgets a pipeline nothing references
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,9 @@ import (
 	"github.com/resiliencekit/resiliencekit/throttle"
 )
 
-func r95State(t *testing.T, r *registry.Registry, name string) registry.PipelineState {
+func r95State(t *testing.T, r *registry.Registry, p *pipeline.Pipeline, name string) registry.PipelineState {
+	// The registry forgets a pipeline nothing references: p stays alive until the snapshot is read.
+	defer runtime.KeepAlive(p)
 	t.Helper()
 	for _, p := range r.Snapshot().Pipelines {
 		if p.Name == name {
@@ -68,7 +70,7 @@ func TestReview95CountsUnderLoad(t *testing.T) {
 						return
 					default:
 					}
-					s := r95State(t, r, "dep95")
+					s := r95State(t, r, p, "dep95")
 					if s.Calls < last.Calls || s.Attempts < last.Attempts || s.Successes < last.Successes || s.Retries < last.Retries ||
 						s.Rejected < last.Rejected || s.Throttled < last.Throttled || s.Limited < last.Limited || s.Hedged < last.Hedged {
 						t.Errorf("a count went backwards: %+v then %+v", last, s)
@@ -124,7 +126,7 @@ func TestReview95CountsUnderLoad(t *testing.T) {
 			close(stop)
 			snaps.Wait()
 			time.Sleep(50 * time.Millisecond) // hedges left behind
-			s := r95State(t, r, "dep95")
+			s := r95State(t, r, p, "dep95")
 			t.Logf("%+v", s)
 			if s.Calls != calls.Load() {
 				t.Errorf("Calls %d, made %d", s.Calls, calls.Load())
@@ -213,7 +215,7 @@ func r95Reopened(t *testing.T, hedged, retryFirst bool) registry.PipelineState {
 	close(release)
 	wg.Wait()
 	t.Logf("B: %v", bErr)
-	return r95State(t, r, "re95")
+	return r95State(t, r, p, "re95")
 }
 
 func TestReview95ReopenedFirstAttempt(t *testing.T) {
@@ -280,7 +282,7 @@ func r95ReopenedRetry(t *testing.T, hedged bool) registry.PipelineState {
 	close(release)
 	wg.Wait()
 	t.Logf("B: %v", bErr)
-	return r95State(t, r, "rr95")
+	return r95State(t, r, p, "rr95")
 }
 
 func TestReview95ReopenedRetry(t *testing.T) {
@@ -316,7 +318,7 @@ func TestReview95RefusedHedgeOfASuccess(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		return 1, nil
 	})
-	s := r95State(t, r, "rh95")
+	s := r95State(t, r, p, "rh95")
 	t.Logf("err %v: %+v", err, s)
 	if r95Sum(s) != s.Calls {
 		t.Errorf("one successful call: successes %d, limited %d (sum %d, calls %d)", s.Successes, s.Limited, r95Sum(s), s.Calls)

@@ -39,7 +39,7 @@ func TestReview95CancelMidBackoff(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
 	_, err := pipeline.Do(ctx, p, func(context.Context) (int, error) { return 0, errors.New("down") })
-	s := r95State(t, r, "cb95")
+	s := r95State(t, r, p, "cb95")
 	t.Logf("err %v; %+v", err, s)
 	if s.Calls != 1 || s.Attempts != 1 || s.Failures != 1 || s.Retries != 0 {
 		t.Errorf("calls %d attempts %d failures %d retries %d", s.Calls, s.Attempts, s.Failures, s.Retries)

@@ -69,7 +69,7 @@ func TestReview95CountsWithPanickyListener(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	s := r95State(t, r, "pk95")
+	s := r95State(t, r, p, "pk95")
 	t.Logf("%+v; listener heard %d", s, pl.heard.Load())
 	if wrong.Load() != 0 {
 		t.Errorf("%d calls had the wrong outcome", wrong.Load())

@@ -100,7 +100,7 @@ func TestReview95ObservedTwice(t *testing.T) {
 	for range 10 {
 		pipeline.Do(context.Background(), o2, func(context.Context) (int, error) { return 1, nil })
 	}
-	a, b := r95State(t, r1, "twice95"), r95State(t, r2, "twice95")
+	a, b := r95State(t, r1, o1, "twice95"), r95State(t, r2, o2, "twice95")
 	if a.Calls != 10 || b.Calls != 10 || a.Successes != 10 || b.Successes != 10 {
 		t.Errorf("nested registration: r1 %d/%d, r2 %d/%d", a.Calls, a.Successes, b.Calls, b.Successes)
 	}

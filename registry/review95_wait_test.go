@@ -38,7 +38,7 @@ func TestReview95WaitWhenOpenCounts(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	s := r95State(t, r, "w95")
+	s := r95State(t, r, p, "w95")
 	t.Logf("ok %d failed %d: %+v", okN, failN, s)
 	if s.Calls != 21 || s.Successes != uint64(okN) || s.Waited > 20 {
 		t.Errorf("calls %d successes %d (want %d) waited %d", s.Calls, s.Successes, okN, s.Waited)

@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 
 var errBoom27 = errors.New("boom")
 
-func state27(t *testing.T, r *registry.Registry, name string) registry.PipelineState {
+func state27(t *testing.T, r *registry.Registry, p *pipeline.Pipeline, name string) registry.PipelineState {
+	// The registry forgets a pipeline nothing references: p stays alive until the snapshot is read.
+	defer runtime.KeepAlive(p)
 	t.Helper()
 	for _, ps := range r.Snapshot().Pipelines {
 		if ps.Name == name {
@@ -45,7 +48,7 @@ func TestWaitWhenOpenCallCountedTwice(t *testing.T) {
 	if _, err := pipeline.Do(cctx, p, func(context.Context) (int, error) { return 1, nil }); err != nil {
 		t.Fatalf("call 2: %v", err)
 	}
-	ps := state27(t, r, "edges27-wait")
+	ps := state27(t, r, p, "edges27-wait")
 	if ps.Calls != 2 || ps.Successes != 1 || ps.Failures != 1 {
 		t.Errorf("2 calls (1 failed, 1 succeeded after waiting): got Calls=%d Successes=%d Failures=%d Rejected=%d Waited=%d",
 			ps.Calls, ps.Successes, ps.Failures, ps.Rejected, ps.Waited)
@@ -71,7 +74,7 @@ func TestFailureLostWhenBreakerOpensDuringBackoff(t *testing.T) {
 	if err == nil || attempts != 1 {
 		t.Fatalf("want a failed call of 1 attempt, got err=%v attempts=%d", err, attempts)
 	}
-	ps := state27(t, r, "edges27-backoff")
+	ps := state27(t, r, p, "edges27-backoff")
 	if ps.Calls != 1 || ps.Failures != 1 {
 		t.Errorf("1 call, failed: got Calls=%d Failures=%d Successes=%d Retries=%d Attempts=%d",
 			ps.Calls, ps.Failures, ps.Successes, ps.Retries, ps.Attempts)
@@ -96,7 +99,7 @@ func TestLimitedCallIsFailureAndRejection(t *testing.T) {
 		t.Fatalf("want ErrLimited, got %v", err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	ps := state27(t, r, "edges27-limit")
+	ps := state27(t, r, p, "edges27-limit")
 	var fail, rej uint64
 	for i := range ps.Series.Failures {
 		fail += ps.Series.Failures[i]
@@ -124,7 +127,7 @@ func TestStagesRetryCarriesRegistryCounts(t *testing.T) {
 	for range 5 {
 		pipeline.Do(context.Background(), other, func(context.Context) (int, error) { return 1, nil })
 	}
-	if ps := state27(t, r, "edges27-stages"); ps.Calls != 0 || ps.Attempts != 0 {
+	if ps := state27(t, r, obs, "edges27-stages"); ps.Calls != 0 || ps.Attempts != 0 {
 		t.Errorf("no call went through the registered pipeline, it shows Calls=%d Attempts=%d", ps.Calls, ps.Attempts)
 	}
 }

@@ -39,7 +39,7 @@ func TestLatencySampleBiasedToFastCalls(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ps := state27(t, r, "edges27-lat")
+	ps := state27(t, r, p, "edges27-lat")
 	if ps.P50 < slow {
 		t.Errorf("3 calls in 4 take >= %v: p50 = %v, p99 = %v (calls %d)", slow, ps.P50, ps.P99, ps.Calls)
 	}

@@ -28,7 +28,7 @@ func TestPanickedCallsNotCounted(t *testing.T) {
 		pipeline.Do(context.Background(), p, func(context.Context) (int, error) { runtime.Goexit(); return 0, nil })
 	}()
 	<-done
-	ps := state27(t, r, "edges27-panic")
+	ps := state27(t, r, p, "edges27-panic")
 	if ps.Calls != 2 || ps.Failures != 2 {
 		t.Errorf("2 calls, panic and Goexit: breaker counts %d failures; registry Calls=%d Attempts=%d Failures=%d",
 			b.Counts().TotalFailures, ps.Calls, ps.Attempts, ps.Failures)
