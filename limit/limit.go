@@ -415,11 +415,7 @@ func (l *Limiter) handOn(tk Ticket) (handed, stopped bool) {
 	if float64(l.inFlight-1) >= l.limit {
 		return false, true // it waits as any other now
 	}
-	for _, q := range [...]*[]*waiter{&l.queue, &l.late} {
-		if j := slices.Index(*q, w); j >= 0 {
-			*q = slices.Delete(*q, j, j+1)
-		}
-	}
+	l.unqueue(w)
 	w.granted, w.ticket = true, ticket(l.round)
 	close(w.ready)
 	return true, true
@@ -461,6 +457,11 @@ func (l *Limiter) leave(w *waiter) {
 	if w.from != nil { // the extra attempt's slot is given back as it ends
 		l.disinherit(w)
 	}
+	l.unqueue(w)
+}
+
+// unqueue takes w out of whichever queue holds it; l.mu is held.
+func (l *Limiter) unqueue(w *waiter) {
 	for _, q := range [...]*[]*waiter{&l.queue, &l.late} {
 		if i := slices.Index(*q, w); i >= 0 {
 			*q = slices.Delete(*q, i, i+1)

@@ -461,11 +461,7 @@ func (r *race[T]) cutHedges(winner *keeper) {
 	r.stop()
 	keepers := *r.keepers // launch kept at least the winner
 	r.mu.Unlock()
-	for _, hk := range keepers {
-		if hk != winner {
-			hk.budget()
-		}
-	}
+	cancelBut(keepers, winner)
 }
 
 // abandon sends no more hedges, cancels those still running, all but the
@@ -480,16 +476,21 @@ func (r *race[T]) abandon(winner *keeper) {
 	if n == 0 {
 		return
 	}
-	for _, hk := range *keepers { // n > 0: a hedge was launched
-		if hk != winner {
-			hk.budget() // cancels the attempt's context
-		}
-	}
+	cancelBut(*keepers, winner) // n > 0: a hedge was launched
 	go func() {
 		for range n {
 			r.dispose(<-results)
 		}
 	}()
+}
+
+// cancelBut cancels the attempts of keepers, all but the winner's.
+func cancelBut(keepers []*keeper, winner *keeper) {
+	for _, hk := range keepers {
+		if hk != winner {
+			hk.budget() // cancels the attempt's context
+		}
+	}
 }
 
 // spareHedged keeps the memory of one hedged call that is over, for the
