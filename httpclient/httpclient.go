@@ -386,7 +386,12 @@ func MaxBufferedBody(n int64) Option {
 // dot, a top-level domain such as "ai."), or a name under .local,
 // .internal or .svc.cluster.local; never an arbitrary internet server, nor
 // a name with a character outside ASCII, which net/http maps (IDNA) before
-// it dials.
+// it dials. Trusting a service trusts what answers through it: a plain
+// proxy or gateway (nginx, an httputil.ReverseProxy on a plain Transport)
+// relays its upstream's signal; one in front of services its callers
+// should not trust drops the header (nginx's proxy_hide_header, a
+// ModifyResponse that deletes it), or runs on this package's Transport,
+// which sets its own.
 // Opt out with a function that reports false.
 func TrustNoRetry(fn func(u *url.URL) bool) Option {
 	if fn == nil {

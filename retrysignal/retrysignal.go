@@ -27,6 +27,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -244,6 +245,8 @@ func writeError(w http.ResponseWriter, err error, signal bool) {
 	if signal {
 		h.Set(NoRetryHeader, "1")
 		detail = "a dependency failed after retrying; do not retry"
+	} else {
+		h.Del(NoRetryHeader) // one the handler copied from its dependency's answer (review125)
 	}
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Type", "application/problem+json")
@@ -258,7 +261,8 @@ func writeError(w http.ResponseWriter, err error, signal bool) {
 // layer below did what retrying it would ([Retried]); another, such as a
 // plain http.Client's, or one attempt that nobody retried (a POST without
 // an idempotency key), is answered in the same way but without the
-// signal, so that the caller may retry what nobody below did. A function
+// signal (a [NoRetryHeader] the function copied from its dependency's
+// answer dropped), so that the caller may retry what nobody below did. A function
 // that makes an error of its own of a resilient call's failure (an SDK
 // over httpclient's Transport, which hands back the last answer, not an
 // error) says so by marking it: resilience.Terminal(err). An error
@@ -375,6 +379,26 @@ func (w *startedWriter) WriteHeader(status int) {
 func (w *startedWriter) Write(p []byte) (int, error) {
 	w.started = true
 	return w.ResponseWriter.Write(p)
+}
+
+// ReadFrom sends what r reads as the body, by the server's writer's own
+// ReadFrom where it has one (sendfile over HTTP/1.1), as without Handler.
+func (w *startedWriter) ReadFrom(r io.Reader) (int64, error) {
+	w.started = true
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
+}
+
+// CloseNotify is the server's writer's, for a handler written before
+// request contexts, which may assert it unchecked; where the writer has
+// none, a channel that never fires.
+func (w *startedWriter) CloseNotify() <-chan bool {
+	if cn, ok := w.ResponseWriter.(http.CloseNotifier); ok { //nolint:staticcheck // a handler's deprecated but real use
+		return cn.CloseNotify()
+	}
+	return nil
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
