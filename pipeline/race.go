@@ -356,12 +356,19 @@ func (r *race[T]) hedgeEnded(o *outcome[T]) {
 // class rejected: httpclient's refusal to send a hedge while the first
 // attempt still reads a streamed body.
 func (r *race[T]) refusedHedge(a *call[T], err error) {
-	if !a.hedged || err == nil {
-		return
-	}
-	if c, ok := classify.Safely(err); ok && c == resilience.ClassRejected {
+	if a.hedged && classRejected(err) {
 		r.sent.Add(-1)
 	}
+}
+
+// classRejected reports whether err, an attempt's, is of class rejected: the
+// attempt was refused on the caller's side, not sent.
+func classRejected(err error) bool {
+	if err == nil {
+		return false
+	}
+	c, ok := classify.Safely(err)
+	return ok && c == resilience.ClassRejected
 }
 
 // settle takes the outcome of an attempt, and reports whether it ends the

@@ -697,10 +697,11 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	if r != nil {
 		r.returned(info.Hedge, err)
 	}
-	if learns {
+	if learns && !classRejected(err) {
 		// Every attempt's latency, a loser's too: cut short by the
 		// winner, it is a lower bound, and without it the slow tail
-		// that hedging cuts would be left out of the quantile.
+		// that hedging cuts would be left out of the quantile. Not an
+		// attempt its operation refused unsent (review124).
 		c.p.cfg.hedge.Observe(monotime.Since(start))
 	}
 	return res, err

@@ -63,7 +63,11 @@ const (
 	// (its wait, if any, ran out of time); Err says so.
 	EventLimited
 	// EventHedged: attempt Attempt was sent as a hedge, Delay after the
-	// one before it, which was still running (package hedge).
+	// one before it, which was still running (package hedge): reported as
+	// its operation is called, so also for a hedge the operation then
+	// refuses as the caller's (class rejected: httpclient's while the first
+	// attempt reads a streamed body), which the call does not count as
+	// sent (pipeline.Hedged) but hedge.MaxShare's budget does.
 	EventHedged
 	// EventWaitOpen: a call found the breaker open and waits, within its
 	// time budget, for it to close instead of failing (pipeline's
