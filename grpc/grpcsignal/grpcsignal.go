@@ -224,8 +224,11 @@ func Error(ctx context.Context, err error) error {
 // (retrysignal.Retried); other errors, such as the handler's own status
 // errors, or one attempt nobody retried, pass as they are. A handler that
 // makes an error of its own of a resilient call's failure (an SDK over
-// httpclient's Transport) marks it: resilience.Terminal(err). It is safe
-// for concurrent use.
+// httpclient's Transport) marks it: resilience.Terminal(err). A pushback
+// the handler set itself stays: gRPC takes no trailer back, so a handler
+// that passes its dependency's trailers on leaves [PushbackKey] out, or
+// its callers will not retry what nobody below did (retrysignal.Handler
+// drops a copied No-Retry). It is safe for concurrent use.
 func UnaryServerInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
 	if err != nil && retrysignal.Retried(err) {
