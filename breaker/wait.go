@@ -295,8 +295,8 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 			return nil // it was open and may take a probe now
 		}
 	case resilience.StateOpen:
-		if d, ok := ctx.Deadline(); ok && d.Before(b.nextChance()) {
-			return rejection // no probe within the budget
+		if d, ok := ctx.Deadline(); ok && !b.nextChance().Before(d) {
+			return rejection // no probe within the budget (review127: one due at the deadline is not)
 		}
 	}
 	if ctx.Err() != nil {
@@ -309,7 +309,7 @@ func (b *Breaker) Wait(ctx context.Context, rejection error) error {
 	switch st := b.State(); {
 	case st == resilience.StateClosed && b.wait.leave(wt):
 		return nil // it closed before the waiter was queued
-	case st == resilience.StateOpen && !wt.deadline.IsZero() && wt.deadline.Before(b.nextChance()) && b.wait.leave(wt):
+	case st == resilience.StateOpen && !wt.deadline.IsZero() && !b.nextChance().Before(wt.deadline) && b.wait.leave(wt):
 		return rejection // it opened again before the waiter was queued, too late for its deadline
 	}
 	select {

@@ -15,7 +15,10 @@
 // requests, for a tail cut to about the delay plus a typical latency. Every attempt's latency
 // counts, a loser's too: cut short by the winner, it is a lower bound of
 // the latency it would have had, and leaving it out would leave out the
-// slow tail itself, and hedge more often than the quantile says.
+// slow tail itself, and hedge more often than the quantile says. A
+// pipeline leaves out an attempt that ended with an error of class
+// rejected, refused on the caller's side (its operation's, or an inner
+// pipeline's gates): no latency of the dependency's.
 //
 // Hedges have a budget of their own, apart from the retry quota so that
 // hedging cannot starve retries: a hedge is sent while the hedges of a

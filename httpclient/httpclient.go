@@ -1285,8 +1285,9 @@ func (a *attempt) releaseBody(body io.ReadCloser, release func(), err error) io.
 
 // ParseRetryAfter reads a Retry-After header value (RFC 9110 section
 // 10.2.3): delay-seconds, or an HTTP date taken relative to now. A date in
-// the past is a delay of 0. It reports false for an empty or malformed
-// value.
+// the past is a delay of 0; one too far off to fit a time.Duration (as
+// delay-seconds of 10 digits or more) is the longest. It reports false
+// for an empty or malformed value.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -1297,8 +1298,11 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		if v == "" {
 			v = "0"
 		}
-		if len(v) > 9 { // over 31 years: not a real hint
-			return 0, false
+		if len(v) > 9 { // over 31 years: as long as can be, as a date that far off is (review127)
+			if strings.Trim(v, "0123456789") != "" {
+				return 0, false
+			}
+			return math.MaxInt64, true
 		}
 		secs, err := strconv.ParseUint(v, 10, 32)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -360,17 +361,17 @@ func TestParseRetryAfter(t *testing.T) {
 		{"", 0, false},
 		{"-1", 0, false},
 		{"1.5", 0, false},
-		{"9999999999", 0, false},
+		{"9999999999", math.MaxInt64, true}, // past a Duration's reach: the longest, as a date that far off
 		{"soon", 0, false},
-		// Every digit, 9 included, up to nine of them; ten are refused,
-		// whatever their value.
+		// Every digit, 9 included, up to nine of them; ten or more are the
+		// longest delay, whatever their value.
 		{"9", 9 * time.Second, true},
 		{"90", 90 * time.Second, true},
 		{"099", 99 * time.Second, true},
 		{"999999999", 999999999 * time.Second, true},
 		{"000000009", 9 * time.Second, true},
 		{"0000000009", 9 * time.Second, true}, // 1*DIGIT: leading zeros are not length
-		{"1000000000", 0, false},
+		{"1000000000", math.MaxInt64, true},
 		{"9s", 0, false},
 		{":9", 0, false},
 		{"/9", 0, false},

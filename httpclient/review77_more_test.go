@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -161,8 +162,8 @@ func TestReview77_ParseRetryAfter(t *testing.T) {
 		{"+5", false, 0},
 		{"1.5", false, 0},
 		{"999999999", true, 999999999 * time.Second},
-		{"0000000005", true, 5 * time.Second}, // leading zeros: RFC delay-seconds = 1*DIGIT
-		{"18446744073709551616", false, 0},
+		{"0000000005", true, 5 * time.Second},         // leading zeros: RFC delay-seconds = 1*DIGIT
+		{"18446744073709551616", true, math.MaxInt64}, // past a Duration: the longest (review127)
 		{"Thu, 01 Jan 2026 00:00:10 GMT", true, 10 * time.Second},
 		{"Thursday, 01-Jan-26 00:00:10 GMT", true, 10 * time.Second},
 		{"Thu Jan  1 00:00:10 2026", true, 10 * time.Second},

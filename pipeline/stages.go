@@ -700,8 +700,11 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	if learns && !classRejected(err) {
 		// Every attempt's latency, a loser's too: cut short by the
 		// winner, it is a lower bound, and without it the slow tail
-		// that hedging cuts would be left out of the quantile. Not an
-		// attempt its operation refused unsent (review124).
+		// that hedging cuts would be left out of the quantile. Not one
+		// that ended with an error of class rejected, refused on the
+		// caller's side: by its operation (httpclient's hedge while the
+		// first attempt reads a streamed body), or an inner pipeline's
+		// gates (review124).
 		c.p.cfg.hedge.Observe(monotime.Since(start))
 	}
 	return res, err

@@ -246,7 +246,11 @@ func writeError(w http.ResponseWriter, err error, signal bool) {
 		h.Set(NoRetryHeader, "1")
 		detail = "a dependency failed after retrying; do not retry"
 	} else {
-		h.Del(NoRetryHeader) // one the handler copied from its dependency's answer (review125)
+		for k := range h { // one the handler copied from its dependency's answer (review125), in any spelling
+			if strings.EqualFold(k, NoRetryHeader) {
+				delete(h, k)
+			}
+		}
 	}
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Type", "application/problem+json")
@@ -383,12 +387,18 @@ func (w *startedWriter) Write(p []byte) (int, error) {
 
 // ReadFrom sends what r reads as the body, by the server's writer's own
 // ReadFrom where it has one (sendfile over HTTP/1.1), as without Handler.
-func (w *startedWriter) ReadFrom(r io.Reader) (int64, error) {
-	w.started = true
+// The response has started only if it wrote something: a copy from a
+// body that failed at once leaves the error to be answered (review126).
+func (w *startedWriter) ReadFrom(r io.Reader) (n int64, err error) {
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
+		n, err = rf.ReadFrom(r)
+	} else {
+		n, err = io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
 	}
-	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
+	if n > 0 {
+		w.started = true
+	}
+	return n, err
 }
 
 // CloseNotify is the server's writer's, for a handler written before
