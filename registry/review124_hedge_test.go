@@ -20,18 +20,6 @@ import (
 
 var r124Err = errors.New("503")
 
-func r124State(t *testing.T, r *registry.Registry, keep any, name string) registry.PipelineState {
-	t.Helper()
-	defer runtime.KeepAlive(keep)
-	for _, p := range r.Snapshot().Pipelines {
-		if p.Name == name {
-			return p
-		}
-	}
-	t.Fatalf("no pipeline %q", name)
-	return registry.PipelineState{}
-}
-
 func r124Pipe(t *testing.T, r *registry.Registry, name string, opts ...pipeline.Option) *pipeline.Pipeline {
 	base := []pipeline.Option{pipeline.WithName(name),
 		pipeline.WithRetry(retrypolicy.New(retrypolicy.MaxAttempts(3), retrypolicy.BaseDelay(time.Millisecond))),
@@ -121,7 +109,7 @@ func TestR124HedgedCallCounts(t *testing.T) {
 				}
 				time.Sleep(time.Second)
 				synctest.Wait()
-				s := r124State(t, r, p, "p")
+				s := r95State(t, r, p, "p")
 				t.Logf("%+v", s)
 				if s.Calls != 1 {
 					t.Errorf("Calls = %d", s.Calls)
@@ -174,7 +162,7 @@ func TestR124HedgedPanicCounts(t *testing.T) {
 				}
 				time.Sleep(time.Second)
 				synctest.Wait()
-				s := r124State(t, r, p, "p")
+				s := r95State(t, r, p, "p")
 				t.Logf("who=%d goexit=%v: %+v", who, goexit, s)
 				if s.Calls != 1 || s.Successes != 0 || s.Failures != 1 {
 					t.Errorf("who=%d goexit=%v: Calls %d Successes %d Failures %d", who, goexit, s.Calls, s.Successes, s.Failures)
@@ -210,7 +198,7 @@ func TestR124TwoRegistries(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		s1, s2 := r124State(t, r1, p1, "p"), r124State(t, r2, p2, "p")
+		s1, s2 := r95State(t, r1, p1, "p"), r95State(t, r2, p2, "p")
 		t.Logf("%+v\n%+v", s1, s2)
 		for _, s := range []registry.PipelineState{s1, s2} {
 			if s.Calls != 10 || s.Successes != 10 || s.Hedged < 5 {
@@ -248,7 +236,7 @@ func TestR124HedgesAtLimitNotLimited(t *testing.T) {
 		wg.Wait()
 		time.Sleep(time.Second)
 		synctest.Wait()
-		s := r124State(t, r, p, "p")
+		s := r95State(t, r, p, "p")
 		t.Logf("%+v", s)
 		if fails.Load() != 0 || s.Limited != 0 || s.Successes != 3 || s.Failures != 0 {
 			t.Errorf("fails %d, %+v", fails.Load(), s)

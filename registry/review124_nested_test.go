@@ -57,8 +57,8 @@ func TestR124NestedLoserNoFailure(t *testing.T) {
 			}
 			time.Sleep(time.Second)
 			synctest.Wait()
-			si := r124State(t, r, inner, "inner")
-			so := r124State(t, r, outer, "outer")
+			si := r95State(t, r, inner, "inner")
+			so := r95State(t, r, outer, "outer")
 			t.Logf("innerHedged=%v\ninner %+v\nouter %+v", innerHedged, si, so)
 			if si.Calls != 2 || si.Successes != 1 || si.Failures != 0 {
 				t.Errorf("inner: Calls %d Successes %d Failures %d", si.Calls, si.Successes, si.Failures)

@@ -51,7 +51,7 @@ func r124RefusedHedge(t *testing.T, firstFails bool) {
 			}
 			time.Sleep(time.Second)
 			synctest.Wait()
-			s := r124State(t, r, p, "p")
+			s := r95State(t, r, p, "p")
 			t.Logf("firstFails=%v refused hedges %d: %+v", firstFails, n.Load(), s)
 			if n.Load() == 0 || s.Hedged != uint64(n.Load()) {
 				t.Errorf("firstFails=%v: Hedged %d, hedges the operation refused %d", firstFails, s.Hedged, n.Load())

@@ -67,7 +67,7 @@ func TestR124StressCounts(t *testing.T) {
 	}
 	wg.Wait()
 	time.Sleep(50 * time.Millisecond)
-	s := r124State(t, r, p, "p")
+	s := r95State(t, r, p, "p")
 	t.Logf("ok %d failed %d panicked %d\n%+v", ok.Load(), failed.Load(), panicked.Load(), s)
 	if s.Calls != 16*150 {
 		t.Errorf("Calls %d", s.Calls)

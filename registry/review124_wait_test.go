@@ -60,7 +60,7 @@ func TestR124WaitOpenHedged(t *testing.T) {
 		wg.Wait()
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
-		s := r124State(t, r, p, "p")
+		s := r95State(t, r, p, "p")
 		t.Logf("%+v", s)
 		if fails.Load() != 0 {
 			t.Errorf("%d calls failed", fails.Load())
