@@ -748,6 +748,13 @@ func (a *attempt) bufferBody(retryable bool) error {
 		// is not at fault.
 		return resilience.Rejected(own(fmt.Errorf("httpclient: read request body: %w", err)))
 	}
+	if n := int64(len(head)); n < r.ContentLength {
+		r.Body.Close()
+		// Shorter than its ContentLength: net/http would refuse it as it
+		// sent it, with this error or, as it closes the connection, the
+		// read's that it cut. Not sent: the caller's error.
+		return resilience.Rejected(own(fmt.Errorf("http: ContentLength=%d with Body length %d", r.ContentLength, n)))
+	}
 	if int64(len(head)) <= a.cfg.maxBuffered {
 		a.getBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(head)), nil }
 		a.buffered = true
@@ -832,14 +839,21 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 		drain(ctx, r.Body)
 	}
 	r := a.request(ctx, n, most, hedge)
+	var cb *callerBody
 	if a.hasBody {
 		if a.buffered {
 			r.Body = body
 		} else {
-			r.Body = callerBody{body} // its read errors are the caller's
+			cb = &callerBody{ReadCloser: body, want: r.ContentLength} // its read errors are the caller's
+			r.Body = cb
 		}
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
+	if err != nil && cb != nil && cb.short.Load() {
+		// Shorter than its ContentLength: net/http's error says so, or,
+		// as it closes the connection, may be the read's that it cut.
+		return nil, resilience.Rejected(own(err))
+	}
 	if err != nil {
 		if a.replay != nil && ctx.Err() == nil {
 			// A stream's upload that the server cut may come back as the
@@ -1163,11 +1177,20 @@ func proxyError(base http.RoundTripper, r *http.Request, err error) bool {
 }
 
 // callerBody is a request body of the caller's: its read errors are the
-// caller's, which net/http returns as they are.
-type callerBody struct{ io.ReadCloser }
+// caller's, which net/http returns as they are, and so is its ending
+// before its ContentLength (want, 0 if unknown).
+type callerBody struct {
+	io.ReadCloser
+	want, got int64
+	short     atomic.Bool // read by the attempt once net/http's writer is done with it
+}
 
-func (b callerBody) Read(p []byte) (int, error) {
+func (b *callerBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	b.got += int64(n)
+	if err == io.EOF && b.got < b.want {
+		b.short.Store(true)
+	}
 	if err != nil && err != io.EOF {
 		err = &bodyError{err: err}
 	}
