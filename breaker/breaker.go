@@ -14,12 +14,14 @@
 // caller's fault, such as HTTP 400) count as successes, since the dependency
 // answered; cancellations by the caller, calls refused on the caller's
 // side (class rejected), and calls whose op panicked or called
-// runtime.Goexit (the caller's bug) are left out; but a pipeline's call
-// that its caller canceled after the dependency failed an attempt (in the
-// backoff before a retry, or in the retry) counts that failure, so that
-// callers who hang up while their calls retry do not keep a dead
-// dependency's breaker closed (review127). [FailIf] changes what is a
-// failure, and [IgnoreIf] leaves out more.
+// runtime.Goexit (the caller's bug) are left out, also one that its
+// caller canceled after the dependency failed an attempt, in the backoff
+// before a retry or in the retry: callers who hang up while their calls
+// retry leave a dead dependency's breaker closed (review127; counting that
+// failure was tried and taken out, review128: FailIf, which sees the
+// cancellation, took such a call for a success, and an idempotency key's
+// 409 "in progress" of a healthy dependency counted). [FailIf] changes
+// what is a failure, and [IgnoreIf] leaves out more.
 //
 // A call that its context's deadline ended (the caller's, or a budget an
 // upstream sent) in its one attempt is left out too, as the caller's
@@ -412,21 +414,13 @@ func (b *Breaker) cutShort(ctx context.Context, err error, a admission, margin t
 	return b.cb.cutShort(a.at, left+monotime.Since(a.at)) // its budget, however late the operation returned
 }
 
-// answered reports whether err is that of a pipeline's retry loop that
-// its caller canceled after the dependency failed an attempt
-// (retrypolicy.Error.Answer): the failure counts (review127).
-func answered(err error) bool {
-	var re *retrypolicy.Error
-	return errors.As(err, &re) && re.Answer() != nil
-}
-
 // judge says how a call that ended with err counts.
 func (b *Breaker) judge(ctx context.Context, err error) outcome {
 	if err == nil {
 		return counted
 	}
 	c := resilience.Classify(err)
-	if c == resilience.ClassCanceled || c == resilience.ClassRejected || errors.Is(ctx.Err(), context.Canceled) && !answered(err) ||
+	if c == resilience.ClassCanceled || c == resilience.ClassRejected || errors.Is(ctx.Err(), context.Canceled) ||
 		b.cfg.ignoreIf != nil && b.cfg.ignoreIf(err) {
 		return excluded
 	}

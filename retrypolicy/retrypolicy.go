@@ -124,9 +124,7 @@ func answerIn(err error) error {
 // the concurrency limit) refused, the error of the attempt before it,
 // which the dependency answered in the same run of the loop (or, where
 // the attempt the gate refused was the run's first, the answer of a loop
-// nested in the operation whose retry a gate refused); for a loop its
-// caller canceled after the dependency failed an attempt (in the backoff
-// after it, or in the next attempt), that failure; nil otherwise.
+// nested in the operation whose retry a gate refused); nil otherwise.
 // Only a pipeline's own breaker (pipeline.WithBreaker) reads it: a breaker
 // of the caller's around pipeline.Do leaves the call out, its class being
 // rejected. The call's class is the refusal's (rejected: not retried by a
@@ -334,11 +332,7 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			return res, nil
 		}
 		if ctx.Err() != nil {
-			e := cfg.giveUp(attempt, stopReason(ctx), err)
-			if attempt > made+1 && errors.Is(ctx.Err(), context.Canceled) {
-				e.sent = prev // the dependency failed the attempt before the caller hung up
-			}
-			return res, e
+			return res, cfg.giveUp(attempt, stopReason(ctx), err)
 		}
 		if !cfg.retryableAs(err, class, classified) {
 			e := cfg.giveUp(attempt, ErrNotRetryable, err)
@@ -380,11 +374,7 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			if ctx.Err() != nil {
 				reason = stopReason(ctx)
 			}
-			e := cfg.giveUp(attempt, reason, err)
-			if errors.Is(ctx.Err(), context.Canceled) {
-				e.sent = err // the dependency failed it before the caller hung up
-			}
-			return res, e
+			return res, cfg.giveUp(attempt, reason, err)
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {

@@ -385,20 +385,43 @@ func (w *startedWriter) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
-// ReadFrom sends what r reads as the body, by the server's writer's own
-// ReadFrom where it has one (sendfile over HTTP/1.1), as without Handler.
-// The response has started only if it wrote something: a copy from a
-// body that failed at once leaves the error to be answered (review126).
-func (w *startedWriter) ReadFrom(r io.Reader) (n int64, err error) {
+// ReadFrom sends what r reads as the body: its first bytes by Write, the
+// rest by the server's writer's own ReadFrom where it has one (sendfile
+// over HTTP/1.1), as without Handler. A body that fails or ends before
+// its first byte reaches no writer below, which could send the header
+// (a middleware's that writes it before delegating): the response has not
+// started, and the error is answered (review126, review128).
+func (w *startedWriter) ReadFrom(r io.Reader) (int64, error) {
+	var first [512]byte
+	k, err := 0, error(nil)
+	for tries := 0; k == 0 && err == nil; tries++ {
+		if tries == 100 {
+			return 0, io.ErrNoProgress
+		}
+		k, err = r.Read(first[:])
+	}
+	if k == 0 {
+		if err == io.EOF {
+			err = nil
+		}
+		return 0, err
+	}
+	n, werr := w.Write(first[:k])
+	switch {
+	case werr != nil:
+		return int64(n), werr
+	case err == io.EOF:
+		return int64(n), nil
+	case err != nil:
+		return int64(n), err
+	}
+	var rest int64
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
-		n, err = rf.ReadFrom(r)
+		rest, err = rf.ReadFrom(r)
 	} else {
-		n, err = io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
+		rest, err = io.Copy(struct{ io.Writer }{w.ResponseWriter}, r)
 	}
-	if n > 0 {
-		w.started = true
-	}
-	return n, err
+	return int64(n) + rest, err
 }
 
 // CloseNotify is the server's writer's, for a handler written before

@@ -1,0 +1,62 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/pipeline"
+	"github.com/resiliencekit/resiliencekit/retrypolicy"
+)
+
+type r128Status struct{ code int }
+
+func (e *r128Status) Error() string { return "status" }
+
+// A breaker with FailIf (5xx are failures): a call whose caller hung up
+// during the retry of a 503 must not count as a success. Review127's
+// counting of the 503 made it one (FailIf saw the cancellation); it was
+// taken out, and the call is left out, as before.
+func TestReview128FailIfCanceledRetry(t *testing.T) {
+	for _, mid := range []bool{false, true} {
+		name := "in backoff"
+		if mid {
+			name = "in the retry"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := breaker.New("r128", breaker.FailIf(func(err error) bool {
+					var s *r128Status
+					return errors.As(err, &s) && s.code >= 500
+				}))
+				p := pipeline.New(pipeline.WithBreaker(b),
+					pipeline.WithRetry(retrypolicy.New(retrypolicy.BaseDelay(time.Second), retrypolicy.Jitter(retrypolicy.None))))
+				ctx, cancel := context.WithCancel(t.Context())
+				delay := 500 * time.Millisecond // in the backoff
+				if mid {
+					delay = 1500 * time.Millisecond // in the second attempt
+				}
+				time.AfterFunc(delay, cancel)
+				n := 0
+				_, err := pipeline.Do(ctx, p, func(ctx context.Context) (int, error) {
+					if n++; n == 1 {
+						return 0, &r128Status{503}
+					}
+					<-ctx.Done()
+					return 0, ctx.Err()
+				})
+				c := b.Counts()
+				t.Logf("attempts %d err %v counts %+v", n, err, c)
+				if c.TotalSuccesses != 0 {
+					t.Fatalf("a call canceled by its caller after a 503 counted as a success: %+v", c)
+				}
+				if c.TotalExclusions != 1 {
+					t.Errorf("want the call left out: %+v", c)
+				}
+			})
+		})
+	}
+}
