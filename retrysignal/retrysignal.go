@@ -385,36 +385,46 @@ func (w *startedWriter) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
-// ReadFrom sends what r reads as the body: its first bytes by Write, the
-// rest by the server's writer's own ReadFrom where it has one (sendfile
-// over HTTP/1.1), as without Handler. A body that fails or ends before
-// its first byte reaches no writer below, which could send the header
-// (a middleware's that writes it before delegating): the response has not
-// started, and the error is answered (review126, review128).
+// ReadFrom sends what r reads as the body, as net/http's own writer does:
+// its first 512 bytes (fewer if r ends before) by Write, flushed, the rest
+// by the server's writer's ReadFrom where it has one (sendfile over
+// HTTP/1.1). A body that fails or ends before its first byte reaches no
+// writer below, which could send the header (a middleware's that writes
+// it before delegating): the response has not started, and the error is
+// answered (review126, review128). One that reads nothing 100 times in a
+// row goes to the writer below as it is (review129).
 func (w *startedWriter) ReadFrom(r io.Reader) (int64, error) {
 	var first [512]byte
 	k, err := 0, error(nil)
-	for tries := 0; k == 0 && err == nil; tries++ {
-		if tries == 100 {
-			return 0, io.ErrNoProgress
+	for empty := 0; k < len(first) && err == nil && empty < 100; {
+		m, rerr := r.Read(first[k:])
+		k, err = k+m, rerr
+		if m == 0 {
+			empty++
+		} else {
+			empty = 0
 		}
-		k, err = r.Read(first[:])
 	}
-	if k == 0 {
+	if k == 0 && err != nil {
 		if err == io.EOF {
 			err = nil
 		}
 		return 0, err
 	}
 	n, werr := w.Write(first[:k])
-	switch {
-	case werr != nil:
+	if werr != nil {
 		return int64(n), werr
+	}
+	if k == len(first) && (err == nil || err == io.EOF) {
+		_ = http.NewResponseController(w.ResponseWriter).Flush() // as net/http's ReadFrom does after its first 512 bytes
+	}
+	switch {
 	case err == io.EOF:
 		return int64(n), nil
 	case err != nil:
 		return int64(n), err
 	}
+	w.started = true
 	var rest int64
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
 		rest, err = rf.ReadFrom(r)
