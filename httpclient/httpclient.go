@@ -849,12 +849,12 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 		}
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
-	if err != nil && cb != nil && cb.short.Load() {
-		// Shorter than its ContentLength: net/http's error says so, or,
-		// as it closes the connection, may be the read's that it cut.
-		return nil, resilience.Rejected(own(err))
-	}
 	if err != nil {
+		if cb != nil && cb.short.Load() {
+			// Shorter than its ContentLength: net/http's error says so, or,
+			// as it closes the connection, may be the read's that it cut.
+			return nil, resilience.Rejected(own(err))
+		}
 		if a.replay != nil && ctx.Err() == nil {
 			// A stream's upload that the server cut may come back as the
 			// write's error or as the reset that net/http read first; its

@@ -413,7 +413,7 @@ func (r *race[T]) settle(o outcome[T]) bool {
 // the first refusal is (review120: a hedge's refusal replaced the first
 // attempt's own).
 func (r *race[T]) refusedHere(o outcome[T]) bool {
-	if c, ok := classify.Safely(o.err); !ok || c != resilience.ClassRejected || !r.stopHedges() && !r.have {
+	if !classRejected(o.err) || !r.stopHedges() && !r.have {
 		return false
 	}
 	if r.have {
