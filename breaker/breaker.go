@@ -414,13 +414,31 @@ func (b *Breaker) cutShort(ctx context.Context, err error, a admission, margin t
 	return b.cb.cutShort(a.at, left+monotime.Since(a.at)) // its budget, however late the operation returned
 }
 
-// judge says how a call that ended with err counts.
+// judge says how a call that ended with err counts. A retry loop that a
+// gate or the caller stopped after the dependency answered counts by that
+// answer (retrypolicy.Error.Answer), and only as a failure: the call did
+// not succeed.
 func (b *Breaker) judge(ctx context.Context, err error) outcome {
 	if err == nil {
 		return counted
 	}
+	if re, ok := err.(*retrypolicy.Error); ok && re.Answer() != nil {
+		if b.judgeAnswer(re.Answer()) == failed {
+			return failed
+		}
+		return excluded
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return excluded
+	}
+	return b.judgeAnswer(err)
+}
+
+// judgeAnswer says how an error that ended a call counts, by its class,
+// IgnoreIf and FailIf.
+func (b *Breaker) judgeAnswer(err error) outcome {
 	c := resilience.Classify(err)
-	if c == resilience.ClassCanceled || c == resilience.ClassRejected || errors.Is(ctx.Err(), context.Canceled) ||
+	if c == resilience.ClassCanceled || c == resilience.ClassRejected || c == resilience.ClassPending ||
 		b.cfg.ignoreIf != nil && b.cfg.ignoreIf(err) {
 		return excluded
 	}

@@ -33,7 +33,9 @@
 // [AutoIdempotencyKey] adds one.
 // A 409 with a Retry-After to a request with a key is package
 // idempotency's "the key's first request still runs": retried after it, so
-// that a retry that overtook a slow first attempt gets its answer.
+// that a retry that overtook a slow first attempt gets its answer, and
+// counted by the breaker neither as a failure nor as a success
+// (resilience.ClassPending).
 //
 // Each attempt sends the time left in its budget in the header of package
 // deadline, so the next service can stop when nobody waits any more. The
@@ -305,21 +307,22 @@ func RetryMethods(methods ...string) Option {
 // ClassifyStatus sets the class of the HTTP status status: transient
 // (retried, with its Retry-After honoured; a breaker failure), permanent
 // (the caller's fault: neither), terminal (not retried, a breaker failure),
-// canceled (neither retried nor counted), or success (the answer is the
+// canceled (neither retried nor counted), pending (retried, with its
+// Retry-After honoured; not counted), or success (the answer is the
 // call's result: not retried, a breaker success; the [Client] still fails
 // a status outside 2xx, with a permanent [StatusError]). It applies on top
 // of the defaults and of earlier calls, and may be given more than once.
 // Default: 429, 502, 503 and 504 transient; other 4xx permanent (but a 409
 // with a Retry-After to a request with an idempotency key, which is
-// transient); other 5xx terminal; 1xx, 2xx and 3xx success. It panics for a
+// pending); other 5xx terminal; 1xx, 2xx and 3xx success. It panics for a
 // status outside 100 to 599, a 1xx, 2xx or 3xx status with a class other
 // than success, or a class that is none of these.
 func ClassifyStatus(status int, class resilience.Class) Option {
 	switch {
 	case status < 100 || status > 599:
 		panic(fmt.Sprintf("httpclient: ClassifyStatus(%d, %v): status must be 100 to 599", status, class))
-	case class > resilience.ClassCanceled:
-		panic(fmt.Sprintf("httpclient: ClassifyStatus(%d, %v): class must be success, transient, permanent, terminal or canceled", status, class))
+	case class > resilience.ClassCanceled && class != resilience.ClassPending:
+		panic(fmt.Sprintf("httpclient: ClassifyStatus(%d, %v): class must be success, transient, permanent, terminal, canceled or pending", status, class))
 	case status < 400 && class != resilience.ClassSuccess:
 		panic(fmt.Sprintf("httpclient: ClassifyStatus(%d, %v): a 1xx, 2xx or 3xx status is a success", status, class))
 	}
@@ -1237,21 +1240,21 @@ func (c *config) statusError(req *http.Request, resp *http.Response, hedge bool)
 	switch {
 	case class.Failure() && retrysignal.NoRetry(resp.Header) && c.trustNoRetry(req.URL):
 		se.class = resilience.ClassTerminal // retried below already: not here, Retry-After or not
-	case class == resilience.ClassTransient:
+	case class.Retryable():
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 			return resilience.RetryAfter(se, d)
 		}
 	case class == resilience.ClassPermanent && resp.StatusCode == http.StatusConflict && req.Header.Get(idempotencykey.Header) != "":
 		// The key's first request still runs (package idempotency says
-		// so with a Retry-After): its answer comes after it. A hedge's
-		// 409 is its own twin's doing, Retry-After or not: never the
-		// answer that ends the call.
+		// so with a Retry-After): its answer comes after it, and this is
+		// no failure of the dependency's. A hedge's 409 is its own twin's
+		// doing, Retry-After or not: never the answer that ends the call.
 		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			se.class = resilience.ClassTransient
+			se.class = resilience.ClassPending
 			return resilience.RetryAfter(se, d)
 		}
 		if hedge {
-			se.class = resilience.ClassTransient
+			se.class = resilience.ClassPending
 		}
 	case class == resilience.ClassSuccess:
 		se.class = resilience.ClassPermanent // failed by the Client (outside 2xx), not by the Transport

@@ -501,8 +501,9 @@ func TestReview15RetryAfterPastBudget(t *testing.T) {
 }
 
 // The caller cancels mid-backoff: returns at once, with the context's
-// error, no leak, breaker not counting (review127's counting of the 503
-// before it was taken out, review128).
+// error, no leak; the breaker counts the 503 the dependency answered
+// before (a caller who hangs up in the backoff leaves a dead dependency's
+// breaker closed otherwise, review127), not the cancellation.
 func TestReview15CancelMidBackoff(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -527,8 +528,8 @@ func TestReview15CancelMidBackoff(t *testing.T) {
 	if time.Since(start) > time.Second {
 		t.Errorf("took %v", time.Since(start))
 	}
-	if b.State() != resilience.StateClosed {
-		t.Errorf("breaker %v after a cancellation: %v", b.State(), err)
+	if b.State() != resilience.StateOpen {
+		t.Errorf("breaker %v: want the 503 counted: %v", b.State(), err)
 	}
 	t.Logf("err %v", err)
 }

@@ -9,7 +9,7 @@
 //
 //   - resilience.calls: finished pipeline calls, by "outcome" (the class
 //     of the error: success, transient, permanent, terminal, canceled,
-//     rejected)
+//     rejected, pending)
 //   - resilience.call.duration: their duration in seconds, by outcome
 //     (of a sample of them with [SampleDurations])
 //   - resilience.attempts: attempts, by outcome; an attempt that the
@@ -72,7 +72,7 @@
 //	attribute                  span     value
 //	resilience.dependency      both     the pipeline's name (WithName, or its breaker's); absent if none
 //	resilience.outcome         both     the class of the error (resilience.Classify): success, transient,
-//	                                    permanent, terminal, canceled or rejected
+//	                                    permanent, terminal, canceled, rejected or pending
 //	resilience.attempts        call     the attempt spans started; 0 for a call the breaker rejected (an
 //	                                    attempt refused by a client-side throttle or limit has no span)
 //	resilience.attempt         attempt  its number, 1 for the first
@@ -151,7 +151,7 @@ type Listener struct {
 }
 
 // classes is the number of resilience.Class values.
-const classes = int(resilience.ClassRejected) + 1
+const classes = int(resilience.ClassPending) + 1
 
 // giveupKinds are the events that resilience.giveups counts, by "reason".
 var giveupKinds = [...]resilience.EventKind{resilience.EventRetriesExhausted, resilience.EventQuotaExhausted,
@@ -394,7 +394,7 @@ func (l *Listener) OnEvent(e resilience.Event) {
 }
 
 // classOf is err's class, one that resilience does not name (an error's
-// own ResilienceClass past ClassRejected) counted as transient, as
+// own ResilienceClass past ClassPending) counted as transient, as
 // Classify counts an error without a class.
 func classOf(err error) (c resilience.Class) {
 	if err == nil { // most calls: no call of Classify

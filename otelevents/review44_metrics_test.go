@@ -394,13 +394,13 @@ func TestReview44_BreakerStateGauge(t *testing.T) {
 	}
 }
 
-// An error whose class is past ClassRejected: the Listener counts it as
+// An error whose class is past ClassPending: the Listener counts it as
 // transient (its doc); the resilience.calls outcome is always one of the
-// six values.
+// seven values.
 func TestReview44_UnknownClassOutcome(t *testing.T) {
 	l, r := r44Listener(t)
 	l.OnEvent(resilience.Event{Kind: resilience.EventCallDone, Name: "u", Err: &r44ClassErr{c: 200}})
-	l.OnEvent(resilience.Event{Kind: resilience.EventAttempt, Name: "u", Err: &r44ClassErr{c: 6}})
+	l.OnEvent(resilience.Event{Kind: resilience.EventAttempt, Name: "u", Err: &r44ClassErr{c: 7}})
 	sums, _, _ := r44Collect(t, r)
 	if sums["resilience.calls"]["dependency=u,outcome=transient"] != 1 || sums["resilience.attempts"]["dependency=u,outcome=transient"] != 1 {
 		t.Errorf("unknown class: %v %v", sums["resilience.calls"], sums["resilience.attempts"])

@@ -273,10 +273,7 @@ func (c *call[T]) through(ctx context.Context, b *breaker.Breaker) (res T, rejec
 	if err != nil {
 		_, err = sendtime.Open(0, err) // a success, for a breaker that did not time it (forced, disabled)
 	}
-	switch w := err.(type) {
-	case *waitedOut:
-		err = w.err
-	case *gateStopped:
+	if w, ok := err.(*waitedOut); ok {
 		err = w.err
 	}
 	switch {
@@ -311,40 +308,11 @@ func (c *call[T]) inside(ctx context.Context) (err error) {
 	}
 	if err != nil && c.probe && c.opts.waited && deadlinePassed(ctx) && !errors.Is(err, ErrAttemptTimeout) {
 		err = &waitedOut{err}
-	} else if err != nil {
-		if answer := answerOf(err); answer != nil {
-			err = &gateStopped{err, answer}
-		}
 	}
 	if c.sentAt != 0 && err == nil {
 		err = &sendtime.Success{At: c.sentAt} // the breaker times the answer from its attempt's sending
 	}
 	return err
-}
-
-// answerOf returns the answer of the retry stage's loop (retrypolicy.Error's
-// Answer), whose error the stage returns as it is; nil if none.
-func answerOf(err error) error {
-	if re, ok := err.(*retrypolicy.Error); ok {
-		return re.Answer()
-	}
-	return nil
-}
-
-// gateStopped is the error of a call whose retry a gate (the throttle, the
-// concurrency limit) refused after the dependency failed an attempt: of
-// that attempt's class for the breaker, which counts the call by what the
-// dependency answered; its cause, of class rejected, for the caller
-// (retrypolicy.Error.Answer).
-type gateStopped struct{ err, answer error }
-
-func (g *gateStopped) Error() string { return g.err.Error() }
-func (g *gateStopped) Unwrap() error { return g.err }
-func (g *gateStopped) ResilienceClass() resilience.Class {
-	if c, ok := classify.Safely(g.answer); ok {
-		return c
-	}
-	return resilience.ClassRejected
 }
 
 // waitedOut is the error of a probe that a call which waited for the

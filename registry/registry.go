@@ -26,7 +26,8 @@
 // there alone; one whose retry was refused counts as a failure (its last
 // attempt's) and its retry's refusal as one of those, as a call that the
 // breaker stopped between retries counts as a failure. An attempt its caller canceled is
-// an attempt but no failure, as the breaker counts none. A call that ends
+// an attempt, and its call a failure only if a failed attempt came
+// before it (in the retry, or the backoff), as the breaker counts them. A call that ends
 // with an error of its own making, of class rejected, that its operation
 // returned (grpcclient's request over a size limit, httpclient's bad URL)
 // counts in Calls alone: neither the dependency's failure nor a stage's

@@ -81,9 +81,14 @@ type totals struct {
 // before it was sent (throttle, concurrency limit, the breaker's
 // re-check) is neither a success nor a failure, nor an attempt (it shows
 // as throttled, limited or rejected), and is not retried; an attempt its
-// caller canceled is an attempt, and ends its call, but no failure, as
-// the breaker counts none. An operation that panics or calls
-// runtime.Goexit is a failed attempt. A call that waits for its breaker
+// caller canceled is an attempt, and ends its call: no failure if it was
+// the call's first, a failure if it was a retry (a failed attempt came
+// before it), as the breaker counts them; a call canceled in its backoff
+// ends with a failed attempt, a failure too. An answer of class pending
+// (resilience.ClassPending: a 409 "in progress") is a failed attempt
+// here: a call that ends with one, or that is canceled after one, is a
+// failure here and none for the breaker. An operation that panics or
+// calls runtime.Goexit is a failed attempt. A call that waits for its breaker
 // (WaitWhenOpen) is one call, however often the breaker refused it: each
 // refusal is one of Rejected.
 func (s *stats) totals() totals {
@@ -95,13 +100,13 @@ func (s *stats) totals() totals {
 		Throttled: s.throttled.Load(), Limited: s.limited.Load(), Waited: s.waited.Load(),
 	}
 	// The failed attempts, less those that a retry followed (every later
-	// attempt follows one) and did not end as a failure of its own: a
-	// retry that the throttle or the limit refused ends its call, a failure
-	// (its last attempt's). A retry the breaker's re-check refused is not
-	// counted (the retry loop stops there, or resumes once the breaker
-	// lets it).
-	if later := l.OK + l.Canceled; f.Failed > later {
-		t.Failures = f.Failed - later
+	// attempt follows one) and did not end as a failure of its own or,
+	// canceled, as the earlier one's: a retry that the throttle or the
+	// limit refused ends its call, a failure (its last attempt's). A retry
+	// the breaker's re-check refused is not counted (the retry loop stops
+	// there, or resumes once the breaker lets it).
+	if f.Failed > l.OK {
+		t.Failures = f.Failed - l.OK
 	}
 	return t
 }

@@ -24,6 +24,11 @@
 //     same request fails the same way) nor counted by a breaker, either
 //     way: it is no evidence of the dependency's health. Mark one with
 //     [Rejected].
+//   - [ClassPending]: the dependency answered that the work is not done
+//     yet (a 409 "in progress" to a repeat of a keyed request whose first
+//     still runs). It is retried, but counted by a breaker neither as a
+//     failure nor as a success: the dependency did nothing wrong, and the
+//     call has not succeeded. Mark one with [Pending].
 //
 // The package also names the states of a circuit breaker ([State]), which
 // events report.
@@ -65,6 +70,13 @@ const (
 	// error the client made before or after the exchange. It is neither
 	// retried nor counted by a breaker.
 	ClassRejected
+	// ClassPending is a dependency's answer that the call's work is not
+	// done yet and may be asked for again, such as a 409 "in progress" to
+	// a repeat of a keyed request whose first still runs (package
+	// idempotency): retried, after the answer's Retry-After, but neither
+	// a success nor a failure for a breaker, which leaves it out. The
+	// dependency answered: a throttle or a limit takes it for an answer.
+	ClassPending
 )
 
 // String returns the lower-case name of c.
@@ -82,13 +94,15 @@ func (c Class) String() string {
 		return "canceled"
 	case ClassRejected:
 		return "rejected"
+	case ClassPending:
+		return "pending"
 	default:
 		return "unknown"
 	}
 }
 
 // Retryable reports whether an error of class c is worth another attempt.
-func (c Class) Retryable() bool { return c == ClassTransient }
+func (c Class) Retryable() bool { return c == ClassTransient || c == ClassPending }
 
 // Failure reports whether an error of class c counts against the health of
 // the dependency.
@@ -197,6 +211,16 @@ func Rejected(err error) error {
 		return nil
 	}
 	return &classError{err: err, class: ClassRejected}
+}
+
+// Pending marks err as [ClassPending]: the dependency's answer that the
+// work is not done yet, retried but not counted by a breaker. It returns
+// nil for a nil err. The message is err's own.
+func Pending(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &classError{err: err, class: ClassPending}
 }
 
 // Terminal marks err as [ClassTerminal]: not retried, but a breaker failure.

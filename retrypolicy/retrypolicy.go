@@ -120,16 +120,31 @@ func answerIn(err error) error {
 	return nil
 }
 
-// Answer returns, for a loop whose retry a pipeline's gate (the throttle,
-// the concurrency limit) refused, the error of the attempt before it,
-// which the dependency answered in the same run of the loop (or, where
-// the attempt the gate refused was the run's first, the answer of a loop
-// nested in the operation whose retry a gate refused); nil otherwise.
-// Only a pipeline's own breaker (pipeline.WithBreaker) reads it: a breaker
-// of the caller's around pipeline.Do leaves the call out, its class being
-// rejected. The call's class is the refusal's (rejected: not retried by a
-// layer above), but a pipeline's breaker counts the call by this answer:
-// its dependency failed it, whatever then stopped its retries.
+// answerOf returns the dependency's last answer in a run of a loop that
+// its caller or a gate stopped as an attempt ended with err, which is not
+// one: the answer of a loop nested in the operation, or else, if the
+// attempt was a retry of this run, prev, the attempt before's.
+func answerOf(err error, prev error, retry bool) error {
+	if a, _ := classify.Ask(answerIn, err); a != nil {
+		return a
+	}
+	if retry {
+		return prev
+	}
+	return nil
+}
+
+// Answer returns, for a loop that a pipeline's gate (the throttle, the
+// concurrency limit) or its caller's cancellation stopped after the
+// dependency answered an attempt, the error of the last attempt answered
+// in the same run of the loop: the attempt before the retry the gate
+// refused, the attempt whose backoff or whose retry was canceled, or the
+// attempt the cancellation came after, or else the answer of a loop
+// nested in the operation that stopped so; nil otherwise. The call's
+// class is the refusal's (rejected: not retried by a layer above) or the
+// cancellation's, but a breaker (package breaker) counts the call by this
+// answer: a failure if the dependency failed it, whatever then stopped
+// the retries, and otherwise neither a failure nor a success.
 func (e *Error) Answer() error { return e.sent }
 
 // ResilienceClass returns the class of the reason when it has one of its
@@ -332,15 +347,16 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			return res, nil
 		}
 		if ctx.Err() != nil {
-			return res, cfg.giveUp(attempt, stopReason(ctx), err)
+			e := cfg.giveUp(attempt, stopReason(ctx), err)
+			if errors.Is(e.Reason, context.Canceled) { // whatever err is (a cause's, say), not the dependency's answer
+				e.sent = answerOf(err, prev, attempt > made+1)
+			}
+			return res, e
 		}
 		if !cfg.retryableAs(err, class, classified) {
 			e := cfg.giveUp(attempt, ErrNotRetryable, err)
-			switch {
-			case rejected && attempt > made+1: // a gate refused a retry of this run: what the dependency answered before it
-				e.sent = prev
-			case rejected: // a nested loop's, as its caller's breaker would count it
-				e.sent, _ = classify.Ask(answerIn, err)
+			if rejected { // a gate refused it
+				e.sent = answerOf(err, prev, attempt > made+1)
 			}
 			return res, e
 		}
@@ -374,7 +390,11 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			if ctx.Err() != nil {
 				reason = stopReason(ctx)
 			}
-			return res, cfg.giveUp(attempt, reason, err)
+			e := cfg.giveUp(attempt, reason, err)
+			if errors.Is(reason, context.Canceled) {
+				e.sent = err // failed, and retryable: an answer
+			}
+			return res, e
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {

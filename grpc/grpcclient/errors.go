@@ -100,13 +100,14 @@ func (c *config) classify(err error, trailer metadata.MD, at attemptOf) error {
 	e := &attemptError{err: err, st: st, class: class}
 	if st.Code() == codes.Aborted && class == resilience.ClassPermanent {
 		// ABORTED with a pushback says "try again later": a repeat of a
-		// keyed call still running (package grpcidempotency).
+		// keyed call still running (package grpcidempotency), no failure
+		// of the dependency's.
 		if d, retry, ok := grpcsignal.Pushback(trailer); ok && retry {
-			e.class = resilience.ClassTransient
+			e.class = resilience.ClassPending
 			return resilience.RetryAfter(e, d)
 		}
 	}
-	if class != resilience.ClassTransient && class != resilience.ClassTerminal {
+	if class != resilience.ClassTransient && class != resilience.ClassTerminal && class != resilience.ClassPending {
 		return e
 	}
 	d, retry, ok := grpcsignal.Pushback(trailer)
@@ -116,7 +117,7 @@ func (c *config) classify(err error, trailer metadata.MD, at attemptOf) error {
 	case !retry:
 		e.class = resilience.ClassTerminal // asked not to retry: not here
 		return e
-	case class == resilience.ClassTransient:
+	case class.Retryable():
 		return resilience.RetryAfter(e, d)
 	}
 	return e

@@ -13,8 +13,9 @@
 // negative or malformed, no retry at all (terminal for the call: still a
 // breaker failure), which is how a service that already retried below says
 // "don't retry" (package grpcsignal). ABORTED with a pushback is a "try
-// again later", retried after it: package grpcidempotency's answer to a
-// repeat of a call that still runs.
+// again later", retried after it and not counted by the breaker
+// (resilience.ClassPending): package grpcidempotency's answer to a repeat
+// of a call that still runs.
 //
 // Only idempotent methods are retried: those named by [RetryMethods], and
 // those whose idempotency_level option is NO_SIDE_EFFECTS or IDEMPOTENT in

@@ -142,7 +142,8 @@ func fullMethodName(m string) bool {
 
 // ClassifyCode sets the class of the status code code: transient (retried,
 // a breaker failure), permanent (the caller's fault: neither), terminal
-// (not retried, a failure) or canceled (neither retried nor counted). It
+// (not retried, a failure), canceled (neither retried nor counted) or
+// pending (retried, not counted). It
 // applies on top of the defaults and of earlier calls, and may be given
 // more than once, as httpclient.ClassifyStatus. Default: UNAVAILABLE,
 // RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED transient; CANCELED canceled;
@@ -151,7 +152,7 @@ func fullMethodName(m string) bool {
 // none of these (resilience.ClassSuccess included: a failing code is
 // always an error to the caller).
 func ClassifyCode(code codes.Code, class resilience.Class) Option {
-	if code == codes.OK || code > maxCode || class == resilience.ClassSuccess || class > resilience.ClassCanceled {
+	if code == codes.OK || code > maxCode || class == resilience.ClassSuccess || class > resilience.ClassCanceled && class != resilience.ClassPending {
 		panic(fmt.Sprintf("grpcclient: ClassifyCode(%v, %v): a failing code and a failure class", code, class))
 	}
 	return optionFunc(func(c *config) { c.classes[code] = class })

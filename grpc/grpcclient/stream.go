@@ -236,7 +236,8 @@ func (s *stream) run(ctx context.Context, p *pipeline.Pipeline, once []pipeline.
 // returns its outcome for the pipeline's call, which lasts until then, so
 // that the breaker and the listener hear how the stream ended, not only
 // that it began: its status error, classified, but never retried (a
-// transient error is terminal: a failure all the same). A stream that
+// transient error is terminal: a failure all the same; a pending one
+// permanent: an answer). A stream that
 // failed before its response began, committed only because its messages
 // overflowed the replay buffer, also matches [ErrReplayBufferFull].
 func (s *stream) outcome(a *attempt) error {
@@ -261,7 +262,10 @@ func (s *stream) outcomeOf(a *attempt) error {
 		return resilience.Rejected(a.err) // the stream ended on the caller's own SendMsg error
 	}
 	err := s.cfg.classify(a.err, a.cs.Trailer(), a.of())
-	if resilience.Classify(err) == resilience.ClassTransient {
+	switch resilience.Classify(err) {
+	case resilience.ClassPending: // not retried: an answer all the same, not a failure
+		err = resilience.Permanent(err)
+	case resilience.ClassTransient:
 		if md, _ := a.cs.Header(); md == nil && s.overflowed.Load() {
 			// A retry would have fixed it, had the stream been kept to
 			// replay: the pipeline's listener hears EventNotRetried.

@@ -138,6 +138,8 @@ func code(err error, answered *status.Status) codes.Code {
 		return codes.Internal
 	case resilience.ClassCanceled:
 		return codes.Canceled
+	case resilience.ClassPending:
+		return codes.Aborted
 	default: // transient, given up on
 		return codes.Unavailable
 	}

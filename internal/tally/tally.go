@@ -26,9 +26,10 @@ const SampleEvery = 64
 // call's first and how they ended: succeeded, failed, refused before
 // they were sent (an error of class [resilience.ClassRejected]: the
 // throttle's, the concurrency limit's, the breaker's re-check), or
-// canceled by the caller (class [resilience.ClassCanceled]: no failure of
-// the dependency's, as the breaker does not count one). An attempt adds
-// to one counter only. The zero Counts is ready; it is safe
+// canceled by the caller (class [resilience.ClassCanceled]: not of
+// itself a failure of the dependency's); an answer of class
+// [resilience.ClassPending] is a failed attempt. An attempt adds to one
+// counter only. The zero Counts is ready; it is safe
 // for concurrent use.
 type Counts struct {
 	calls                                      atomic.Uint64
