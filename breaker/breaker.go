@@ -14,14 +14,16 @@
 // caller's fault, such as HTTP 400) count as successes, since the dependency
 // answered; cancellations by the caller, calls refused on the caller's
 // side (class rejected), and calls whose op panicked or called
-// runtime.Goexit (the caller's bug) are left out, also one that its
-// caller canceled after the dependency failed an attempt, in the backoff
-// before a retry or in the retry: callers who hang up while their calls
-// retry leave a dead dependency's breaker closed (review127; counting that
-// failure was tried and taken out, review128: FailIf, which sees the
-// cancellation, took such a call for a success, and an idempotency key's
-// 409 "in progress" of a healthy dependency counted). [FailIf] changes
-// what is a failure, and [IgnoreIf] leaves out more.
+// runtime.Goexit (the caller's bug) are left out, and so are answers of
+// class pending (a 409 "in progress": the dependency did nothing wrong). A
+// call that its caller canceled, or a gate refused the retry of, after
+// the dependency answered an attempt (in the backoff before a retry, or
+// in the retry) counts by that answer (retrypolicy.Error.Answer): a
+// failure if it was one, and otherwise left out, never a success; so
+// callers who hang up while their calls retry still open a dead
+// dependency's breaker. [FailIf] changes what is a failure, and
+// [IgnoreIf] leaves out more; both are asked of that answer, not of the
+// cancellation.
 //
 // A call that its context's deadline ended (the caller's, or a budget an
 // upstream sent) in its one attempt is left out too, as the caller's

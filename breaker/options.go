@@ -131,7 +131,9 @@ func HalfOpenRequests(n uint32) Option {
 }
 
 // FailIf replaces the test for whether a call's error counts as a failure;
-// an error that is not a failure counts as a success. Default: its
+// an error that is not a failure counts as a success. A call stopped by
+// its caller or a gate after the dependency answered is judged by that
+// answer, and left out, not a success, if fn says no. Default: its
 // [resilience.Class] is transient or terminal.
 func FailIf(fn func(err error) bool) Option {
 	return optionFunc(func(c *config) { c.failIf = fn })
@@ -141,7 +143,8 @@ func FailIf(fn func(err error) bool) Option {
 // true for, besides those always left out: the caller canceled (its
 // context, or the error is of class canceled), or the error is of class
 // [resilience.ClassRejected] (refused on the caller's side: the
-// dependency never saw the call). Default none besides those.
+// dependency never saw the call) or [resilience.ClassPending]. Default
+// none besides those.
 func IgnoreIf(fn func(err error) bool) Option {
 	return optionFunc(func(c *config) { c.ignoreIf = fn })
 }

@@ -14,6 +14,7 @@ package chaos
 import (
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -166,17 +167,26 @@ func (b *Backend) Load() []Bucket {
 // bucketAt returns the bucket of now, adding the buckets up to it; b.mu
 // is held. The first reading before b.start (a Backend made before a
 // testing/synctest bubble, whose clock starts in 2000) starts the buckets
-// again from it.
+// again from it; a reading more than maxGap buckets after the last (of
+// the real clock, after such a bubble: years later) is of the last
+// bucket, not of billions of empty ones.
 func (b *Backend) bucketAt(now time.Time) *Bucket {
 	if now.Before(b.start) && len(b.buckets) == 0 {
 		b.start = now
 	}
 	idx := max(int(now.Sub(b.start)/b.bucket), 0)
+	if n := len(b.buckets); n > 0 && idx-n > maxGap {
+		return &b.buckets[n-1]
+	}
 	for len(b.buckets) <= idx {
 		b.buckets = append(b.buckets, Bucket{Start: b.start.Add(time.Duration(len(b.buckets)) * b.bucket)})
 	}
 	return &b.buckets[idx]
 }
+
+// maxGap is the most empty buckets bucketAt adds at once: 100 ms
+// buckets for 29 hours, some 40 MB.
+const maxGap = 1 << 20
 
 // ReceivedBetween returns how many requests arrived in the buckets that
 // start in [from, to).
@@ -210,7 +220,9 @@ func (b *Backend) admit(now time.Time) (fault, time.Duration) {
 	bk.Requests++
 	delay := b.latency
 	if b.jitter > 0 {
-		delay += rand.N(b.jitter)
+		if delay += rand.N(b.jitter); delay < b.latency {
+			delay = math.MaxInt64 // past any deadline, not wrapped around to none
+		}
 	}
 	switch {
 	case b.hang:

@@ -21,9 +21,11 @@ const (
 	// Decorrelated draws from [BaseDelay, 3*previous delay] and caps the
 	// draw at MaxDelay (min(MaxDelay, uniform(BaseDelay, 3*previous)), the
 	// AWS architecture blog's formula): it grows from the last delay rather
-	// than the attempt number. Once at MaxDelay it stays near it, not at
-	// it: the next draw is below it with probability (MaxDelay-BaseDelay)
-	// / (3*MaxDelay-BaseDelay), about a third.
+	// than the attempt number. Once at MaxDelay, the next draw is below
+	// it with probability (MaxDelay-BaseDelay) / (3*MaxDelay-BaseDelay),
+	// about a third, and then anywhere from BaseDelay up, to grow again:
+	// in the long run its delays average about half of MaxDelay, a third
+	// of them at it (review131).
 	Decorrelated
 	// None waits exactly cap: the synchronized retries that jitter exists to
 	// prevent. For tests and comparisons.

@@ -22,8 +22,16 @@ var ErrQuotaExhausted = errors.New("retry quota exhausted")
 // traffic still retry. That allowance is a rate, not a store to spend at
 // once: in each tenth of the window, retries may number at most a tenth of
 // it (and at least one, within the window's allowance), so an outage
-// starts with no burst of retries. A call that finds the quota spent gives
-// up with its last error and [ErrQuotaExhausted].
+// starts with no burst of retries. That has a cost against a healthy
+// dependency: a burst of failures that a retry fixes, such as the
+// connections a server closed as they idled, met at once by the next
+// calls after a quiet spell, has only a tenth of the allowance to retry
+// with, and its calls past that fail where a plain retry would have
+// completed them (NewQuota(0.1, 10, 10*time.Second) after a lull: 10 of a
+// burst of 20 fail, 40 of 50). Give such a service a floor that covers
+// its bursts: a tenth of floorPerSecond times the window's seconds. A
+// call that finds the quota spent gives up with its last error and
+// [ErrQuotaExhausted].
 //
 // One Quota is shared by every [Policy] calling the same dependency. It is
 // safe for concurrent use and takes no lock: a call adds to an atomic

@@ -337,6 +337,9 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 				return res, &Error{Attempts: attempt - 1, Reason: gerr, Last: last, guarded: true}
 			}
 		}
+		if rejected { // refused before it was sent: the retry was not made
+			cfg.giveBack(charge)
+		}
 		prev := last
 		last, charge = err, notCounted
 		cfg.listener.Count(attempt, err)

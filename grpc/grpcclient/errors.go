@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -54,6 +56,34 @@ func (e *attemptError) Unwrap() error                     { return e.err }
 func (e *attemptError) GRPCStatus() *status.Status        { return e.st }
 func (e *attemptError) ResilienceClass() resilience.Class { return e.class }
 
+// endedBy returns the cause of the end of ctx, an attempt's, when err,
+// the attempt's error, is the DEADLINE_EXCEEDED that its end makes
+// (grpc-go's, which says nothing of whose deadline it was); else nil.
+func endedBy(ctx context.Context, err error) error {
+	if err == nil || status.Code(err) != codes.DeadlineExceeded {
+		return nil
+	}
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 10*time.Millisecond {
+		// grpc-go's own timer may end the call a moment before the
+		// context's ends it: wait for the context, which is due.
+		<-ctx.Done()
+	}
+	if ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(ctx)
+}
+
+// timedOut names the pipeline's attempt timeout in err, the error of an
+// attempt whose context it ended, so that err matches
+// pipeline.ErrAttemptTimeout as over HTTP.
+func timedOut(ctx context.Context, err error) error {
+	if endedBy(ctx, err) == pipeline.ErrAttemptTimeout {
+		return fmt.Errorf("%w: %w", pipeline.ErrAttemptTimeout, err)
+	}
+	return err
+}
+
 // classify returns err, the error of one attempt whose trailer is
 // trailer, marked with its class: that of its status code, made terminal
 // by a pushback that forbids a retry, and with a pushback's delay as a
@@ -63,25 +93,6 @@ func (e *attemptError) ResilienceClass() resilience.Class { return e.class }
 // (at); permanent for a message that one side could not decode
 // ([undecodable]). An error without a status is left to
 // resilience.Classify.
-// timedOut names the pipeline's attempt timeout in err, the error of an
-// attempt whose context it was that ended (grpc-go answers
-// DEADLINE_EXCEEDED, which says nothing of whose deadline it was), so that
-// err matches pipeline.ErrAttemptTimeout as over HTTP.
-func timedOut(ctx context.Context, err error) error {
-	if err == nil || status.Code(err) != codes.DeadlineExceeded {
-		return err
-	}
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 10*time.Millisecond {
-		// grpc-go's own timer may end the call a moment before the
-		// context's ends it: wait for the context, which is due.
-		<-ctx.Done()
-	}
-	if context.Cause(ctx) == pipeline.ErrAttemptTimeout {
-		return fmt.Errorf("%w: %w", pipeline.ErrAttemptTimeout, err)
-	}
-	return err
-}
-
 func (c *config) classify(err error, trailer metadata.MD, at attemptOf) error {
 	st, ok := status.FromError(err)
 	if !ok {
@@ -149,8 +160,9 @@ var messageSizeLimits = []string{
 // the client (a server returning the error of its own call upstream), and
 // only what the call holds tells which it was.
 type attemptOf struct {
-	req, reply any  // nil for a stream
-	reached    bool // the attempt had a stream to a server (grpc.Peer): what grpc-go refuses before, the server never saw
+	req, reply any               // nil for a stream
+	opts       []grpc.CallOption // the call's, which name the codec of req
+	reached    bool              // the attempt had a stream to a server (grpc.Peer): what grpc-go refuses before, the server never saw
 }
 
 // localStatus reports whether st, the status of an attempt, is an error
@@ -170,7 +182,8 @@ type attemptOf struct {
 //     own, such as a quota, stays transient.
 //   - INTERNAL "grpc: error while marshaling" of a request that does not
 //     marshal (a proto3 string that is not UTF-8, or no proto message at
-//     all): checked by marshaling req again.
+//     all): checked by marshaling req again, with the codec the call's
+//     options choose ([marshals]).
 //   - INTERNAL of the caller's own making before anything is sent, when
 //     the attempt never had a stream to a server: invalid outgoing
 //     metadata, or more of it than the server's header list limit, a
@@ -210,12 +223,7 @@ func localStatus(st *status.Status, at attemptOf) bool {
 func localInternal(msg string, at attemptOf) bool {
 	switch {
 	case strings.HasPrefix(msg, "grpc: error while marshaling"):
-		m, ok := at.req.(proto.Message)
-		if !ok {
-			return at.req != nil // not a proto message: the codec's refusal of the caller's value
-		}
-		_, err := proto.Marshal(m)
-		return err != nil
+		return at.req != nil && !marshals(at.req, at.opts)
 	case strings.HasPrefix(msg, "header key "), strings.HasPrefix(msg, "there is an empty key in the header"),
 		strings.HasPrefix(msg, "grpc: Compressor is not installed"), strings.HasPrefix(msg, "no codec registered for content-subtype"),
 		strings.HasPrefix(msg, "transport: per-RPC creds failed"), strings.HasPrefix(msg, "header list size to send violates the maximum size"):
@@ -225,6 +233,48 @@ func localInternal(msg string, at attemptOf) bool {
 		return at.reply != nil && !ok
 	}
 	return false
+}
+
+// marshals reports whether v marshals with the codec that grpc-go uses for
+// a call with opts, the connection's default call options among them: the
+// last one forced (grpc.ForceCodec, grpc.ForceCodecV2), else the
+// content-subtype's (grpc.CallContentSubtype), else proto's. It reports
+// true for a codec it cannot find, whose errors are not of marshaling.
+func marshals(v any, opts []grpc.CallOption) bool {
+	var codec any
+	subtype := ""
+	for _, o := range opts {
+		switch o := o.(type) {
+		case grpc.ForceCodecV2CallOption:
+			codec = o.CodecV2
+		case grpc.ForceCodecCallOption:
+			codec = o.Codec
+		case grpc.CustomCodecCallOption: //nolint:staticcheck // still honoured by grpc-go
+			codec = o.Codec
+		case grpc.ContentSubtypeCallOption:
+			subtype = o.ContentSubtype
+		}
+	}
+	if codec == nil {
+		if subtype == "" {
+			subtype = "proto"
+		}
+		if c := encoding.GetCodec(subtype); c != nil {
+			codec = c
+		} else if c := encoding.GetCodecV2(subtype); c != nil {
+			codec = c
+		}
+	}
+	switch c := codec.(type) {
+	case encoding.CodecV2:
+		b, err := c.Marshal(v)
+		b.Free()
+		return err == nil
+	case interface{ Marshal(any) ([]byte, error) }: // encoding.Codec, grpc.Codec
+		_, err := c.Marshal(v)
+		return err == nil
+	}
+	return true
 }
 
 // Error is the error of a call that an [Interceptor] made: it unwraps to

@@ -35,7 +35,9 @@
 // attempt decodes into a reply of its own, and the winner's is copied into
 // the caller's. Streams are not hedged: their attempts follow one another. The pipeline's time budget is the
 // call's deadline; each attempt's deadline is what remains of it, capped
-// by the attempt timeout, and grpc-go sends it on as grpc-timeout.
+// by the attempt timeout, and grpc-go sends it on as grpc-timeout. The
+// error of an attempt that the attempt timeout ended, a unary call's or a
+// stream's, matches pipeline.ErrAttemptTimeout.
 //
 // A stream is retried only while it is uncommitted (gRFC A6): until the
 // response's headers or first message arrive, or it has sent more than
@@ -43,9 +45,17 @@
 // order, the messages sent so far and the close of the sending side, so
 // the server sees the same stream again. Once committed, a stream is the
 // caller's as grpc-go hands it over: its errors come back as they are,
-// and never retried. The pipeline's call lasts until the stream ends, so
-// that the breaker and the listener hear its final outcome: a stream that
-// fails after it committed is a failure (terminal), not a success. This
+// and never retried; but one whose trailer says not to retry comes back
+// as an [*Error] of class terminal with its status, so that a server of
+// the caller's passes the "don't retry" on (package grpcsignal). The
+// pipeline's call lasts until the stream ends, so that the breaker and the
+// listener hear its final outcome: a stream that fails after it committed
+// is a failure (terminal), not a success. A stream that the server
+// answered (headers or a message) and that the call's own deadline ended
+// (the caller's, or the pipeline's time budget), as a bounded watch ends,
+// ended by the caller's doing: the caller gets DEADLINE_EXCEEDED, and the
+// breaker leaves it out (resilience.ClassRejected). One that the server
+// never answered counts as a unary call that its deadline ended does. This
 // holds for server, client and bidirectional streams.
 //
 // An error that the dependency did not cause is neither retried nor
@@ -365,7 +375,7 @@ func (c *unaryCall) run(ctx context.Context) (struct{}, error) {
 	}
 	c.trailer, c.peer = nil, unreached
 	if err := c.invoker(ctx, c.method, c.req, c.reply, c.cc, c.opts...); err != nil {
-		return struct{}{}, timedOut(ctx, c.cfg.classify(err, c.trailer, attemptOf{c.req, c.reply, reached(&c.peer)}))
+		return struct{}{}, timedOut(ctx, c.cfg.classify(err, c.trailer, attemptOf{c.req, c.reply, c.opts, reached(&c.peer)}))
 	}
 	return struct{}{}, nil
 }
@@ -436,6 +446,9 @@ func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, me
 		closed  bool
 		running sync.WaitGroup
 	)
+	// Attempts make their replies from reply's type, never from reply,
+	// which the caller's goroutine writes as a late hedge may start.
+	typ := reply.ProtoReflect().Type()
 	err = errAbandoned // unless the call returns: a panic or runtime.Goexit
 	defer func() {
 		mu.Lock()
@@ -456,10 +469,10 @@ func (ic *Interceptor) hedgedUnary(ctx context.Context, p *pipeline.Pipeline, me
 		if n := n.Add(1); n > 1 {
 			ctx = withPreviousAttempts(ctx, int(n-1))
 		}
-		a := &hedgedAttempt{reply: reply.ProtoReflect().New().Interface(), peer: unreached}
+		a := &hedgedAttempt{reply: typ.New().Interface(), peer: unreached}
 		aopts := append(h.base[:len(h.base):len(h.base)], grpc.Header(&a.header), grpc.Trailer(&a.trailer), grpc.Peer(&a.peer))
 		if err := invoker(ctx, method, req, a.reply, cc, aopts...); err != nil {
-			return a, timedOut(ctx, cfg.classify(err, a.trailer, attemptOf{req, a.reply, reached(&a.peer)}))
+			return a, timedOut(ctx, cfg.classify(err, a.trailer, attemptOf{req, a.reply, h.base, reached(&a.peer)}))
 		}
 		return a, nil
 	})

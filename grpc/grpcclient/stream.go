@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/resiliencekit/resiliencekit/grpc/grpcsignal"
 	"github.com/resiliencekit/resiliencekit/pipeline"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -25,7 +26,9 @@ import (
 // receives, and the caller must read it to its end or cancel its
 // context. Its Context commits it, as grpc-go's does. The pipeline's call
 // ends with the stream, so the breaker and the listener hear how it ended
-// (a failure after it committed is a failure, not retried), and a
+// (a failure after it committed is a failure, not retried, but for the end
+// that the call's own deadline makes of a stream the server answered:
+// see the package documentation), and a
 // concurrency limit (pipeline.WithLimit) counts it in flight until then.
 //
 // Installed by hand, without [Interceptor.DialOptions], it needs
@@ -240,7 +243,7 @@ func (s *stream) run(ctx context.Context, p *pipeline.Pipeline, once []pipeline.
 // permanent: an answer). A stream that
 // failed before its response began, committed only because its messages
 // overflowed the replay buffer, also matches [ErrReplayBufferFull].
-func (s *stream) outcome(a *attempt) error {
+func (s *stream) outcome(ctx context.Context, a *attempt) error {
 	<-a.finished
 	if a.err == nil {
 		return nil
@@ -250,11 +253,12 @@ func (s *stream) outcome(a *attempt) error {
 		s.waitLocked()
 	}
 	s.mu.Unlock()
-	return s.outcomeOf(a)
+	return s.outcomeOf(ctx, a)
 }
 
-// outcomeOf is outcome once a has ended and no SendMsg is in flight on it.
-func (s *stream) outcomeOf(a *attempt) error {
+// outcomeOf is outcome once a, the attempt of ctx, has ended and no
+// SendMsg is in flight on it.
+func (s *stream) outcomeOf(ctx context.Context, a *attempt) error {
 	if a.err == nil {
 		return nil
 	}
@@ -262,11 +266,17 @@ func (s *stream) outcomeOf(a *attempt) error {
 		return resilience.Rejected(a.err) // the stream ended on the caller's own SendMsg error
 	}
 	err := s.cfg.classify(a.err, a.cs.Trailer(), a.of())
+	md, _ := a.cs.Header()
+	if cause := endedBy(ctx, a.err); md != nil && cause != nil && cause != pipeline.ErrAttemptTimeout {
+		// The server answered, and the call's own deadline ended the
+		// stream, as it ends a watch: the caller's doing.
+		return resilience.Rejected(err)
+	}
 	switch resilience.Classify(err) {
 	case resilience.ClassPending: // not retried: an answer all the same, not a failure
 		err = resilience.Permanent(err)
 	case resilience.ClassTransient:
-		if md, _ := a.cs.Header(); md == nil && s.overflowed.Load() {
+		if md == nil && s.overflowed.Load() {
 			// A retry would have fixed it, had the stream been kept to
 			// replay: the pipeline's listener hears EventNotRetried.
 			return resilience.Unrepeatable(fmt.Errorf("%w (%w)", err, ErrReplayBufferFull))
@@ -277,8 +287,10 @@ func (s *stream) outcomeOf(a *attempt) error {
 }
 
 // open is the pipeline's operation: one attempt, from opening its stream
-// to the decision.
-func (s *stream) open(ctx context.Context) (struct{}, error) {
+// to the decision. Its error matches pipeline.ErrAttemptTimeout when the
+// attempt timeout ended the stream, as a unary call's does.
+func (s *stream) open(ctx context.Context) (_ struct{}, err error) {
+	defer func() { err = timedOut(ctx, err) }()
 	s.mu.Lock()
 	s.n++
 	n := s.n
@@ -299,7 +311,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	s.replayTo(a)
 	if md, _ := cs.Header(); md != nil {
 		s.commit(a) // the response has begun
-		return struct{}{}, s.outcome(a)
+		return struct{}{}, s.outcome(ctx, a)
 	}
 	<-a.finished // the stream ended without headers: its status decides
 	s.mu.Lock()
@@ -310,7 +322,7 @@ func (s *stream) open(ctx context.Context) (struct{}, error) {
 	switch {
 	case s.committed: // by the caller meanwhile
 		s.cur = a
-		return struct{}{}, s.outcomeOf(a)
+		return struct{}{}, s.outcomeOf(ctx, a)
 	case a.sendErr != nil: // the caller's own error, such as a message too large
 		a.failed = true
 		s.broadcastLocked()
@@ -486,9 +498,25 @@ func (s *stream) RecvMsg(m any) error {
 		s.mu.Unlock()
 		if committed {
 			s.callOver(a)
-			return rerr
+			return s.committedError(a, rerr)
 		}
 	}
+}
+
+// committedError returns rerr, the error that ended a, the call's
+// committed stream, as grpc-go gave it, but for a failure whose trailer
+// says not to retry (a pushback of -1, malformed or repeated): an [*Error]
+// of class terminal with rerr's status, so that a server of the caller's
+// (package grpcsignal) passes the signal on.
+func (s *stream) committedError(a *attempt, rerr error) error {
+	trailer := a.cs.Trailer()
+	if _, retry, ok := grpcsignal.Pushback(trailer); !ok || retry {
+		return rerr
+	}
+	if err := s.cfg.classify(rerr, trailer, a.of()); resilience.Classify(err) == resilience.ClassTerminal {
+		return callError(err)
+	}
+	return rerr
 }
 
 // received commits the stream to a, from which a message came. A call
