@@ -21,9 +21,10 @@
 // in the retry) counts by that answer (retrypolicy.Error.Answer): a
 // failure if it was one, and otherwise left out, never a success; so
 // callers who hang up while their calls retry still open a dead
-// dependency's breaker. [FailIf] changes what is a failure, and
-// [IgnoreIf] leaves out more; both are asked of that answer, not of the
-// cancellation.
+// dependency's breaker (with hedging too: a race keeps the failed
+// attempt's answer as its hedges come back canceled). [FailIf] changes
+// what is a failure, and [IgnoreIf] leaves out more; both are asked of
+// that answer, not of the cancellation.
 //
 // A call that its context's deadline ended (the caller's, or a budget an
 // upstream sent) in its one attempt is left out too, as the caller's
@@ -38,8 +39,10 @@
 // for 60 to 80 s. A call canceled that ends within 10 ms of its deadline
 // is taken for one its deadline ended (a caller upstream, told its budget
 // rounded up, hangs up a moment before this hop's deadline). A call that
-// a retry policy ran more than once counts: the dependency failed before
-// the deadline (even where [IgnoreIf] left that failure out). So a budget
+// a retry policy ran more than once counts by the answer before the
+// attempt that the deadline ended: a failure if it was one (the
+// dependency failed before the deadline), left out if not (of class
+// pending, or one that IgnoreIf leaves out, review132). So a budget
 // under 100 ms, or under the slowest recent answer, never opens the
 // breaker by running out; a dependency that hangs opens it through the
 // calls that had more, and, once its slowest answer is over 80 s old,
@@ -358,6 +361,9 @@ func (b *Breaker) count(ctx context.Context, err error, a admission) (out outcom
 		}
 	}()
 	out = b.judge(ctx, err)
+	if answerOf(err) != nil {
+		return out // judged by what the dependency answered: how the call then ended says nothing more
+	}
 	switch {
 	case out == excluded && b.hungUp(ctx, err):
 		// A caller upstream that hung up as its deadline came: told the
@@ -424,8 +430,8 @@ func (b *Breaker) judge(ctx context.Context, err error) outcome {
 	if err == nil {
 		return counted
 	}
-	if re, ok := err.(*retrypolicy.Error); ok && re.Answer() != nil {
-		if b.judgeAnswer(re.Answer()) == failed {
+	if answer := answerOf(err); answer != nil {
+		if b.judgeAnswer(answer) == failed {
 			return failed
 		}
 		return excluded
@@ -434,6 +440,41 @@ func (b *Breaker) judge(ctx context.Context, err error) outcome {
 		return excluded
 	}
 	return b.judgeAnswer(err)
+}
+
+// answerOf returns the answer of err, a retry loop's error as the loop
+// returned it, or of a loop's nested in its last attempt's (a pipeline
+// that made one attempt wraps its operation's error so); nil if none.
+func answerOf(err error) error {
+	re, ok := err.(*retrypolicy.Error)
+	for depth := 0; ok && depth < maxNesting; depth++ {
+		if a := re.Answer(); a != nil {
+			return a
+		}
+		re, ok = loopIn(re.Last)
+	}
+	return nil
+}
+
+// maxNesting bounds the errors answerOf and loopIn look through: an
+// error that holds itself ends too.
+const maxNesting = 100
+
+// loopIn returns the retry loop's error in err's chain (Unwrap() error),
+// if any; it allocates nothing, unlike errors.As, as a failing call asks
+// it.
+func loopIn(err error) (*retrypolicy.Error, bool) {
+	for range maxNesting {
+		switch e := err.(type) {
+		case *retrypolicy.Error:
+			return e, true
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // judgeAnswer says how an error that ended a call counts, by its class,

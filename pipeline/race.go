@@ -371,6 +371,22 @@ func classRejected(err error) bool {
 	return ok && c == resilience.ClassRejected
 }
 
+// classCanceled reports whether err is of class canceled.
+func classCanceled(err error) bool {
+	c, ok := classify.Safely(err)
+	return ok && c == resilience.ClassCanceled
+}
+
+// answered is the error of a race that its caller's cancellation ended
+// after an attempt of it failed: the cancellation's for the caller, and
+// that failure its answer, which a breaker counts the call by
+// (retrypolicy.Error.Answer).
+type answered struct{ err, answer error }
+
+func (a *answered) Error() string { return a.err.Error() }
+func (a *answered) Unwrap() error { return a.err }
+func (a *answered) Answer() error { return a.answer }
+
 // settle takes the outcome of an attempt, and reports whether it ends the
 // race: a success or an answer not to retry, which is then r.last. A panic
 // or runtime.Goexit of the attempt goes on in the caller.
@@ -396,6 +412,9 @@ func (r *race[T]) settle(o outcome[T]) bool {
 		return false
 	}
 	if r.have {
+		if !again && classCanceled(o.err) && r.last.err != nil {
+			o.err = &answered{o.err, r.last.err} // the caller hung up after an attempt failed
+		}
 		r.dispose(r.last)
 	}
 	r.last, r.have = o, true

@@ -27,8 +27,7 @@ func TestLatencySampleBiasedToFastCalls(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for n.Add(1) <= 2400 {
-				i := n.Load()
+			for i := n.Add(1); i <= 2400; i = n.Add(1) { // i its own: n.Load() here read others' (CI, once)
 				pipeline.Do(context.Background(), p, func(context.Context) (int, error) {
 					if i%4 != 0 {
 						time.Sleep(slow)

@@ -110,12 +110,13 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Reason, e.Last}
 }
 
-// answerIn returns the answer of a retry loop's error in err's tree, nil
-// if none.
+// answerIn returns the answer in err's tree (of a retry loop's error, or
+// of another error that has one, such as a hedged race's that its
+// caller's cancellation ended), nil if none.
 func answerIn(err error) error {
-	var re *Error
-	if errors.As(err, &re) {
-		return re.sent
+	var a interface{ Answer() error }
+	if errors.As(err, &a) {
+		return a.Answer()
 	}
 	return nil
 }
@@ -135,12 +136,12 @@ func answerOf(err error, prev error, retry bool) error {
 }
 
 // Answer returns, for a loop that a pipeline's gate (the throttle, the
-// concurrency limit) or its caller's cancellation stopped after the
-// dependency answered an attempt, the error of the last attempt answered
-// in the same run of the loop: the attempt before the retry the gate
-// refused, the attempt whose backoff or whose retry was canceled, or the
-// attempt the cancellation came after, or else the answer of a loop
-// nested in the operation that stopped so; nil otherwise. The call's
+// concurrency limit), its caller's cancellation or its deadline stopped
+// after the dependency answered an attempt, the error of the last attempt
+// answered in the same run of the loop: the attempt before the retry the
+// gate refused or the cancellation or the deadline ended, or the attempt
+// whose backoff was canceled, or else the answer of a loop nested in the
+// operation that stopped so; nil otherwise. The call's
 // class is the refusal's (rejected: not retried by a layer above) or the
 // cancellation's, but a breaker (package breaker) counts the call by this
 // answer: a failure if the dependency failed it, whatever then stopped
@@ -337,9 +338,6 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 				return res, &Error{Attempts: attempt - 1, Reason: gerr, Last: last, guarded: true}
 			}
 		}
-		if rejected { // refused before it was sent: the retry was not made
-			cfg.giveBack(charge)
-		}
 		prev := last
 		last, charge = err, notCounted
 		cfg.listener.Count(attempt, err)
@@ -349,11 +347,9 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		if err == nil {
 			return res, nil
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil { // whatever err is (a cause's, say), not the dependency's answer
 			e := cfg.giveUp(attempt, stopReason(ctx), err)
-			if errors.Is(e.Reason, context.Canceled) { // whatever err is (a cause's, say), not the dependency's answer
-				e.sent = answerOf(err, prev, attempt > made+1)
-			}
+			e.sent = answerOf(err, prev, attempt > made+1)
 			return res, e
 		}
 		if !cfg.retryableAs(err, class, classified) {
@@ -394,7 +390,7 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 				reason = stopReason(ctx)
 			}
 			e := cfg.giveUp(attempt, reason, err)
-			if errors.Is(reason, context.Canceled) {
+			if ctx.Err() != nil {
 				e.sent = err // failed, and retryable: an answer
 			}
 			return res, e

@@ -31,8 +31,10 @@ func TestReview45FullJitterUniform(t *testing.T) {
 		for _, o := range bins {
 			chi += (float64(o) - exp) * (float64(o) - exp) / exp
 		}
-		// 19 degrees of freedom: p=0.001 critical value 43.8.
-		if chi > 43.8 {
+		// 19 degrees of freedom: p=0.000003 critical value 60 (p=0.001's,
+		// 43.8, failed about once in 200 runs: several retries are tested,
+		// and the bins of integer nanoseconds are not all equally wide).
+		if chi > 60 {
 			t.Errorf("retry %d: chi-square %.1f, bins %v", n, chi, bins)
 		}
 		mean := sum / draws

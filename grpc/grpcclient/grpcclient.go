@@ -50,12 +50,13 @@
 // the caller's passes the "don't retry" on (package grpcsignal). The
 // pipeline's call lasts until the stream ends, so that the breaker and the
 // listener hear its final outcome: a stream that fails after it committed
-// is a failure (terminal), not a success. A stream that the server
-// answered (headers or a message) and that the call's own deadline ended
-// (the caller's, or the pipeline's time budget), as a bounded watch ends,
-// ended by the caller's doing: the caller gets DEADLINE_EXCEEDED, and the
-// breaker leaves it out (resilience.ClassRejected). One that the server
-// never answered counts as a unary call that its deadline ended does. This
+// is a failure (terminal), not a success. A stream from which a message
+// came and that the call's own deadline ended (the caller's, or the
+// pipeline's time budget), as a bounded watch ends, ended by the caller's
+// doing: the caller gets DEADLINE_EXCEEDED, and the breaker leaves it out
+// (resilience.ClassRejected). One whose server sent no message, headers or
+// not, counts as a unary call that its deadline ended does: a server that
+// sends its headers and hangs is no healthier than one that hangs. This
 // holds for server, client and bidirectional streams.
 //
 // An error that the dependency did not cause is neither retried nor

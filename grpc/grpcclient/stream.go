@@ -118,6 +118,7 @@ type attempt struct {
 	// the codec's refusal of it is the caller's error. Set before the
 	// RecvMsg that may finish the stream.
 	notProto atomic.Bool
+	got      atomic.Bool // a message came from its server
 }
 
 // of is what the classification of a's outcome needs to know of a.
@@ -267,9 +268,10 @@ func (s *stream) outcomeOf(ctx context.Context, a *attempt) error {
 	}
 	err := s.cfg.classify(a.err, a.cs.Trailer(), a.of())
 	md, _ := a.cs.Header()
-	if cause := endedBy(ctx, a.err); md != nil && cause != nil && cause != pipeline.ErrAttemptTimeout {
-		// The server answered, and the call's own deadline ended the
-		// stream, as it ends a watch: the caller's doing.
+	if cause := endedBy(ctx, a.err); a.got.Load() && cause != nil && cause != pipeline.ErrAttemptTimeout {
+		// The server sent a message, and the call's own deadline ended
+		// the stream, as it ends a watch: the caller's doing. (Headers
+		// alone are no such evidence: a server may send them and hang.)
 		return resilience.Rejected(err)
 	}
 	switch resilience.Classify(err) {
@@ -486,6 +488,7 @@ func (s *stream) RecvMsg(m any) error {
 		}
 		rerr := a.cs.RecvMsg(m)
 		if rerr == nil {
+			a.got.Store(true)
 			s.received(a)
 			return nil
 		}
