@@ -443,15 +443,19 @@ func (b *Breaker) judge(ctx context.Context, err error) outcome {
 }
 
 // answerOf returns the answer of err, a retry loop's error as the loop
-// returned it, or of a loop's nested in its last attempt's (a pipeline
-// that made one attempt wraps its operation's error so); nil if none.
+// returned it, or the answer in its last attempt's (a pipeline that made
+// one attempt wraps its operation's error so: a nested loop's, a hedged
+// race's); nil if none.
 func answerOf(err error) error {
 	re, ok := err.(*retrypolicy.Error)
 	for depth := 0; ok && depth < maxNesting; depth++ {
 		if a := re.Answer(); a != nil {
 			return a
 		}
-		re, ok = loopIn(re.Last)
+		var a error
+		if re, a, ok = answerIn(re.Last); a != nil {
+			return a
+		}
 	}
 	return nil
 }
@@ -460,21 +464,24 @@ func answerOf(err error) error {
 // error that holds itself ends too.
 const maxNesting = 100
 
-// loopIn returns the retry loop's error in err's chain (Unwrap() error),
-// if any; it allocates nothing, unlike errors.As, as a failing call asks
+// answerIn returns the first retry loop's error in err's chain (Unwrap()
+// error), or the answer of another error there that has one (a hedged
+// race's); it allocates nothing, unlike errors.As, as a failing call asks
 // it.
-func loopIn(err error) (*retrypolicy.Error, bool) {
+func answerIn(err error) (*retrypolicy.Error, error, bool) {
 	for range maxNesting {
 		switch e := err.(type) {
 		case *retrypolicy.Error:
-			return e, true
+			return e, nil, true
+		case interface{ Answer() error }:
+			return nil, e.Answer(), false
 		case interface{ Unwrap() error }:
 			err = e.Unwrap()
 		default:
-			return nil, false
+			return nil, nil, false
 		}
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 // judgeAnswer says how an error that ended a call counts, by its class,

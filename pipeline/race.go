@@ -82,6 +82,7 @@ type outcome[T any] struct {
 	keep     *keeper
 	panicked any  // what the attempt panicked with
 	goexit   bool // the attempt called runtime.Goexit
+	late     bool // it failed once the race's context had ended: its error is no answer of the dependency's
 }
 
 func newRace[T any](c *call[T], ctx context.Context, delay time.Duration) *race[T] {
@@ -147,6 +148,7 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 		}
 	}()
 	o.res, o.err = a.attempt(r.firstCtx, false, r)
+	o.late = o.err != nil && ended(r.ctx)
 	r.refused = a.refused
 	o.keep = &r.first
 	returned = true
@@ -238,7 +240,7 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 	if cut {
 		r.dispose(first) // canceled by a hedge that won: a loser
 	} else if r.settle(first) {
-		return r.last.res, r.last.err
+		return r.result()
 	}
 	for {
 		r.mu.Lock()
@@ -260,12 +262,42 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 			continue
 		}
 		if r.settle(o) {
-			return r.last.res, r.last.err
+			return r.result()
 		}
 	}
 	r.keep(r.last)
+	return r.result()
+}
+
+// result returns r.last, the race's context ended since an attempt failed
+// before it (a hedge canceled as the caller hung up, or cut at the
+// deadline) with that failure as its answer (retrypolicy.Error.Answer):
+// the retry loop takes no error for one once the context has ended.
+func (r *race[T]) result() (T, error) {
+	if !r.last.late && r.last.err != nil && ended(r.ctx) {
+		if a := r.last.answer(); a != nil {
+			return r.last.res, &answered{r.last.err, a}
+		}
+	}
 	return r.last.res, r.last.err
 }
+
+// answer returns the dependency's failure that o stands for: its error,
+// returned before the race's context ended, or the one before it; nil if
+// none.
+func (o *outcome[T]) answer() error {
+	if a, ok := o.err.(*answered); ok {
+		return a.answer
+	}
+	if o.err == nil || o.late || classCanceled(o.err) || classRejected(o.err) {
+		return nil
+	}
+	return o.err
+}
+
+// ended reports whether ctx has ended: canceled, or its deadline passed
+// by the clock, whether or not ctx has heard of it yet.
+func ended(ctx context.Context) bool { return ctx.Err() != nil || deadlinePassed(ctx) }
 
 // fire sends a hedge, on the timer's goroutine, unless the race has sent
 // all it may, is over, the call is over, the breaker has opened or the
@@ -329,6 +361,7 @@ func (r *race[T]) launch(n int32) {
 			results <- o
 		}()
 		o.res, o.err = a.attempt(actx, true, r)
+		o.late = o.err != nil && ended(r.ctx)
 		r.refusedHedge(&a, o.err)
 		if y.yielded.Load() && (o.err != nil || r.c.k != nil) {
 			o.err = errYielded // its context canceled: a streamed success too, cut short (review120)
@@ -377,10 +410,9 @@ func classCanceled(err error) bool {
 	return ok && c == resilience.ClassCanceled
 }
 
-// answered is the error of a race that its caller's cancellation ended
-// after an attempt of it failed: the cancellation's for the caller, and
-// that failure its answer, which a breaker counts the call by
-// (retrypolicy.Error.Answer).
+// answered is the error of a race that its context ended after an
+// attempt of it failed: the ending's for the caller, and that failure its
+// answer, which a breaker counts the call by (retrypolicy.Error.Answer).
 type answered struct{ err, answer error }
 
 func (a *answered) Error() string { return a.err.Error() }
@@ -406,15 +438,17 @@ func (r *race[T]) settle(o outcome[T]) bool {
 	if r.refusedHere(o) {
 		return false
 	}
+	if o.late && r.have {
+		if a := r.last.answer(); a != nil {
+			o.err = &answered{o.err, a} // no answer itself: the one before stands
+		}
+	}
 	again := o.err != nil && retryable(o.err)
 	if r.have && again && retryAfter(r.last.err) > retryAfter(o.err) {
 		r.dispose(o) // the dependency's longest hint decides the retry's delay
 		return false
 	}
 	if r.have {
-		if !again && classCanceled(o.err) && r.last.err != nil {
-			o.err = &answered{o.err, r.last.err} // the caller hung up after an attempt failed
-		}
 		r.dispose(r.last)
 	}
 	r.last, r.have = o, true

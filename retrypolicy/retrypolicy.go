@@ -370,7 +370,11 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			delay = min(hint, cfg.maxDelay)
 		}
 		if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(delay).Before(deadline) {
-			return res, cfg.giveUp(attempt, ErrOutOfTime, err)
+			e := cfg.giveUp(attempt, ErrOutOfTime, err)
+			if !time.Now().Before(deadline) { // passed: the attempt ended at it (ctx has yet to hear), no answer
+				e.sent = answerOf(err, prev, attempt > made+1)
+			}
+			return res, e
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {
