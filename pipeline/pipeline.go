@@ -292,7 +292,7 @@ func (k *keeper) cancel() {
 // without a retry stage.
 func (p *Pipeline) outOfTime(ctx context.Context, attempts int, last error) error {
 	reason := ctx.Err()
-	if errors.Is(reason, context.DeadlineExceeded) {
+	if reason == nil || errors.Is(reason, context.DeadlineExceeded) { // nil: passed by the clock, not yet heard of
 		reason = retrypolicy.ErrOutOfTime
 		p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventTimeBudgetExceeded, Attempt: attempts, Err: last})
 	}

@@ -282,6 +282,31 @@ func (r *race[T]) result() (T, error) {
 	return r.last.res, r.last.err
 }
 
+// queuedAnswer takes the outcomes of the hedges that have ended and wait
+// to be taken, not waiting for the others, and returns the latest answer
+// among them; nil if none. The outcomes are losers': the race is decided.
+func (r *race[T]) queuedAnswer() (answer error) {
+	for {
+		r.mu.Lock()
+		if r.running == 0 {
+			r.mu.Unlock()
+			return answer
+		}
+		select {
+		case q := <-r.results:
+			r.running--
+			r.mu.Unlock()
+			if a := q.answer(); a != nil {
+				answer = a
+			}
+			r.dispose(q)
+		default:
+			r.mu.Unlock()
+			return answer
+		}
+	}
+}
+
 // answer returns the dependency's failure that o stands for: its error,
 // returned before the race's context ended, or the one before it; nil if
 // none.
@@ -438,13 +463,23 @@ func (r *race[T]) settle(o outcome[T]) bool {
 	if r.refusedHere(o) {
 		return false
 	}
-	if o.late && r.have {
-		if a := r.last.answer(); a != nil {
-			o.err = &answered{o.err, a} // no answer itself: the one before stands
+	again := o.err != nil && retryable(o.err)
+	if o.late && o.err != nil { // no answer itself: the one before stands
+		var a error
+		if r.have {
+			a = r.last.answer()
+		}
+		if a == nil && !again { // it decides: hedges that answered before it may wait to be taken
+			a = r.queuedAnswer()
+		}
+		if a != nil {
+			o.err = &answered{o.err, a}
 		}
 	}
-	again := o.err != nil && retryable(o.err)
 	if r.have && again && retryAfter(r.last.err) > retryAfter(o.err) {
+		if a := o.answer(); a != nil && r.last.answer() == nil {
+			r.last.err = &answered{r.last.err, a}
+		}
 		r.dispose(o) // the dependency's longest hint decides the retry's delay
 		return false
 	}
