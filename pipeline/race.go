@@ -282,6 +282,23 @@ func (r *race[T]) result() (T, error) {
 	return r.last.res, r.last.err
 }
 
+// lateAnswer gives o, which failed once the race's context had ended and
+// is no answer itself, the answer before it, if any: r.last's, or, if o
+// decides the race (not again), that of the hedges that have ended and
+// wait to be taken.
+func (r *race[T]) lateAnswer(o *outcome[T], again bool) {
+	var a error
+	if r.have {
+		a = r.last.answer()
+	}
+	if a == nil && !again {
+		a = r.queuedAnswer()
+	}
+	if a != nil {
+		o.err = &answered{o.err, a}
+	}
+}
+
 // queuedAnswer takes the outcomes of the hedges that have ended and wait
 // to be taken, not waiting for the others, and returns the latest answer
 // among them; nil if none. The outcomes are losers': the race is decided.
@@ -296,8 +313,8 @@ func (r *race[T]) queuedAnswer() (answer error) {
 		case q := <-r.results:
 			r.running--
 			r.mu.Unlock()
-			if a := q.answer(); a != nil {
-				answer = a
+			if a := q.answer(); a != nil || q.err == nil && q.panicked == nil && !q.goexit {
+				answer = a // the latest: a success says the dependency answers
 			}
 			r.dispose(q)
 		default:
@@ -464,17 +481,8 @@ func (r *race[T]) settle(o outcome[T]) bool {
 		return false
 	}
 	again := o.err != nil && retryable(o.err)
-	if o.late && o.err != nil { // no answer itself: the one before stands
-		var a error
-		if r.have {
-			a = r.last.answer()
-		}
-		if a == nil && !again { // it decides: hedges that answered before it may wait to be taken
-			a = r.queuedAnswer()
-		}
-		if a != nil {
-			o.err = &answered{o.err, a}
-		}
+	if o.late && o.err != nil {
+		r.lateAnswer(&o, again)
 	}
 	if r.have && again && retryAfter(r.last.err) > retryAfter(o.err) {
 		if a := o.answer(); a != nil && r.last.answer() == nil {

@@ -531,7 +531,7 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	if c.attempts {
 		l.Attempted(n, err)
 	}
-	if err != nil && ended(ctx) {
+	if err != nil && (ctx.Err() != nil || retryable(err) && deadlinePassed(ctx)) { // an answer not retried stands, as in the retry stage
 		err = c.p.outOfTime(ctx, 1, err)
 	} else if err != nil && c.p.cfg.retry != nil && (c.opts.single && classify.Holds(c.p.cfg.retry.WouldRetry, err) || classify.Holds(resilience.IsUnrepeatable, err)) {
 		l.Emit(resilience.Event{Kind: resilience.EventNotRetried, Attempt: 1, Err: err})
