@@ -9,7 +9,8 @@
 //
 //   - resilience.calls: finished pipeline calls, by "outcome" (the class
 //     of the error: success, transient, permanent, terminal, canceled,
-//     rejected, pending)
+//     rejected, pending; a call its caller canceled after the dependency
+//     failed an attempt is canceled here, and a failure for its breaker)
 //   - resilience.call.duration: their duration in seconds, by outcome
 //     (of a sample of them with [SampleDurations])
 //   - resilience.attempts: attempts, by outcome; an attempt that the

@@ -41,6 +41,15 @@
 // and rejections over time are those of the registered pipelines built on
 // it.
 //
+// A pipeline's figures count by the class of each attempt's error, not
+// by the breaker's verdict: they differ from the breaker's own counts for
+// a permanent error (a 400: a failure here, a success for the breaker), a
+// breaker's FailIf or IgnoreIf, a call the breaker takes for cut short by
+// its deadline (a failure here, left out there), an answer of class
+// pending (a failed attempt here), and a panic (see above). A failure
+// counted between a call's failed attempt and its retry stays in the
+// series once the retry succeeds (review136).
+//
 // The registry holds what it registers weakly: a breaker or pipeline no
 // longer used elsewhere is unregistered when it is garbage collected, a
 // shared breaker once it is closed (its name is free at once), and

@@ -11,6 +11,7 @@
 package tally
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync/atomic"
 
@@ -27,7 +28,8 @@ const SampleEvery = 64
 // they were sent (an error of class [resilience.ClassRejected]: the
 // throttle's, the concurrency limit's, the breaker's re-check), or
 // canceled by the caller (class [resilience.ClassCanceled]: not of
-// itself a failure of the dependency's); an answer of class
+// itself a failure of the dependency's, but failed if it carries an
+// answer, a hedged race's whose hedge failed first); an answer of class
 // [resilience.ClassPending] is a failed attempt. An attempt adds to one
 // counter only. The zero Counts is ready; it is safe
 // for concurrent use.
@@ -52,12 +54,27 @@ func (c *Counts) Attempt(n int, err error) {
 		case resilience.ClassRejected: // not sent
 			k = pick(first, &c.firstRefused, &c.laterRefused)
 		case resilience.ClassCanceled:
-			k = pick(first, &c.firstCanceled, &c.laterCanceled)
+			if answered(err) { // a hedged race whose hedge failed before the caller hung up: failed, as the breaker counts it
+				k = pick(first, &c.firstFailed, &c.laterFailed)
+			} else {
+				k = pick(first, &c.firstCanceled, &c.laterCanceled)
+			}
 		default:
 			k = pick(first, &c.firstFailed, &c.laterFailed)
 		}
 	}
 	k.Add(1)
+}
+
+// answered reports whether err carries the dependency's answer (a
+// hedged race's error that its caller's cancellation ended, see
+// retrypolicy.Error.Answer); false if its methods panic.
+func answered(err error) bool {
+	ok, _ := classify.Ask(func(err error) bool {
+		var a interface{ Answer() error }
+		return errors.As(err, &a) && a.Answer() != nil
+	}, err)
+	return ok
 }
 
 // pick returns a if first, else b.
