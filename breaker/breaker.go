@@ -360,10 +360,16 @@ func (b *Breaker) count(ctx context.Context, err error, a admission) (out outcom
 			out = failed
 		}
 	}()
-	out = b.judge(ctx, err)
-	if answerOf(err) != nil {
-		return out // judged by what the dependency answered: how the call then ended says nothing more
+	if answer := answerOf(err); answer != nil {
+		// Judged by what the dependency answered, and only as a failure
+		// (the call did not succeed): how the call then ended says
+		// nothing more.
+		if b.judgeAnswer(answer) == failed {
+			return failed
+		}
+		return excluded
 	}
+	out = b.judge(ctx, err)
 	switch {
 	case out == excluded && b.hungUp(ctx, err):
 		// A caller upstream that hung up as its deadline came: told the
@@ -422,19 +428,11 @@ func (b *Breaker) cutShort(ctx context.Context, err error, a admission, margin t
 	return b.cb.cutShort(a.at, left+monotime.Since(a.at)) // its budget, however late the operation returned
 }
 
-// judge says how a call that ended with err counts. A retry loop that a
-// gate or the caller stopped after the dependency answered counts by that
-// answer (retrypolicy.Error.Answer), and only as a failure: the call did
-// not succeed.
+// judge says how a call that ended with err, and carries no answer of the
+// dependency's (see count), counts.
 func (b *Breaker) judge(ctx context.Context, err error) outcome {
 	if err == nil {
 		return counted
-	}
-	if answer := answerOf(err); answer != nil {
-		if b.judgeAnswer(answer) == failed {
-			return failed
-		}
-		return excluded
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return excluded

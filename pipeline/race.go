@@ -331,7 +331,7 @@ func (o *outcome[T]) answer() error {
 	if a, ok := o.err.(*answered); ok {
 		return a.answer
 	}
-	if o.err == nil || o.late || classCanceled(o.err) || classRejected(o.err) {
+	if o.err == nil || o.late || ofClass(o.err, resilience.ClassCanceled) || ofClass(o.err, resilience.ClassRejected) {
 		return nil
 	}
 	return o.err
@@ -431,25 +431,21 @@ func (r *race[T]) hedgeEnded(o *outcome[T]) {
 // class rejected: httpclient's refusal to send a hedge while the first
 // attempt still reads a streamed body.
 func (r *race[T]) refusedHedge(a *call[T], err error) {
-	if a.hedged && classRejected(err) {
+	if a.hedged && ofClass(err, resilience.ClassRejected) {
 		r.sent.Add(-1)
 	}
 }
 
-// classRejected reports whether err, an attempt's, is of class rejected: the
-// attempt was refused on the caller's side, not sent.
-func classRejected(err error) bool {
+// ofClass reports whether err, an attempt's, is of class c: rejected, the
+// attempt was refused on the caller's side, not sent; canceled, its
+// caller gave up. An error whose methods panic as it is classified is of
+// neither.
+func ofClass(err error, c resilience.Class) bool {
 	if err == nil {
 		return false
 	}
-	c, ok := classify.Safely(err)
-	return ok && c == resilience.ClassRejected
-}
-
-// classCanceled reports whether err is of class canceled.
-func classCanceled(err error) bool {
-	c, ok := classify.Safely(err)
-	return ok && c == resilience.ClassCanceled
+	got, ok := classify.Safely(err)
+	return ok && got == c
 }
 
 // answered is the error of a race that its context ended after an
@@ -509,7 +505,7 @@ func (r *race[T]) settle(o outcome[T]) bool {
 // the first refusal is (review120: a hedge's refusal replaced the first
 // attempt's own).
 func (r *race[T]) refusedHere(o outcome[T]) bool {
-	if !classRejected(o.err) || !r.stopHedges() && !r.have {
+	if !ofClass(o.err, resilience.ClassRejected) || !r.stopHedges() && !r.have {
 		return false
 	}
 	if r.have {

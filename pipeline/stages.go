@@ -665,7 +665,7 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	if r != nil {
 		r.returned(info.Hedge, err)
 	}
-	if learns && !classRejected(err) {
+	if learns && !ofClass(err, resilience.ClassRejected) {
 		// Every attempt's latency, a loser's too: cut short by the
 		// winner, it is a lower bound, and without it the slow tail
 		// that hedging cuts would be left out of the quantile. Not one
