@@ -57,7 +57,6 @@ func sum(xs []uint64) (n uint64) {
 // are the registry's (pipelines) and the breaker's own (breakers), and a
 // pipeline's series add up to its totals.
 func TestReview136DashboardFiguresMatchRegistry(t *testing.T) {
-	t.Skip("known, not fixed (this stop's note): a failure counted between a failed attempt and its successful retry stays in the series")
 	synctest.Test(t, func(t *testing.T) {
 		boom := errors.New("503")
 		b := breaker.New("dep", breaker.ConsecutiveFailures(1000), breaker.Window(time.Hour, 6))
@@ -156,7 +155,6 @@ func TestReview136DashboardTileAndTableOnA400(t *testing.T) {
 // succeeds on its retry; a page is open (a snapshot each interval). No
 // call failed: the totals say 0 failures, and so must the sparklines.
 func TestReview136SparklineOfRetriedSuccesses(t *testing.T) {
-	t.Skip("known, not fixed (this stop's note): a failure counted between a failed attempt and its successful retry stays in the series")
 	synctest.Test(t, func(t *testing.T) {
 		b := breaker.New("dep", breaker.ConsecutiveFailures(1000), breaker.Window(time.Hour, 6))
 		reg := registry.New(registry.Interval(time.Second, 120))

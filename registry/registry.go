@@ -46,9 +46,10 @@
 // a permanent error (a 400: a failure here, a success for the breaker), a
 // breaker's FailIf or IgnoreIf, a call the breaker takes for cut short by
 // its deadline (a failure here, left out there), an answer of class
-// pending (a failed attempt here), and a panic (see above). A failure
-// counted between a call's failed attempt and its retry stays in the
-// series once the retry succeeds (review136).
+// pending (a failed attempt here), and a panic (see above). A call whose
+// first attempt failed is a failure from then until a retry of it
+// succeeds, which takes the failure back: from the totals, and from the
+// newest points of the series that have one.
 //
 // The registry holds what it registers weakly: a breaker or pipeline no
 // longer used elsewhere is unregistered when it is garbage collected, a

@@ -19,6 +19,20 @@ func (s *series) spread(k int, succ, fail, rej uint64) {
 	s.rej = spreadOne(s.rej, k, rej)
 }
 
+// takeBack takes n failures off the newest points that have them: a
+// call's failed attempt counted as its failure until a retry succeeded.
+// The failure leaves the point it was counted in, or a later one of
+// another call's (failures are counted, not which call's they are), so
+// that the points add up to the failures; what has left the series stays
+// out of it.
+func (s *series) takeBack(n uint64) {
+	for i := len(s.fail) - 1; i >= 0 && n > 0; i-- {
+		k := min(s.fail[i], n)
+		s.fail[i] -= k
+		n -= k
+	}
+}
+
 func spreadOne(xs []uint64, k int, total uint64) []uint64 {
 	if k < 1 {
 		return xs

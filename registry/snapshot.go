@@ -88,8 +88,8 @@ func (r *Registry) Snapshot() Snapshot {
 	if point {
 		r.sampled = now
 	}
-	perBreaker := map[string][3]uint64{}
-	byBreaker := map[string][]string{} // the pipelines built on each
+	perBreaker := map[string][4]uint64{} // successes, failures, rejections, failures taken back
+	byBreaker := map[string][]string{}   // the pipelines built on each
 	for name, e := range pipes {
 		p := e.p.Value()
 		if p == nil {
@@ -100,13 +100,15 @@ func (r *Registry) Snapshot() Snapshot {
 		}
 		t := e.stats.totals()
 		if point {
-			d := diff(t, e.last)
+			d, back := diff(t, e.last), since(e.last.Failures, t.Failures)
+			e.series.takeBack(back)
 			e.series.spread(points, d.Successes, d.Failures, d.Rejected+d.Throttled+d.Limited)
 			if e.breaker != "" {
 				b := perBreaker[e.breaker]
 				b[0] += d.Successes
 				b[1] += d.Failures
 				b[2] += d.Rejected + d.Throttled + d.Limited
+				b[3] += back
 				perBreaker[e.breaker] = b
 			}
 			e.rate, e.span = d, now.Sub(e.lastAt)
@@ -126,6 +128,7 @@ func (r *Registry) Snapshot() Snapshot {
 		}
 		if point {
 			c := perBreaker[name]
+			e.series.takeBack(c[3])
 			e.series.spread(points, c[0], c[1], c[2])
 		}
 		bs.Series = e.series.export()
@@ -149,7 +152,8 @@ func diff(now, then totals) totals {
 
 // since is now - then, or 0 if now is less: the failures are told from
 // the attempts' counts (see stats.totals), and a call's first attempt
-// that failed counts as one until its retry succeeds, which takes it back.
+// that failed counts as one until its retry succeeds, which takes it back
+// (from the series too: series.takeBack).
 func since(now, then uint64) uint64 {
 	if now < then {
 		return 0

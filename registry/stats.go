@@ -83,7 +83,9 @@ type totals struct {
 // as throttled, limited or rejected), and is not retried; an attempt its
 // caller canceled is an attempt, and ends its call: no failure if it was
 // the call's first, a failure if it was a retry (a failed attempt came
-// before it), as the breaker counts them; a call canceled in its backoff
+// before it), as the breaker counts them; one of class canceled that the
+// retry policy retries (RetryIf: the operation's own cancellation) is a
+// failed attempt; a call canceled in its backoff
 // ends with a failed attempt, a failure too. An answer of class pending
 // (resilience.ClassPending: a 409 "in progress") is a failed attempt
 // here: a call that ends with one, or that is canceled after one, is a

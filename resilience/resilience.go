@@ -119,13 +119,18 @@ type classer interface {
 // depth first; an error's As method is not asked, so that classifying
 // allocates nothing); otherwise [context.Canceled] in the chain is
 // [ClassCanceled], and anything else non-nil is [ClassTransient]. A
-// [context.DeadlineExceeded] is a timeout, hence transient.
+// [context.DeadlineExceeded] is a timeout, hence transient. An error is
+// never [ClassSuccess]: a class no error can have (ClassSuccess, the zero
+// value an integration may leave unset, or a value with no name) is taken
+// as no class.
 func Classify(err error) Class {
 	switch e := err.(type) {
 	case nil:
 		return ClassSuccess
 	case classer:
-		return e.ResilienceClass()
+		if c := e.ResilienceClass(); c.valid() {
+			return c
+		}
 	case interface{ Is(error) bool }, interface{ Unwrap() error }, interface{ Unwrap() []error }:
 	default:
 		// An error with nothing to ask, as most are: one type switch, whose
@@ -147,14 +152,20 @@ func Classify(err error) Class {
 // ClassOf returns the class that err, or the first error in its chain
 // with one, was given: by [Permanent], [Terminal] or [Rejected], or by a
 // method ResilienceClass() Class of its own; ok is false if none was, where
-// [Classify] falls back to [ClassCanceled] or [ClassTransient]. It
+// [Classify] falls back to [ClassCanceled] or [ClassTransient]. A class
+// no error can have, ClassSuccess or one with no name, counts as none. It
 // allocates nothing.
 func ClassOf(err error) (c Class, ok bool) {
 	if cl, ok := find[classer](err); ok {
-		return cl.ResilienceClass(), true
+		if c := cl.ResilienceClass(); c.valid() {
+			return c, true
+		}
 	}
 	return 0, false
 }
+
+// valid reports whether an error can be of class c.
+func (c Class) valid() bool { return c > ClassSuccess && c <= ClassPending }
 
 // find returns the first error in err's tree that is a T, depth first as
 // errors.As walks it. Unlike errors.As it does not allocate, which keeps

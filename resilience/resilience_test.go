@@ -19,6 +19,13 @@ type selfClassed struct{}
 func (selfClassed) Error() string                     { return "self" }
 func (selfClassed) ResilienceClass() resilience.Class { return resilience.ClassPermanent }
 
+// claims is an error that gives itself class c, which may be one no error
+// can have.
+type claims struct{ c resilience.Class }
+
+func (claims) Error() string                       { return "claims" }
+func (e claims) ResilienceClass() resilience.Class { return e.c }
+
 // isCanceled says it is context.Canceled without wrapping it.
 type isCanceled struct{}
 
@@ -55,6 +62,11 @@ func TestClassify(t *testing.T) {
 		{"wrapped Is method", fmt.Errorf("op: %w", isCanceled{}), resilience.ClassCanceled, false},
 		{"not comparable", notComparable{}, resilience.ClassTransient, false},
 		{"a new error with canceled's text", errors.New(context.Canceled.Error()), resilience.ClassTransient, false},
+		{"an error is never a success", claims{resilience.ClassSuccess}, resilience.ClassTransient, false},
+		{"wrapped claim of success", fmt.Errorf("op: %w", claims{resilience.ClassSuccess}), resilience.ClassTransient, false},
+		{"a claim of success beside canceled", errors.Join(claims{}, context.Canceled), resilience.ClassCanceled, false},
+		{"a class with no name", claims{resilience.ClassPending + 1}, resilience.ClassTransient, false},
+		{"pending", claims{resilience.ClassPending}, resilience.ClassPending, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -340,7 +340,12 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		}
 		prev := last
 		last, charge = err, notCounted
-		cfg.listener.Count(attempt, err)
+		retry := err != nil && ctx.Err() == nil && cfg.retryableAs(err, class, classified)
+		if retry && classified && class == resilience.ClassCanceled { // the operation's own cancellation, retried (RetryIf): a failed attempt
+			cfg.listener.Count(attempt, errRetried)
+		} else {
+			cfg.listener.Count(attempt, err)
+		}
 		if attemptEvents {
 			cfg.listener.Wanted(resilience.Event{Kind: resilience.EventAttempt, Attempt: attempt, Err: err})
 		}
@@ -352,7 +357,7 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			e.sent = answerOf(err, prev, attempt > made+1)
 			return res, e
 		}
-		if !cfg.retryableAs(err, class, classified) {
+		if !retry {
 			e := cfg.giveUp(attempt, ErrNotRetryable, err)
 			if rejected { // a gate refused it
 				e.sent = answerOf(err, prev, attempt > made+1)
@@ -466,6 +471,11 @@ func (c *config) stopped(attempt int, guardErr, last error) *Error {
 // errPanicked is what the counts of a listener learn of an attempt whose
 // operation panicked or called runtime.Goexit.
 var errPanicked = errors.New("retrypolicy: the operation panicked or called runtime.Goexit")
+
+// errRetried is what the counts of a listener learn of an attempt of
+// class canceled that is retried: the counts take a retry to follow a
+// failed attempt.
+var errRetried = errors.New("retrypolicy: a canceled attempt, retried")
 
 // stopReason says why a done ctx stopped the loop: out of time, or the
 // caller's cancellation.

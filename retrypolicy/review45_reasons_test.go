@@ -234,8 +234,8 @@ func TestReview45Classification(t *testing.T) {
 		{"joined-transient-canceled", errors.Join(blip, context.Canceled), 1, resilience.ClassCanceled},
 		{"custom-transient", &r45classed{resilience.ClassTransient}, 3, resilience.ClassTransient},
 		{"custom-permanent", &r45classed{resilience.ClassPermanent}, 1, resilience.ClassPermanent},
-		{"custom-success-class", &r45classed{resilience.ClassSuccess}, 1, resilience.ClassSuccess},
-		{"custom-unknown-class", &r45classed{resilience.Class(99)}, 1, resilience.Class(99)},
+		{"custom-success-class-is-none", &r45classed{resilience.ClassSuccess}, 3, resilience.ClassTransient}, // an error is never a success
+		{"custom-unknown-class-is-none", &r45classed{resilience.Class(99)}, 3, resilience.ClassTransient},
 		{"backoff-permanent", backoff.Permanent(blip), 1, resilience.ClassTransient},
 		{"wrapped-backoff-permanent", fmt.Errorf("x: %w", backoff.Permanent(blip)), 1, resilience.ClassTransient},
 		{"typed-nil", typedNil, 3, resilience.ClassTransient},
