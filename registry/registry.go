@@ -46,7 +46,10 @@
 // a permanent error (a 400: a failure here, a success for the breaker), a
 // breaker's FailIf or IgnoreIf, a call the breaker takes for cut short by
 // its deadline (a failure here, left out there), an answer of class
-// pending (a failed attempt here), and a panic (see above). A call whose
+// pending (a failed attempt here), a call whose retries RetryIf made after
+// the operation's own cancellations (class canceled, the caller's context
+// alive) and that ended with one (a failure here, left out there), and a
+// panic (see above). A call whose
 // first attempt failed is a failure from then until a retry of it
 // succeeds, which takes the failure back: from the totals, and from the
 // newest points of the series that have one.

@@ -39,10 +39,10 @@ func TestReview46_SpreadOneMatchesPushes(t *testing.T) {
 			total = math.MaxUint64 - r.Uint64N(10)
 		}
 		want := review46Ref(xs, c, k, total)
-		got := spreadOne(slices.Clone(xs)[:len(xs):len(xs)], k, total) // cap must be c: rebuild
+		got := spreadOne(slices.Clone(xs)[:len(xs):len(xs)], k, shareOf(total, k)) // cap must be c: rebuild
 		got2 := make([]uint64, len(xs), c)
 		copy(got2, xs)
-		got = spreadOne(got2, k, total)
+		got = spreadOne(got2, k, shareOf(total, k))
 		if !slices.Equal(got, want) || cap(got) != c {
 			t.Fatalf("cap %d, xs %v, k %d, total %d: got %v (cap %d), want %v", c, xs, k, total, got, cap(got), want)
 		}
@@ -59,7 +59,7 @@ func TestReview46_SpreadOneAnyK(t *testing.T) {
 				}
 			}()
 			xs := make([]uint64, 2, 4)
-			_ = spreadOne(xs, k, 10)
+			_ = spreadOne(xs, k, shareOf(10, k))
 		})
 	}
 }

@@ -88,8 +88,8 @@ func (r *Registry) Snapshot() Snapshot {
 	if point {
 		r.sampled = now
 	}
-	perBreaker := map[string][4]uint64{} // successes, failures, rejections, failures taken back
-	byBreaker := map[string][]string{}   // the pipelines built on each
+	perBreaker := map[string]*sums{}
+	byBreaker := map[string][]string{} // the pipelines built on each
 	for name, e := range pipes {
 		p := e.p.Value()
 		if p == nil {
@@ -100,16 +100,17 @@ func (r *Registry) Snapshot() Snapshot {
 		}
 		t := e.stats.totals()
 		if point {
-			d, back := diff(t, e.last), since(e.last.Failures, t.Failures)
-			e.series.takeBack(back)
-			e.series.spread(points, d.Successes, d.Failures, d.Rejected+d.Throttled+d.Limited)
+			d := diff(t, e.last)
+			took := e.series.takeBack(since(e.last.Failures, t.Failures))
+			succ, fail, rej := shareOf(d.Successes, points), shareOf(d.Failures, points), shareOf(d.Rejected+d.Throttled+d.Limited, points)
+			e.series.spread(points, succ, fail, rej)
 			if e.breaker != "" {
 				b := perBreaker[e.breaker]
-				b[0] += d.Successes
-				b[1] += d.Failures
-				b[2] += d.Rejected + d.Throttled + d.Limited
-				b[3] += back
-				perBreaker[e.breaker] = b
+				if b == nil {
+					b = &sums{}
+					perBreaker[e.breaker] = b
+				}
+				b.add(succ, fail, rej, took)
 			}
 			e.rate, e.span = d, now.Sub(e.lastAt)
 			e.last, e.lastAt = t, now
@@ -127,9 +128,12 @@ func (r *Registry) Snapshot() Snapshot {
 			continue
 		}
 		if point {
-			c := perBreaker[name]
-			e.series.takeBack(c[3])
-			e.series.spread(points, c[0], c[1], c[2])
+			if c := perBreaker[name]; c != nil {
+				e.series.takeAt(c.took)
+				e.series.spread(points, c.succ, c.fail, c.rej)
+			} else {
+				e.series.spread(points, share{}, share{}, share{})
+			}
 		}
 		bs.Series = e.series.export()
 		bs.Pipelines = byBreaker[name]
@@ -139,6 +143,27 @@ func (r *Registry) Snapshot() Snapshot {
 	slices.SortFunc(s.Breakers, func(a, b BreakerState) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(s.Pipelines, func(a, b PipelineState) int { return strings.Compare(a.Name, b.Name) })
 	return s
+}
+
+// sums are the points a breaker's series takes: the sums of its
+// pipelines' new points, and of the failures they took back from each
+// point before them, the newest first.
+type sums struct {
+	succ, fail, rej share
+	took            []uint64
+}
+
+// add adds a pipeline's new points, and what it took back from each point.
+func (s *sums) add(succ, fail, rej share, took []uint64) {
+	s.succ.add(succ)
+	s.fail.add(fail)
+	s.rej.add(rej)
+	for i, k := range took {
+		if i == len(s.took) {
+			s.took = append(s.took, 0)
+		}
+		s.took[i] += k
+	}
 }
 
 func diff(now, then totals) totals {

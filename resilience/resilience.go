@@ -120,9 +120,9 @@ type classer interface {
 // allocates nothing); otherwise [context.Canceled] in the chain is
 // [ClassCanceled], and anything else non-nil is [ClassTransient]. A
 // [context.DeadlineExceeded] is a timeout, hence transient. An error is
-// never [ClassSuccess]: a class no error can have (ClassSuccess, the zero
-// value an integration may leave unset, or a value with no name) is taken
-// as no class.
+// never [ClassSuccess]: an error that gives itself a class no error can
+// have (ClassSuccess, the zero value an integration may leave unset, or a
+// value with no name) is passed over, as one with no such method.
 func Classify(err error) Class {
 	switch e := err.(type) {
 	case nil:
@@ -152,27 +152,29 @@ func Classify(err error) Class {
 // ClassOf returns the class that err, or the first error in its chain
 // with one, was given: by [Permanent], [Terminal] or [Rejected], or by a
 // method ResilienceClass() Class of its own; ok is false if none was, where
-// [Classify] falls back to [ClassCanceled] or [ClassTransient]. A class
-// no error can have, ClassSuccess or one with no name, counts as none. It
-// allocates nothing.
+// [Classify] falls back to [ClassCanceled] or [ClassTransient]. An error
+// giving itself a class no error can have, ClassSuccess or one with no
+// name, is passed over. It allocates nothing.
 func ClassOf(err error) (c Class, ok bool) {
-	if cl, ok := find[classer](err); ok {
-		if c := cl.ResilienceClass(); c.valid() {
-			return c, true
-		}
+	if cl, ok := find(err, classed); ok {
+		return cl.ResilienceClass(), true
 	}
 	return 0, false
 }
 
+// classed reports whether cl gives itself a class an error can have.
+func classed(cl classer) bool { return cl.ResilienceClass().valid() }
+
 // valid reports whether an error can be of class c.
 func (c Class) valid() bool { return c > ClassSuccess && c <= ClassPending }
 
-// find returns the first error in err's tree that is a T, depth first as
-// errors.As walks it. Unlike errors.As it does not allocate, which keeps
-// the retry path lean; it does not call As methods.
-func find[T any](err error) (T, bool) {
+// find returns the first error in err's tree that is a T, and that want
+// accepts if want is not nil, depth first as errors.As walks it. Unlike
+// errors.As it does not allocate, which keeps the retry path lean; it does
+// not call As methods.
+func find[T any](err error, want func(T) bool) (T, bool) {
 	for err != nil {
-		if t, ok := err.(T); ok {
+		if t, ok := err.(T); ok && (want == nil || want(t)) {
 			return t, true
 		}
 		switch u := err.(type) {
@@ -180,7 +182,7 @@ func find[T any](err error) (T, bool) {
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:
 			for _, e := range u.Unwrap() {
-				if t, ok := find[T](e); ok {
+				if t, ok := find(e, want); ok {
 					return t, true
 				}
 			}
@@ -262,7 +264,7 @@ func Unrepeatable(err error) error {
 
 // IsUnrepeatable reports whether err was marked with [Unrepeatable].
 func IsUnrepeatable(err error) bool {
-	_, ok := find[*unrepeatable](err)
+	_, ok := find[*unrepeatable](err, nil)
 	return ok
 }
 
@@ -302,7 +304,7 @@ func RetryAfter(err error, d time.Duration) error {
 // RetryAfterHint returns the delay of the first [RetryAfterError] in err's
 // chain, and whether there was one.
 func RetryAfterHint(err error) (time.Duration, bool) {
-	if ra, ok := find[*RetryAfterError](err); ok {
+	if ra, ok := find[*RetryAfterError](err, nil); ok {
 		return ra.Delay, true
 	}
 	return 0, false

@@ -316,9 +316,13 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 	attemptEvents := cfg.listener.Wants(resilience.EventAttempt)
 	var delays delaySource
 	running := 0 // the attempt op runs, 0 once it returned
+	owed, owedErr := 0, error(nil)
 	defer func() {
 		if running != 0 { // op panicked or called runtime.Goexit: a failed attempt for the counts
 			cfg.listener.Count(running, errPanicked)
+		}
+		if owed != 0 { // not retried: as it ended
+			cfg.listener.Count(owed, owedErr)
 		}
 	}()
 	for attempt := made + 1; ; attempt++ {
@@ -340,9 +344,9 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		}
 		prev := last
 		last, charge = err, notCounted
-		retry := err != nil && ctx.Err() == nil && cfg.retryableAs(err, class, classified)
-		if retry && classified && class == resilience.ClassCanceled { // the operation's own cancellation, retried (RetryIf): a failed attempt
-			cfg.listener.Count(attempt, errRetried)
+		canceled := classified && class == resilience.ClassCanceled
+		if canceled && ctx.Err() == nil { // the operation's own cancellation: counted once it is known whether it is retried (RetryIf)
+			owed, owedErr = attempt, err
 		} else {
 			cfg.listener.Count(attempt, err)
 		}
@@ -353,19 +357,17 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			return res, nil
 		}
 		if ctx.Err() != nil { // whatever err is (a cause's, say), not the dependency's answer
-			e := cfg.giveUp(attempt, stopReason(ctx), err)
-			e.sent = answerOf(err, prev, attempt > made+1)
-			return res, e
+			return res, cfg.giveUpAt(attempt, stopReason(ctx), err, answerOf(err, prev, attempt > made+1))
 		}
-		if !retry {
-			e := cfg.giveUp(attempt, ErrNotRetryable, err)
-			if rejected { // a gate refused it
-				e.sent = answerOf(err, prev, attempt > made+1)
-			}
-			return res, e
+		var answer error          // what a breaker counts the call by if it stops here, where err is no answer
+		if rejected || canceled { // a gate's refusal, the operation's own cancellation
+			answer = answerOf(err, prev, attempt > made+1)
+		}
+		if !cfg.retryableAs(err, class, classified) {
+			return res, cfg.giveUpAt(attempt, ErrNotRetryable, err, answer)
 		}
 		if cfg.maxAttempts > 0 && attempt >= cfg.maxAttempts {
-			return res, cfg.giveUp(attempt, ErrMaxAttempts, err)
+			return res, cfg.giveUpAt(attempt, ErrMaxAttempts, err, answer)
 		}
 		if delays == nil {
 			delays = cfg.newDelays()
@@ -375,21 +377,21 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			delay = min(hint, cfg.maxDelay)
 		}
 		if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(delay).Before(deadline) {
-			e := cfg.giveUp(attempt, ErrOutOfTime, err)
 			if !time.Now().Before(deadline) { // passed: the attempt ended at it (ctx has yet to hear), no answer
-				e.sent = answerOf(err, prev, attempt > made+1)
+				answer = answerOf(err, prev, attempt > made+1)
 			}
-			return res, e
+			return res, cfg.giveUpAt(attempt, ErrOutOfTime, err, answer)
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {
+				owed = cfg.retried(owed)
 				return res, cfg.stopped(attempt, gerr, err)
 			}
 		}
 		if cfg.quota != nil {
 			var ok bool
 			if charge, ok = cfg.quota.take(&counted); !ok {
-				return res, cfg.giveUp(attempt, ErrQuotaExhausted, err)
+				return res, cfg.giveUpAt(attempt, ErrQuotaExhausted, err, answer)
 			}
 		}
 		cfg.listener.Emit(resilience.Event{Kind: resilience.EventRetry, Attempt: attempt, Delay: delay, Err: err})
@@ -398,19 +400,38 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 			if ctx.Err() != nil {
 				reason = stopReason(ctx)
 			}
-			e := cfg.giveUp(attempt, reason, err)
-			if ctx.Err() != nil {
-				e.sent = err // failed, and retryable: an answer
+			if ctx.Err() != nil && !canceled {
+				answer = err // failed, and retryable: an answer
 			}
-			return res, e
+			return res, cfg.giveUpAt(attempt, reason, err, answer)
 		}
 		if guard != nil {
 			if gerr := guard(); gerr != nil {
 				cfg.giveBack(charge)
+				owed = cfg.retried(owed)
 				return res, cfg.stopped(attempt, gerr, err)
 			}
 		}
+		owed = cfg.retried(owed)
 	}
+}
+
+// retried counts attempt owed, if not 0, one of class canceled that the
+// loop retries, or would but for its guard, as a failed attempt: the counts
+// take a retry to follow one, as a 503's would. It returns 0.
+func (c *config) retried(owed int) int {
+	if owed != 0 {
+		c.listener.Count(owed, errRetried)
+	}
+	return 0
+}
+
+// giveUpAt is giveUp, with the answer a breaker counts the call by (see
+// [Error.Answer]).
+func (c *config) giveUpAt(attempt int, reason, last, answer error) *Error {
+	e := c.giveUp(attempt, reason, last)
+	e.sent = answer
+	return e
 }
 
 // backOff sleeps for d before a retry charged to the quota in bucket, and
@@ -473,8 +494,7 @@ func (c *config) stopped(attempt int, guardErr, last error) *Error {
 var errPanicked = errors.New("retrypolicy: the operation panicked or called runtime.Goexit")
 
 // errRetried is what the counts of a listener learn of an attempt of
-// class canceled that is retried: the counts take a retry to follow a
-// failed attempt.
+// class canceled that is retried (see config.retried).
 var errRetried = errors.New("retrypolicy: a canceled attempt, retried")
 
 // stopReason says why a done ctx stopped the loop: out of time, or the
