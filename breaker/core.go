@@ -368,6 +368,26 @@ func (c *core) current(now monotime.Reading) resilience.State {
 	return c.state
 }
 
+// forget starts a closed breaker's window afresh, but for the run of
+// failures or successes that ends it; the state and its generation stay.
+// A shared breaker's replica that starts deciding alone forgets what it
+// counted while the fleet decided: a local breaker fed the same calls
+// would have opened on them then and started afresh as it closed.
+func (c *core) forget() {
+	now := monotime.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.current(now) != resilience.StateClosed || c.period == 0 {
+		return
+	}
+	failing, ok := c.win.ConsecutiveFailures, c.win.ConsecutiveSuccesses
+	clear(c.buckets)
+	run := Counts{Requests: failing + ok, TotalFailures: failing, TotalSuccesses: ok}
+	c.buckets[c.age%uint64(len(c.buckets))] = run
+	run.ConsecutiveFailures, run.ConsecutiveSuccesses = failing, ok
+	c.win = run
+}
+
 // halveAt is how many calls a closed breaker's window holds before it
 // halves its counts: they are 32-bit, as gobreaker's, and a window that
 // counts without end (Window(0)) or over a long span would otherwise wrap

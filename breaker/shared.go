@@ -180,7 +180,9 @@ var ErrFleetUnconfirmed = errors.New("fleet state unconfirmed for longer than th
 // rate: the outcomes of calls are counted in memory (atomics, no lock, no
 // I/O on the call's path) and sent to store by a background flusher once
 // every [FlushInterval], whatever the traffic, which gets back the fleet's
-// state; a call is rejected if the fleet breaker or this replica's own is
+// state (a first flush, with no counts, at once as the breaker is made: a
+// call that comes before it has answered waits for it, a tenth of
+// FlushInterval at most, and then goes by this replica's own breaker); a call is rejected if the fleet breaker or this replica's own is
 // open. [FailureRate] over [Window] is the fleet's rule; [ConsecutiveFailures]
 // stays each replica's own, so one replica cut off from the dependency
 // opens its own breaker without opening the fleet's, as long as the other
@@ -207,7 +209,10 @@ var ErrFleetUnconfirmed = errors.New("fleet state unconfirmed for longer than th
 // with [ErrFleetUnconfirmed]) until the store answers again. While the
 // store fails or hangs, calls go on at full speed,
 // [resilience.EventSharedStateUnavailable] says so, [FailureRate] applies
-// to this replica's own calls, and sharing resumes at the first flush that
+// to this replica's own calls from then on (with the run of failures or
+// successes before, which [ConsecutiveFailures] goes by: not the calls
+// the fleet judged, which a local breaker would have judged as they
+// came), and sharing resumes at the first flush that
 // reaches the store ([resilience.EventSharedStateRestored]), counts made in
 // the fleet's current generation included. A shared breaker runs a
 // goroutine: call [Breaker.Close] when done with it. New panics if the
@@ -287,6 +292,7 @@ type fleet struct {
 	probeBad atomic.Uint32 // outcomes of probes for gen, not yet sent
 	down     atomic.Bool   // the last flush failed
 	alone    atomic.Bool   // the fleet's state is unconfirmed: deciding locally
+	greeted  atomic.Bool   // the first flush has ended, or a call waited for it long enough
 
 	kick             chan struct{} // asks the flusher for a flush now (buffered 1)
 	fmu              sync.Mutex
@@ -407,8 +413,14 @@ func (f *fleet) run() {
 	// moment to the moment itself (one gap under two intervals), so it is
 	// granted the probe at once, and never flushes sooner than an interval
 	// after the last.
+	// A first flush at once, with no counts (the calls of the first
+	// instants wait for the next): a replica made while the fleet is open
+	// learns it within a round trip, not an interval, and the intervals
+	// keep their schedule.
 	t := time.NewTimer(f.every)
 	defer t.Stop()
+	f.flush(true)
+	f.greeted.Store(true)
 	var armed int64      // the opening halfAt is set for: since
 	var halfAt time.Time // when the fleet turns half-open; zero if none
 	for {
@@ -428,15 +440,15 @@ func (f *fleet) run() {
 			if !halfAt.IsZero() && !halfAt.After(now) {
 				halfAt = time.Time{}
 			}
-			f.flush()
+			f.flush(false)
 			t.Reset(max(f.every-time.Since(now), 0))
 		case <-f.kick: // a call waits for a probe (admit): the periodic flushes go on as they were
-			f.flush()
+			f.flush(false)
 		case <-f.stop:
 			// A last flush, and a few more while counts are left behind
 			// it, within Close's time.
 			for range 3 {
-				f.flush()
+				f.flush(false)
 				if f.lastErr != nil || f.life.Err() != nil || (f.pending == nil && f.left() == 0) {
 					break
 				}
@@ -460,7 +472,14 @@ func (f *fleet) left() uint64 {
 // the calls meanwhile wait for the next one. A batch older than the
 // window is dropped (its counts are outside it), and so is one of a
 // generation that the replica has heard is over (the store would drop it).
-func (f *fleet) flush() {
+// The first flush, at once as the replica starts (hello), sends no counts
+// and leaves the forced mode to the next: it learns the fleet's state. A
+// store back from an older snapshot may hold a forced open revoked since,
+// which the other replicas write back at their next flush (review12).
+// Its fleet state is taken: a replica started during an outage (a crash
+// loop, an autoscaler) does not send its first calls to a dependency the
+// fleet holds open (review139: 16 calls in its first interval).
+func (f *fleet) flush(hello bool) {
 	f.fmu.Lock()
 	f.fstarted++
 	seq := f.fstarted
@@ -479,8 +498,10 @@ func (f *fleet) flush() {
 			c.from = f.epoch
 		}
 	}
-	c.drain()
-	f.drained = time.Now()
+	if !hello {
+		c.drain()
+		f.drained = time.Now()
+	}
 	if c.requests > 0 && time.Since(c.from) > f.policy.Window {
 		// Gathered while flushes failed, for longer than the window: the
 		// oldest are outside it, and of a state the fleet may have left
@@ -565,6 +586,9 @@ func (f *fleet) flush() {
 			f.pending = nil
 		}
 		if !f.down.Swap(true) {
+			if !f.alone.Load() {
+				f.b.cb.forget()
+			}
 			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: err})
 		}
 		return
@@ -574,8 +598,10 @@ func (f *fleet) flush() {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}
 	f.apply(got, false, watched, used, s.ProbeRunning)
-	f.b.resendForcing(deadline)
-	f.b.takeForcing(got.ForceVersion, deadline)
+	if !hello {
+		f.b.resendForcing(deadline)
+		f.b.takeForcing(got.ForceVersion, deadline)
+	}
 }
 
 // apply takes the store's answer: a flush's (watched: how many of the
@@ -676,6 +702,9 @@ func (f *fleet) view() resilience.State {
 	}
 	if time.Duration(int64(time.Since(f.epoch))-f.heard.Load()) > f.stale {
 		if !f.alone.Swap(true) {
+			if !f.down.Load() {
+				f.b.cb.forget()
+			}
 			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: ErrFleetUnconfirmed})
 		}
 		return resilience.StateClosed
@@ -685,7 +714,8 @@ func (f *fleet) view() resilience.State {
 
 // local reports whether this replica decides alone: its store fails, or
 // has not confirmed the fleet's state for too long. Its own breaker then
-// applies the failure rate to its own calls.
+// applies the failure rate to its own calls, counted since it went alone
+// (core.forget) but for the run of failures or successes before.
 func (f *fleet) local() bool { return f.down.Load() || f.alone.Load() }
 
 // admit decides a call by the fleet's state: nil to go on (probe: it is a
@@ -700,6 +730,12 @@ func (f *fleet) admit(ctx context.Context) (probe bool, gen uint64, c *tally, er
 // admitting is admit; a call may ask for the fleet's probe at once if
 // rare.
 func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint64, c *tally, err error) {
+	if !f.greeted.Load() && !f.waitFlush(ctx, 1, f.every/helloWait) {
+		if ctx.Err() != nil {
+			return false, 0, nil, ctx.Err() // the caller gave up, the breaker refused nothing
+		}
+		f.greeted.Store(true) // waited for long enough: the calls after go at once
+	}
 	c = f.counts.Load()
 	switch f.view() {
 	case resilience.StateOpen:
@@ -730,7 +766,10 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 			case f.flushNow(ctx):
 				probe, gen, c, err = f.admitting(ctx, false) // as the flush left it
 			case ctx.Err() != nil:
-				err = ctx.Err() // the caller gave up, the breaker refused nothing
+				// The caller gave up, the breaker refused nothing; the
+				// flush it asked for, if still to start (the flusher was
+				// busy), asks for the probe, for the next call.
+				return false, 0, nil, ctx.Err()
 			default:
 				err = f.b.reject(f.b.errBusy)
 			}
@@ -781,13 +820,27 @@ func (f *fleet) flushNow(ctx context.Context) bool {
 	case f.kick <- struct{}{}:
 	default: // one is asked for already
 	}
-	bound := time.NewTimer(2 * f.every)
+	return f.waitFlush(ctx, after, 2*f.every)
+}
+
+// helloWait: a call that comes before the replica's first flush (its
+// hello, see run) has answered waits for it, a round trip, for at most a
+// helloWait-th of a flush interval (10 ms by default), then goes by its
+// own breaker, and so do the calls after it, at once: a store that hangs
+// as the breaker is made (a breaker group's first call to a host) holds
+// up its first calls that long.
+const helloWait = 10
+
+// waitFlush waits for flush number n (counted from 1) to end, bounded by
+// ctx and by d, and reports whether it did.
+func (f *fleet) waitFlush(ctx context.Context, n uint64, d time.Duration) bool {
+	bound := time.NewTimer(d)
 	defer bound.Stop()
 	for {
 		f.fmu.Lock()
 		ended, done := f.fended, f.fdone
 		f.fmu.Unlock()
-		if ended >= after {
+		if ended >= n {
 			return true
 		}
 		select {

@@ -45,7 +45,7 @@ type race[T any] struct {
 	firstCtx *lazyCtx               // allocated with r, unless r is reused (spareHedged): its operation may keep it
 	phase    atomic.Int32           // running, returned or cut: whether a hedge won while the first attempt ran
 	decided  atomic.Bool            // an attempt failed with an error not retried: no more hedges
-	sent     atomic.Int32           // hedges sent, that the operation did not refuse (see Hedged)
+	sent     atomic.Int32           // hedges sent, that the operation did not refuse (see Hedged); sendsClosed once the race returned
 	over     bool                   // no more hedges; under mu
 	have     bool                   // last is set
 	alone    bool                   // no hedge was or will be sent: no other goroutine has seen r's call
@@ -423,6 +423,37 @@ func (r *race[T]) hedgeEnded(o *outcome[T]) {
 		r.cutHedges(o.keep) // and the other hedges' slots go now, not then (review117)
 	} else if r.decided.Load() {
 		r.stopHedges() // but it does stop the next hedge (see call.sent)
+	}
+}
+
+// sendsClosed, in race.sent, marks a race that has returned: no hedge is
+// sent after it.
+const sendsClosed = 1 << 30
+
+// sendHedge counts a hedge about to be sent, and reports whether it may
+// be: not once the race has returned (closeSends), whose call then says
+// whether a hedge was sent (Hedged): either the hedge is counted before,
+// or it is not sent.
+func (r *race[T]) sendHedge() bool {
+	for {
+		n := r.sent.Load()
+		if n&sendsClosed != 0 {
+			return false
+		}
+		if r.sent.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// closeSends ends the sending of r's hedges as it returns, and returns
+// how many were sent.
+func (r *race[T]) closeSends() int32 {
+	for {
+		n := r.sent.Load()
+		if r.sent.CompareAndSwap(n, n|sendsClosed) {
+			return n &^ sendsClosed
+		}
 	}
 }
 

@@ -546,7 +546,7 @@ func (c *call[T]) hedge(ctx context.Context) (T, error) {
 		if d, ok := h.After(); ok {
 			r := newRace(c, ctx, d)
 			res, err := r.run()
-			c.hedged = c.hedged || r.sent.Load() > 0
+			c.hedged = c.hedged || r.closeSends() > 0
 			if !r.alone {
 				c.s.raced(err)
 			}
@@ -652,6 +652,13 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	if !ok {
 		return res, context.Canceled
 	}
+	if info.Hedge && !r.sendHedge() { // its race returned as it was admitted or its span started: not sent (review138)
+		release(c.p.cfg.gates, held, context.Canceled)
+		if end != nil {
+			safe.EndAttempt(end, context.Canceled)
+		}
+		return res, context.Canceled
+	}
 	returned := false
 	defer func() { c.attemptEnded(ctx, err, returned, held, end) }() // first: a listener that calls runtime.Goexit as racing reports a hedge must not keep the slots
 	c.racing(r, info)
@@ -685,9 +692,8 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 func (c *call[T]) racing(r *race[T], info resilience.AttemptInfo) {
 	switch {
 	case r == nil:
-	case info.Hedge:
+	case info.Hedge: // counted in r.sent (sendHedge)
 		c.hedged = true
-		r.sent.Add(1)
 		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
 	case c.s.traced(): // else attempt armed it
 		r.arm()

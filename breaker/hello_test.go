@@ -1,0 +1,55 @@
+package breaker_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/resiliencekit/resiliencekit/breaker"
+	"github.com/resiliencekit/resiliencekit/resilience"
+)
+
+// A replica made while the fleet is open learns it from its first flush,
+// sent at once, before its first call goes: the call is refused, not sent
+// to the dependency the fleet holds open (review139).
+func TestNewReplicaRefusesAtAnOpenFleetFromItsFirstCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newMemStore()
+		opts := []breaker.Option{breaker.Shared(store), breaker.FlushInterval(100 * time.Millisecond),
+			breaker.FailureRate(0.5, 5), breaker.ConsecutiveFailures(0), breaker.OpenTimeout(10 * time.Second)}
+		a := breaker.New("hello", opts...)
+		defer a.Close()
+		open52(t, a)
+		b := breaker.New("hello", opts...)
+		defer b.Close()
+		ran := false
+		err := b.Execute(t.Context(), func(context.Context) error { ran = true; return nil })
+		assert.ErrorIs(t, err, breaker.ErrOpen)
+		assert.False(t, ran)
+		assert.Equal(t, resilience.StateOpen, b.FleetState())
+	})
+}
+
+// A store that hangs as the breaker is made holds up its first call for
+// a tenth of a flush interval at most; the call then goes by its own
+// breaker, and so do the calls after it, at once.
+func TestFirstCallWaitsForAHangingStoreATenthOfAnInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &slowStore52{memStore: newMemStore()}
+		st.hang.Store(true)
+		const every = 100 * time.Millisecond
+		b := breaker.New("hello-hang", breaker.Shared(st), breaker.FlushInterval(every), breaker.FailureRate(0.5, 5))
+		defer b.Close()
+		start := time.Now()
+		require.NoError(t, b.Execute(t.Context(), func(context.Context) error { return nil }))
+		assert.Equal(t, every/10, time.Since(start), "the first call's wait")
+		start = time.Now()
+		require.NoError(t, b.Execute(t.Context(), func(context.Context) error { return nil }))
+		assert.Zero(t, time.Since(start), "the second call's wait")
+		st.hang.Store(false)
+	})
+}
