@@ -369,10 +369,12 @@ func (c *core) current(now monotime.Reading) resilience.State {
 }
 
 // forget starts a closed breaker's window afresh, but for the run of
-// failures or successes that ends it; the state and its generation stay.
-// A shared breaker's replica that starts deciding alone forgets what it
-// counted while the fleet decided: a local breaker fed the same calls
-// would have opened on them then and started afresh as it closed.
+// failures or successes that ends it, which stays in the buckets it was
+// counted in and leaves the window with them; the state and its
+// generation stay. A shared breaker's replica that starts deciding alone
+// forgets what it counted while the fleet decided: a local breaker fed
+// the same calls would have opened on them then and started afresh as it
+// closed.
 func (c *core) forget() {
 	now := monotime.Now()
 	c.mu.Lock()
@@ -381,11 +383,31 @@ func (c *core) forget() {
 		return
 	}
 	failing, ok := c.win.ConsecutiveFailures, c.win.ConsecutiveSuccesses
-	clear(c.buckets)
-	run := Counts{Requests: failing + ok, TotalFailures: failing, TotalSuccesses: ok}
-	c.buckets[c.age%uint64(len(c.buckets))] = run
-	run.ConsecutiveFailures, run.ConsecutiveSuccesses = failing, ok
-	c.win = run
+	left := failing + ok // one of them is 0
+	c.win = Counts{ConsecutiveFailures: failing, ConsecutiveSuccesses: ok}
+	n := uint64(len(c.buckets))
+	for i := range n { // newest first
+		b := &c.buckets[(c.age+n-i)%n]
+		k := min(left, b.TotalSuccesses)
+		if failing > 0 {
+			k = min(left, b.TotalFailures)
+		}
+		if i > c.age { // before the state began: no bucket
+			k = 0
+		}
+		left -= k
+		*b = Counts{Requests: k}
+		if failing > 0 {
+			b.TotalFailures = k
+		} else {
+			b.TotalSuccesses = k
+		}
+		c.win.Requests += k
+		c.win.TotalFailures += b.TotalFailures
+		c.win.TotalSuccesses += b.TotalSuccesses
+	}
+	c.win.ConsecutiveFailures = min(failing, c.win.TotalFailures) // the run still in the window, as advance keeps it
+	c.win.ConsecutiveSuccesses = min(ok, c.win.TotalSuccesses)
 }
 
 // halveAt is how many calls a closed breaker's window holds before it

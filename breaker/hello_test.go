@@ -53,3 +53,22 @@ func TestFirstCallWaitsForAHangingStoreATenthOfAnInterval(t *testing.T) {
 		st.hang.Store(false)
 	})
 }
+
+// The wait for the first flush takes a tenth of the time a call has left
+// at most, never its deadline: a call with 5 ms left waits 0.5 ms, and
+// goes on.
+func TestFirstCallWaitsATenthOfItsTimeLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &slowStore52{memStore: newMemStore()}
+		st.hang.Store(true)
+		b := breaker.New("hello-short", breaker.Shared(st), breaker.FlushInterval(100*time.Millisecond), breaker.FailureRate(0.5, 5))
+		defer b.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		var waited time.Duration
+		require.NoError(t, b.Execute(ctx, func(ctx context.Context) error { waited = time.Since(start); return ctx.Err() }))
+		assert.Equal(t, 500*time.Microsecond, waited)
+		st.hang.Store(false)
+	})
+}

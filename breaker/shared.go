@@ -730,11 +730,8 @@ func (f *fleet) admit(ctx context.Context) (probe bool, gen uint64, c *tally, er
 // admitting is admit; a call may ask for the fleet's probe at once if
 // rare.
 func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint64, c *tally, err error) {
-	if !f.greeted.Load() && !f.waitFlush(ctx, 1, f.every/helloWait) {
-		if ctx.Err() != nil {
-			return false, 0, nil, ctx.Err() // the caller gave up, the breaker refused nothing
-		}
-		f.greeted.Store(true) // waited for long enough: the calls after go at once
+	if !f.greeted.Load() {
+		f.greet(ctx)
 	}
 	c = f.counts.Load()
 	switch f.view() {
@@ -825,11 +822,27 @@ func (f *fleet) flushNow(ctx context.Context) bool {
 
 // helloWait: a call that comes before the replica's first flush (its
 // hello, see run) has answered waits for it, a round trip, for at most a
-// helloWait-th of a flush interval (10 ms by default), then goes by its
-// own breaker, and so do the calls after it, at once: a store that hangs
-// as the breaker is made (a breaker group's first call to a host) holds
-// up its first calls that long.
+// helloWait-th of a flush interval (10 ms by default) and of the time it
+// has left, then goes by its own breaker, and so do the calls after it,
+// at once: a store that hangs as the breaker is made (a breaker group's
+// first call to a host) holds up its first calls that long.
 const helloWait = 10
+
+// greet waits for the replica's first flush (its hello) to answer, a
+// helloWait-th of a flush interval at most, and of the time ctx has left:
+// the wait takes no call's deadline, and a call whose caller hangs up
+// meanwhile goes on to find it. A call that waited the whole bound has
+// the calls after it go at once.
+func (f *fleet) greet(ctx context.Context) {
+	d := f.every / helloWait
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline)/helloWait < d {
+		f.waitFlush(ctx, 1, time.Until(deadline)/helloWait)
+		return
+	}
+	if !f.waitFlush(ctx, 1, d) && ctx.Err() == nil {
+		f.greeted.Store(true)
+	}
+}
 
 // waitFlush waits for flush number n (counted from 1) to end, bounded by
 // ctx and by d, and reports whether it did.

@@ -708,8 +708,12 @@ func (p *Pipeline) IsHedge(ctx context.Context) bool {
 // operation is called, unless the operation refuses it with an error of
 // class rejected (httpclient refuses to send a hedge while the first
 // attempt still reads a streamed body), which it may also give for a
-// request that it sent in part. The error is the attempts' as it would be
-// without hedges, wrapped to say so.
+// request that it sent in part. A hedge is sent only if counted before
+// its race returned; one counted as it returned, whose EventHedged a slow
+// listener held up meanwhile, counts though its operation is then not
+// called: Hedged may say a hedge was sent when none was, never the
+// reverse. The error is the attempts' as it would be without hedges,
+// wrapped to say so.
 func Hedged(err error) bool {
 	var h *hedgedError
 	return errors.As(err, &h)

@@ -662,6 +662,10 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	returned := false
 	defer func() { c.attemptEnded(ctx, err, returned, held, end) }() // first: a listener that calls runtime.Goexit as racing reports a hedge must not keep the slots
 	c.racing(r, info)
+	if info.Hedge && r.sent.Load()&sendsClosed != 0 { // its race returned as a listener heard of it: counted (Hedged says so), not sent
+		returned = true
+		return res, context.Canceled
+	}
 	var start monotime.Reading
 	learns := c.p.cfg.hedge.Learns()
 	if learns {
