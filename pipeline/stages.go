@@ -652,11 +652,7 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	if !ok {
 		return res, context.Canceled
 	}
-	if info.Hedge && !r.sendHedge() { // its race returned as it was admitted or its span started: not sent (review138)
-		release(c.p.cfg.gates, held, context.Canceled)
-		if end != nil {
-			safe.EndAttempt(end, context.Canceled)
-		}
+	if c.late(r, info, held, end) {
 		return res, context.Canceled
 	}
 	returned := false
@@ -687,6 +683,20 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 		c.p.cfg.hedge.Observe(monotime.Since(start))
 	}
 	return res, err
+}
+
+// late reports whether an attempt is a hedge whose race returned as it
+// was admitted or its span started (review138), which is then not sent:
+// it gives its slots back and ends its span.
+func (c *call[T]) late(r *race[T], info resilience.AttemptInfo, held tickets, end func(error)) bool {
+	if !info.Hedge || r.sendHedge() {
+		return false
+	}
+	release(c.p.cfg.gates, held, context.Canceled)
+	if end != nil {
+		safe.EndAttempt(end, context.Canceled)
+	}
+	return true
 }
 
 // racing tells r, if not nil, that an attempt of its is being sent, its
