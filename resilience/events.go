@@ -67,7 +67,9 @@ const (
 	// its operation is called, so also for a hedge the operation then
 	// refuses as the caller's (class rejected: httpclient's while the first
 	// attempt reads a streamed body), which the call does not count as
-	// sent (pipeline.Hedged) but hedge.MaxShare's budget does.
+	// sent (pipeline.Hedged) but hedge.MaxShare's budget does, and for one
+	// that a listener slow to take this event held up until its race had
+	// returned: that one is then not sent.
 	EventHedged
 	// EventWaitOpen: a call found the breaker open and waits, within its
 	// time budget, for it to close instead of failing (pipeline's
