@@ -375,11 +375,15 @@ func (c *core) current(now monotime.Reading) resilience.State {
 // forgets what it counted while the fleet decided: a local breaker fed
 // the same calls would have opened on them then and started afresh as it
 // closed.
-func (c *core) forget() {
+//
+// alone, under the core's lock, changes what readyToTrip goes by (the
+// replica goes alone) and reports whether to forget: no outcome is judged
+// by the new rule on the window before it is forgotten (review141).
+func (c *core) forget(alone func() bool) {
 	now := monotime.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.current(now) != resilience.StateClosed || c.period == 0 {
+	if !alone() || c.current(now) != resilience.StateClosed || c.period == 0 {
 		return
 	}
 	failing, ok := c.win.ConsecutiveFailures, c.win.ConsecutiveSuccesses

@@ -585,10 +585,11 @@ func (f *fleet) flush(hello bool) {
 		if s.GenerationUnknown {
 			f.pending = nil
 		}
-		if !f.down.Swap(true) {
-			if !f.alone.Load() {
-				f.b.cb.forget()
-			}
+		was := true
+		if !f.down.Load() {
+			f.b.cb.forget(func() bool { was = f.down.Swap(true); return !was && !f.alone.Load() })
+		}
+		if !was {
 			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: err})
 		}
 		return
@@ -701,10 +702,11 @@ func (f *fleet) view() resilience.State {
 		return st
 	}
 	if time.Duration(int64(time.Since(f.epoch))-f.heard.Load()) > f.stale {
-		if !f.alone.Swap(true) {
-			if !f.down.Load() {
-				f.b.cb.forget()
-			}
+		was := true
+		if !f.alone.Load() {
+			f.b.cb.forget(func() bool { was = f.alone.Swap(true); return !was && !f.down.Load() })
+		}
+		if !was {
 			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: ErrFleetUnconfirmed})
 		}
 		return resilience.StateClosed
@@ -715,7 +717,8 @@ func (f *fleet) view() resilience.State {
 // local reports whether this replica decides alone: its store fails, or
 // has not confirmed the fleet's state for too long. Its own breaker then
 // applies the failure rate to its own calls, counted since it went alone
-// (core.forget) but for the run of failures or successes before.
+// (core.forget, which sets the flags) but for the run of failures or
+// successes before.
 func (f *fleet) local() bool { return f.down.Load() || f.alone.Load() }
 
 // admit decides a call by the fleet's state: nil to go on (probe: it is a

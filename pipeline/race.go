@@ -457,6 +457,12 @@ func (r *race[T]) closeSends() int32 {
 	}
 }
 
+// closed reports whether r sends no more hedges: it returned, its first
+// attempt succeeded, or an attempt failed with an error not retried.
+func (r *race[T]) closed() bool {
+	return r.sent.Load()&sendsClosed != 0 || r.phase.Load() == firstWon || r.decided.Load()
+}
+
 // refusedHedge takes a hedge that was sent (a, the hedge's call) out of
 // r's count if its operation refused it as the caller's, with an error of
 // class rejected: httpclient's refusal to send a hedge while the first
@@ -709,9 +715,9 @@ func (p *Pipeline) IsHedge(ctx context.Context) bool {
 // class rejected (httpclient refuses to send a hedge while the first
 // attempt still reads a streamed body), which it may also give for a
 // request that it sent in part. A hedge is sent only if counted before
-// its race returned; one counted as it returned, whose EventHedged a slow
-// listener held up meanwhile, counts though its operation is then not
-// called: Hedged may say a hedge was sent when none was, never the
+// its race returned; one counted as it was decided, whose EventHedged a
+// slow listener held up meanwhile, counts though its operation is then
+// not called: Hedged may say a hedge was sent when none was, never the
 // reverse. The error is the attempts' as it would be without hedges,
 // wrapped to say so.
 func Hedged(err error) bool {
