@@ -57,7 +57,8 @@ func TestReview141GoingAloneGap(t *testing.T) {
 		st.fail.Store(true)
 		b.cb.mu.Lock() // another call holds the lock
 		close(st.gate) // the flush fails
-		for wait := time.Now(); !b.fleet.down.Load() && time.Since(wait) < 2*time.Millisecond; { // down is set under the lock since review141
+		// down is set under the lock since review141: wait for it 2 ms at most.
+		for wait := time.Now(); !b.fleet.down.Load() && time.Since(wait) < 2*time.Millisecond; {
 			time.Sleep(10 * time.Microsecond)
 		}
 		time.Sleep(200 * time.Microsecond) // the flusher waits for the lock in forget
