@@ -62,7 +62,7 @@ func TestReview141GoingAloneGap(t *testing.T) {
 			time.Sleep(10 * time.Microsecond)
 		}
 		time.Sleep(200 * time.Microsecond) // the flusher waits for the lock in forget
-		close(release) // the call's failure comes as the lock is let go: it may barge ahead of the flusher
+		close(release)                     // the call's failure comes as the lock is let go: it may barge ahead of the flusher
 		for range trial % 8 {
 			runtime.Gosched()
 		}
