@@ -71,8 +71,11 @@ func TestReview61Hedging(t *testing.T) {
 		if ps.Calls != uint64(calls.Load()) || ps.Successes != uint64(okCalls.Load()) || ps.Failures != uint64(failCalls.Load()) {
 			t.Errorf("registry calls/succ/fail %d/%d/%d, want %d/%d/%d", ps.Calls, ps.Successes, ps.Failures, calls.Load(), okCalls.Load(), failCalls.Load())
 		}
-		if ps.Attempts+ps.Hedged != uint64(runs.Load()) {
-			t.Errorf("registry attempts+hedged %d+%d != runs %d", ps.Attempts, ps.Hedged, runs.Load())
+		// A hedge reported (EventHedged) as its race was decided is not
+		// sent (documented, resilience.EventHedged): the registry's Hedged
+		// may count a few more than ran, never fewer.
+		if n := uint64(runs.Load()); ps.Attempts+ps.Hedged < n || ps.Attempts+ps.Hedged > n+ps.Hedged/100 {
+			t.Errorf("registry attempts+hedged %d+%d, runs %d: want at least the runs, at most 1%% of the hedges more", ps.Attempts, ps.Hedged, n)
 		}
 		if r61Total(s["resilience.calls"]) != calls.Load() || s["resilience.calls"]["dep|success"] != okCalls.Load() {
 			t.Errorf("otel calls off")

@@ -685,12 +685,19 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	return res, err
 }
 
-// late reports whether an attempt is a hedge whose race returned as it
-// was admitted or its span started (review138), which is then not sent:
-// it gives its slots back and ends its span.
+// late reports whether an attempt is a hedge whose race returned or was
+// decided, or whose breaker opened, as it was admitted or its span started
+// (review138), which is then not sent: it gives its slots back and ends
+// its span.
 func (c *call[T]) late(r *race[T], info resilience.AttemptInfo, held tickets, end func(error)) bool {
-	if !info.Hedge || r.sendHedge() {
+	if !info.Hedge {
 		return false
+	}
+	if r.sendHedge() {
+		if !r.closed() && c.reopened() == nil {
+			return false
+		}
+		r.sent.Add(-1) // decided, or the breaker opened, as it was admitted: not counted
 	}
 	release(c.p.cfg.gates, held, context.Canceled)
 	if end != nil {

@@ -45,7 +45,8 @@ type PipelineState struct {
 	// CallsPerSec, AttemptsPerSec and HedgesPerSec are rates since the
 	// previous point; RetryRatio is retries per call over that time.
 	// Attempts are the retry stage's: a hedged group of attempts counts
-	// as one, its hedges in Hedged, as they are sent.
+	// as one, its hedges in Hedged, as they are sent (resilience.EventHedged:
+	// one reported as its race was decided is then not sent, and counts).
 	CallsPerSec, AttemptsPerSec, HedgesPerSec, RetryRatio float64
 	// QuotaLeft is how many retries its retry quota allows now, -1 without
 	// a quota.
