@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -118,6 +119,7 @@ func TestReview136DashboardFiguresMatchRegistry(t *testing.T) {
 		if sum(jb.Series.Failures) != uint64(jb.Failures) {
 			t.Errorf("breaker tile: series failures %d, its count of failures %d", sum(jb.Series.Failures), jb.Failures)
 		}
+		runtime.KeepAlive(p) // the registry holds it weakly: collected, it leaves the page
 	})
 }
 
@@ -148,6 +150,7 @@ func TestReview136DashboardTileAndTableOnA400(t *testing.T) {
 			t.Errorf("tile S %d F %d (sparkline F %d); table F %d (sparkline F %d)", jb.Successes, jb.Failures,
 				sum(jb.Series.Failures), jp.Failures, sum(jp.Series.Failures))
 		}
+		runtime.KeepAlive(p)
 	})
 }
 
@@ -201,5 +204,6 @@ func TestReview136SparklineOfRetriedSuccesses(t *testing.T) {
 		if sum(jp.Series.Failures) != 0 || sum(jb.Series.Failures) != 0 {
 			t.Errorf("no call failed, yet the sparklines show %d (pipeline) and %d (breaker) failures", sum(jp.Series.Failures), sum(jb.Series.Failures))
 		}
+		runtime.KeepAlive(p) // the registry holds it weakly: collected, it leaves the page
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -292,6 +293,7 @@ func TestReview136RegistryAgreesWithBreaker(t *testing.T) {
 				c.run(t, p)
 				synctest.Wait()
 				ps := reg.Snapshot().Pipelines[0]
+				runtime.KeepAlive(p) // the registry holds it weakly
 				bc := b.Counts()
 				got := fmt.Sprintf("registry S=%d F=%d (calls %d attempts %d retries %d limited %d); breaker S=%d F=%d X=%d",
 					ps.Successes, ps.Failures, ps.Calls, ps.Attempts, ps.Retries, ps.Limited, bc.TotalSuccesses, bc.TotalFailures, bc.TotalExclusions)
@@ -337,6 +339,7 @@ func TestReview136RetriedCancellationUnderflows(t *testing.T) {
 		// Call C: the same, but its retries fail.
 		pipeline.Do(t.Context(), p, failThen(fmt.Errorf("stream reset: %w", context.Canceled), errBoom, errBoom))
 		ps := reg.Snapshot().Pipelines[0]
+		runtime.KeepAlive(p) // the registry holds it weakly
 		bc := b.Counts()
 		got := fmt.Sprintf("registry S=%d F=%d calls %d; breaker S=%d F=%d X=%d", ps.Successes, ps.Failures, ps.Calls,
 			bc.TotalSuccesses, bc.TotalFailures, bc.TotalExclusions)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -83,6 +84,7 @@ func TestReview137CanceledRetriedThenGivenUp(t *testing.T) {
 					}
 				}
 				s := reg.Snapshot()
+				runtime.KeepAlive(p) // the registry holds it weakly
 				ps := s.Pipelines[0]
 				bc := b.Snapshot().Counts
 				t.Logf("registry: calls %d attempts %d S %d F %d; breaker: S %d F %d excl %d",
@@ -136,6 +138,7 @@ func TestReview137CanceledRetryGuarded(t *testing.T) {
 				_, err = pipeline.Do(t.Context(), p, r137Seq(r137OpCanceled, r137OpCanceled))
 				t.Logf("err: %v (class %v)", err, resilience.Classify(err))
 				ps := reg.Snapshot().Pipelines[0]
+				runtime.KeepAlive(p) // the registry holds it weakly
 				bc := b.Snapshot().Counts
 				t.Logf("registry: calls %d attempts %d S %d F %d rej %d; breaker: S %d F %d excl %d",
 					ps.Calls, ps.Attempts, ps.Successes, ps.Failures, ps.Rejected, bc.TotalSuccesses, bc.TotalFailures, bc.TotalExclusions)
@@ -164,6 +167,7 @@ func TestReview137RetryIfPanicUncounted(t *testing.T) {
 			pipeline.Do(t.Context(), p, func(context.Context) (int, error) { ran++; return 0, r137Transient })
 		}()
 		ps := reg.Snapshot().Pipelines[0]
+		runtime.KeepAlive(p) // the registry holds it weakly
 		t.Logf("ran %d; registry calls %d attempts %d S %d F %d", ran, ps.Calls, ps.Attempts, ps.Successes, ps.Failures)
 		if ps.Attempts != uint64(ran) {
 			t.Errorf("the operation ran %d times, the registry counts %d attempts", ran, ps.Attempts)

@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -78,6 +79,7 @@ func TestReview137BreakerSeriesPointwise(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		s := reg.Snapshot()
+		runtime.KeepAlive([]any{pa, pb}) // the registry holds them weakly
 		sa := r137Find(s.Pipelines, func(p registry.PipelineState) string { return p.Name }, "A").Series.Failures
 		sb := r137Find(s.Pipelines, func(p registry.PipelineState) string { return p.Name }, "B").Series.Failures
 		bs := s.Breakers[0].Series.Failures
@@ -128,6 +130,7 @@ func TestReview137SeriesTakesBackTheNewest(t *testing.T) {
 		s3 := reg.Snapshot().Pipelines[0]
 		time.Sleep(time.Second)
 		s4 := reg.Snapshot().Pipelines[0]
+		runtime.KeepAlive(p) // the registry holds it weakly
 		t.Logf("after interval 3: F=%d %v; after interval 4: F=%d %v", s3.Failures, s3.Series.Failures, s4.Failures, s4.Series.Failures)
 		if s3.Failures != 1 || !slices.Equal(s3.Series.Failures, []uint64{1, 0, 0}) || s4.Failures != 1 || r137Sum(s4.Series.Failures) != 0 {
 			t.Errorf("want F=1 [1 0 0] then F=1 and none drawn, as documented: F=%d %v, then F=%d %v",
