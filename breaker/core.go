@@ -49,6 +49,9 @@ type core struct {
 	age     uint64           // the current bucket, counted from start (one bucket: the windows started since the state's)
 	win     Counts           // the sum of buckets
 	buckets []Counts         // indexed by age modulo their number
+	kept    []uint32         // per bucket, the outcomes of the run forget kept, which the failure rate leaves out; nil if none
+	keptN   uint32           // their sum
+	keptBad bool             // the run kept is of failures
 
 	// What tells a call that its caller's deadline ended from one the
 	// dependency failed (see cutShort): slow keeps, per slowSpan of
@@ -236,7 +239,7 @@ func (c *core) done(a admission, o outcome) {
 		b.TotalFailures++
 		c.win.ConsecutiveFailures++
 		c.win.ConsecutiveSuccesses = 0
-		if c.state == resilience.StateHalfOpen || (c.state == resilience.StateClosed && c.readyToTrip(c.win)) {
+		if c.state == resilience.StateHalfOpen || (c.state == resilience.StateClosed && c.readyToTrip(c.judged())) {
 			c.set(resilience.StateOpen, monotime.Now())
 		}
 	}
@@ -360,6 +363,7 @@ func (c *core) current(now monotime.Reading) resilience.State {
 				c.age++
 				c.win = Counts{}
 				clear(c.buckets)
+				c.unkeep()
 			}
 		default:
 			c.advance(uint64(elapsed / c.period))
@@ -371,7 +375,10 @@ func (c *core) current(now monotime.Reading) resilience.State {
 // forget starts a closed breaker's window afresh, but for the run of
 // failures or successes that ends it, which stays in the buckets it was
 // counted in and leaves the window with them; the state and its
-// generation stay. A shared breaker's replica that starts deciding alone
+// generation stay. The run counts in ConsecutiveFailures and in Counts,
+// not in the failure rate (judged): those calls were judged by the fleet
+// (review142: a run of one failure kept made 2 in 4 of a dependency
+// failing 40%). A shared breaker's replica that starts deciding alone
 // forgets what it counted while the fleet decided: a local breaker fed
 // the same calls would have opened on them then and started afresh as it
 // closed.
@@ -390,6 +397,10 @@ func (c *core) forget(alone func() bool) {
 	left := failing + ok // one of them is 0
 	c.win = Counts{ConsecutiveFailures: failing, ConsecutiveSuccesses: ok}
 	n := uint64(len(c.buckets))
+	if c.kept == nil {
+		c.kept = make([]uint32, n)
+	}
+	c.keptN, c.keptBad = 0, failing > 0
 	for i := range n { // newest first
 		b := &c.buckets[(c.age+n-i)%n]
 		k := min(left, b.TotalSuccesses)
@@ -400,6 +411,8 @@ func (c *core) forget(alone func() bool) {
 			k = 0
 		}
 		left -= k
+		c.kept[(c.age+n-i)%n] = k
+		c.keptN += k
 		*b = Counts{Requests: k}
 		if failing > 0 {
 			b.TotalFailures = k
@@ -428,6 +441,7 @@ const halveAt = 1 << 31
 func (c *core) halve() {
 	ok, failing := c.win.ConsecutiveSuccesses, c.win.ConsecutiveFailures
 	c.win = Counts{}
+	c.unkeep() // a run forget kept, among 2^31 calls: the rate barely sees it
 	for i := range c.buckets {
 		b := &c.buckets[i]
 		b.Requests /= 2
@@ -455,8 +469,13 @@ func (c *core) advance(age uint64) {
 	if age-c.age >= n {
 		clear(c.buckets)
 		c.win = Counts{}
+		c.unkeep()
 	} else {
 		for a := c.age + 1; a <= age; a++ {
+			if c.kept != nil {
+				c.keptN -= c.kept[a%n]
+				c.kept[a%n] = 0
+			}
 			b := &c.buckets[a%n]
 			c.win.Requests -= b.Requests
 			c.win.TotalSuccesses -= b.TotalSuccesses
@@ -491,4 +510,27 @@ func (c *core) renew(now monotime.Reading) {
 	c.age = 0
 	c.win = Counts{}
 	clear(c.buckets)
+	c.unkeep()
+}
+
+// unkeep drops the run forget kept; c.mu is held.
+func (c *core) unkeep() {
+	clear(c.kept)
+	c.keptN = 0
+}
+
+// judged returns the counts the breaker judges a closed window by: the
+// run forget kept counts in the run of failures, not in the failure
+// rate, which goes by the calls counted since (see forget).
+func (c *core) judged() Counts {
+	n := c.win
+	if c.keptN == 0 {
+		return n
+	}
+	if c.keptBad {
+		n.TotalFailures -= min(c.keptN, n.TotalFailures)
+	} else {
+		n.TotalSuccesses -= min(c.keptN, n.TotalSuccesses)
+	}
+	return n
 }
