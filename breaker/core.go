@@ -413,17 +413,18 @@ func (c *core) forget(alone func() bool) {
 		left -= k
 		c.kept[(c.age+n-i)%n] = k
 		c.keptN += k
-		*b = Counts{Requests: k}
+		out := b.Requests - min(b.Requests, b.TotalSuccesses+b.TotalFailures+b.TotalExclusions) // calls in flight, still admitted
+		*b = Counts{Requests: k + out}
 		if failing > 0 {
 			b.TotalFailures = k
 		} else {
 			b.TotalSuccesses = k
 		}
-		c.win.Requests += k
+		c.win.Requests += b.Requests
 		c.win.TotalFailures += b.TotalFailures
 		c.win.TotalSuccesses += b.TotalSuccesses
 	}
-	c.win.ConsecutiveFailures = min(failing, c.win.TotalFailures) // the run still in the window, as advance keeps it
+	c.win.ConsecutiveFailures = failing // whole, as halve keeps it; advance drops what leaves the window
 	c.win.ConsecutiveSuccesses = min(ok, c.win.TotalSuccesses)
 }
 
@@ -441,7 +442,11 @@ const halveAt = 1 << 31
 func (c *core) halve() {
 	ok, failing := c.win.ConsecutiveSuccesses, c.win.ConsecutiveFailures
 	c.win = Counts{}
-	c.unkeep() // a run forget kept, among 2^31 calls: the rate barely sees it
+	c.keptN = 0
+	for i := range c.kept { // the run forget kept, halved with its buckets
+		c.kept[i] /= 2
+		c.keptN += c.kept[i]
+	}
 	for i := range c.buckets {
 		b := &c.buckets[i]
 		b.Requests /= 2
