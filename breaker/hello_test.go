@@ -72,3 +72,32 @@ func TestFirstCallWaitsATenthOfItsTimeLeft(t *testing.T) {
 		st.hang.Store(false)
 	})
 }
+
+// panicStore's Sync panics.
+type panicStore struct{ *memStore }
+
+func (panicStore) Sync(context.Context, string, breaker.Sync) (breaker.Fleet, error) {
+	panic("store bug")
+}
+
+// A store whose Sync panics is a store that fails: the replica goes by its
+// own breaker and says so, its calls go on (review141: the panic ended
+// the process).
+func TestStoreThatPanicsIsAStoreThatFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var unavailable []error
+		b := breaker.New("panics", breaker.Shared(panicStore{newMemStore()}), breaker.FlushInterval(100*time.Millisecond),
+			breaker.FailureRate(0.5, 5), breaker.WithListener(resilience.ListenerFunc(func(e resilience.Event) {
+				if e.Kind == resilience.EventSharedStateUnavailable {
+					unavailable = append(unavailable, e.Err)
+				}
+			})))
+		for range 5 {
+			require.NoError(t, b.Execute(t.Context(), func(context.Context) error { return nil }))
+			time.Sleep(100 * time.Millisecond)
+		}
+		require.Error(t, b.Close())
+		require.Len(t, unavailable, 1)
+		assert.ErrorContains(t, unavailable[0], "panicked: store bug")
+	})
+}

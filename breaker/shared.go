@@ -573,7 +573,7 @@ func (f *fleet) flush(hello bool) {
 	}
 	ctx, cancel := context.WithDeadline(f.life, deadline)
 	f.sent = int64(time.Since(f.epoch))
-	got, err := f.store.Sync(ctx, f.b.Name(), s)
+	got, err := syncSafely(ctx, f.store, f.b.Name(), s)
 	cancel()
 	f.lastErr = err
 	if err != nil {
@@ -603,6 +603,18 @@ func (f *fleet) flush(hello bool) {
 		f.b.resendForcing(deadline)
 		f.b.takeForcing(got.ForceVersion, deadline)
 	}
+}
+
+// syncSafely is store.Sync; a panic in it is its error: a store's fault
+// is no reason to stop the replica's calls, which go by their own breaker
+// meanwhile, as with a store that fails.
+func syncSafely(ctx context.Context, store SharedStore, name string, s Sync) (got Fleet, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			got, err = Fleet{}, fmt.Errorf("breaker: the shared store's Sync panicked: %v", r)
+		}
+	}()
+	return store.Sync(ctx, name, s)
 }
 
 // apply takes the store's answer: a flush's (watched: how many of the
