@@ -245,8 +245,10 @@ func TestReview42DeadlineShorterThanDelay(t *testing.T) {
 	}
 }
 
-// EventHedged says "attempt was sent as a hedge": is every hedge reported
-// one that ran? (The budget of MaxShare is taken by each, too.)
+// EventHedged says "attempt was sent as a hedge": is every hedge that ran
+// reported, and are the hedges reported and not run (decided while their
+// EventHedged was told: documented) few? (The budget of MaxShare is taken
+// by each, too.)
 func TestReview42HedgedEventsAreSent(t *testing.T) {
 	var c review42Count
 	p := pipeline.New(pipeline.WithListener(&c),
@@ -254,8 +256,8 @@ func TestReview42HedgedEventsAreSent(t *testing.T) {
 	const calls = 3000
 	sent := review42Storm(p, calls, 10*time.Millisecond) - calls
 	t.Logf("EventHedged %d, hedges run %d", c.hedged.Load(), sent)
-	if c.hedged.Load() != sent {
-		t.Errorf("%d hedges reported, %d run", c.hedged.Load(), sent)
+	if h := c.hedged.Load(); h < sent || h > sent+sent/100 {
+		t.Errorf("%d hedges reported, %d run: want at least those run, at most 1%% more", h, sent)
 	}
 }
 

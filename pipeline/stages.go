@@ -580,7 +580,7 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 	held, refusal, err := acquire(ctx, gates, c.opts.waited, hedge, c.probe)
 	if err == nil && hedge && (ctx.Err() != nil || passed(ctx) || r.closed()) {
 		release(gates, held, context.Canceled) // its slot came as its race was decided: not sent
-		return res, context.Canceled
+		return res, errUnsent
 	}
 	if err == nil {
 		if err = c.reopened(); err != nil {
@@ -653,14 +653,14 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 		return res, context.Canceled
 	}
 	if c.late(r, info, held, end) {
-		return res, context.Canceled
+		return res, errUnsent
 	}
 	returned := false
 	defer func() { c.attemptEnded(ctx, err, returned, held, end) }() // first: a listener that calls runtime.Goexit as racing reports a hedge must not keep the slots
 	c.racing(r, info)
 	if info.Hedge && (r.closed() || c.reopened() != nil) { // decided, or the breaker opened, as a listener heard of it: counted (Hedged says so), not sent
 		returned = true
-		return res, context.Canceled
+		return res, errUnsent
 	}
 	var start monotime.Reading
 	learns := c.p.cfg.hedge.Learns()
