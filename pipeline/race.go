@@ -516,10 +516,6 @@ func (r *race[T]) settle(o outcome[T]) bool {
 		}
 		panic(o.panicked)
 	}
-	if o.err == errUnsent { // no answer: the race is decided by another attempt's, or the first's still to come
-		r.dispose(o)
-		return false
-	}
 	if r.refusedHere(o) {
 		return false
 	}
@@ -552,6 +548,10 @@ func (r *race[T]) settle(o outcome[T]) bool {
 // the first refusal is (review120: a hedge's refusal replaced the first
 // attempt's own).
 func (r *race[T]) refusedHere(o outcome[T]) bool {
+	if o.err == errUnsent { // not sent: no answer; the race is another attempt's, the first's at the latest
+		r.dispose(o)
+		return true
+	}
 	if !ofClass(o.err, resilience.ClassRejected) || !r.stopHedges() && !r.have {
 		return false
 	}
