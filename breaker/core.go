@@ -402,7 +402,8 @@ func (c *core) forget(alone func() bool) {
 	}
 	c.keptN, c.keptBad = 0, failing > 0
 	for i := range n { // newest first
-		b := &c.buckets[(c.age+n-i)%n]
+		at := (c.age + n - i) % n
+		b := &c.buckets[at]
 		k := min(left, b.TotalSuccesses)
 		if failing > 0 {
 			k = min(left, b.TotalFailures)
@@ -411,7 +412,7 @@ func (c *core) forget(alone func() bool) {
 			k = 0
 		}
 		left -= k
-		c.kept[(c.age+n-i)%n] = k
+		c.kept[at] = k
 		c.keptN += k
 		out := b.Requests - min(b.Requests, b.TotalSuccesses+b.TotalFailures+b.TotalExclusions) // calls in flight, still admitted
 		*b = Counts{Requests: k + out}

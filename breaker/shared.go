@@ -585,13 +585,7 @@ func (f *fleet) flush(hello bool) {
 		if s.GenerationUnknown {
 			f.pending = nil
 		}
-		was := true
-		if !f.down.Load() {
-			f.b.cb.forget(func() bool { was = f.down.Swap(true); return !was && !f.alone.Load() })
-		}
-		if !was {
-			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: err})
-		}
+		f.goAlone(&f.down, &f.alone, err)
 		return
 	}
 	f.pending = nil
@@ -714,16 +708,25 @@ func (f *fleet) view() resilience.State {
 		return st
 	}
 	if time.Duration(int64(time.Since(f.epoch))-f.heard.Load()) > f.stale {
-		was := true
-		if !f.alone.Load() {
-			f.b.cb.forget(func() bool { was = f.alone.Swap(true); return !was && !f.down.Load() })
-		}
-		if !was {
-			f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: ErrFleetUnconfirmed})
-		}
+		f.goAlone(&f.alone, &f.down, ErrFleetUnconfirmed)
 		return resilience.StateClosed
 	}
 	return st
+}
+
+// goAlone sets flag, one of the two reasons this replica decides alone
+// (down, alone), and, if it was not set, says so with err; the replica's
+// own breaker forgets its window if the other reason was not set either
+// (core.forget, under whose lock the flag is set).
+func (f *fleet) goAlone(flag, other *atomic.Bool, err error) {
+	if flag.Load() {
+		return
+	}
+	was := true
+	f.b.cb.forget(func() bool { was = flag.Swap(true); return !was && !other.Load() })
+	if !was {
+		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: err})
+	}
 }
 
 // local reports whether this replica decides alone: its store fails, or
