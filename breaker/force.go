@@ -201,7 +201,7 @@ func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forc
 	defer cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := sf.Force(ctx, name, f, after)
+	err := safely("Force", func() error { return sf.Force(ctx, name, f, after) })
 	r.pending = nil
 	if err != nil {
 		r.pending, r.seen = &f, after
@@ -229,16 +229,22 @@ func (b *Breaker) resendForcing(deadline time.Time) {
 	}
 	ctx, cancel := context.WithDeadline(b.fleet.life, deadline)
 	defer cancel()
-	cur, v, err := sf.Forced(ctx, b.Name())
+	cur, v, err := forced(ctx, sf, b.Name())
 	if err != nil {
 		return // at a later flush
 	}
 	switch {
 	case v > r.seen && !sameForcing(cur, r.written):
 		r.pending = nil
-	case sf.Force(ctx, b.Name(), *r.pending, max(v, b.forceSeen.Load())) == nil:
+	case safely("Force", func() error { return sf.Force(ctx, b.Name(), *r.pending, max(v, b.forceSeen.Load())) }) == nil:
 		r.written, r.pending = *r.pending, nil
 	}
+}
+
+// forced is sf.Forced, a panic in it its error ([safely]).
+func forced(ctx context.Context, sf SharedForcer, name string) (f Forcing, v uint64, err error) {
+	err = safely("Forced", func() (err error) { f, v, err = sf.Forced(ctx, name); return err })
+	return f, v, err
 }
 
 // sameForcing reports whether a and b are one mode set once: a store keeps
@@ -332,12 +338,12 @@ func (b *Breaker) takeForcing(version uint64, deadline time.Time) {
 	}
 	ctx, cancel := context.WithDeadline(b.fleet.life, deadline)
 	defer cancel()
-	f, v, err := sf.Forced(ctx, b.Name())
+	f, v, err := forced(ctx, sf, b.Name())
 	switch {
 	case err != nil, v == seen:
 		return // at a later flush, if need be
 	case v < seen:
-		_ = sf.Restore(ctx, b.Name(), b.forceTaken, seen) // or at a later flush
+		_ = safely("Restore", func() error { return sf.Restore(ctx, b.Name(), b.forceTaken, seen) }) // or at a later flush
 		return
 	}
 	b.forceSeen.Store(v)

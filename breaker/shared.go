@@ -19,7 +19,8 @@ import (
 // from a background flusher, never on a call's path. The breakerstore
 // package of the nested module github.com/resiliencekit/resiliencekit/redis
 // has one on Redis. Implementations are safe for concurrent use and honour
-// ctx's deadline.
+// ctx's deadline. A panic in any method of a store (this interface's and
+// the optional ones below) is taken as that call's error.
 type SharedStore interface {
 	// Sync adds a replica's outcomes since its last Sync to the fleet's
 	// counts, if they were made under the fleet's current generation,
@@ -370,7 +371,9 @@ func (b *Breaker) startFleet() {
 // watch takes the changes of state the store sends as they happen.
 func (f *fleet) watch(ctx context.Context, w SharedWatcher) {
 	for ctx.Err() == nil {
-		_ = w.Watch(ctx, f.b.Name(), func(got Fleet) { f.apply(got, true, 0, 0, false) }) // a failure shows in the flushes
+		_ = safely("Watch", func() error { // a failure shows in the flushes
+			return w.Watch(ctx, f.b.Name(), func(got Fleet) { f.apply(got, true, 0, 0, false) })
+		})
 		select {
 		case <-ctx.Done():
 		case <-time.After(f.every):
@@ -573,7 +576,8 @@ func (f *fleet) flush(hello bool) {
 	}
 	ctx, cancel := context.WithDeadline(f.life, deadline)
 	f.sent = int64(time.Since(f.epoch))
-	got, err := syncSafely(ctx, f.store, f.b.Name(), s)
+	var got Fleet
+	err := safely("Sync", func() (err error) { got, err = f.store.Sync(ctx, f.b.Name(), s); return err })
 	cancel()
 	f.lastErr = err
 	if err != nil {
@@ -599,16 +603,17 @@ func (f *fleet) flush(hello bool) {
 	}
 }
 
-// syncSafely is store.Sync; a panic in it is its error: a store's fault
-// is no reason to stop the replica's calls, which go by their own breaker
-// meanwhile, as with a store that fails.
-func syncSafely(ctx context.Context, store SharedStore, name string, s Sync) (got Fleet, err error) {
+// safely makes call, one call of the shared store's method what; a panic
+// in it is its error: a store's fault is no reason to stop the replica's
+// calls, which go by their own breaker meanwhile, as with a store that
+// fails, nor to end the process from the flusher's or watcher's goroutine.
+func safely(what string, call func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			got, err = Fleet{}, fmt.Errorf("breaker: the shared store's Sync panicked: %v", r)
+			err = fmt.Errorf("breaker: the shared store's %s panicked: %v", what, r)
 		}
 	}()
-	return store.Sync(ctx, name, s)
+	return call()
 }
 
 // apply takes the store's answer: a flush's (watched: how many of the
@@ -1003,5 +1008,7 @@ func (b *Breaker) Fleet(ctx context.Context) (FleetStatus, error) {
 	if !ok {
 		return FleetStatus{}, errors.New("breaker: the shared store cannot read the fleet's totals")
 	}
-	return r.Read(ctx, b.Name(), b.fleet.policy)
+	var st FleetStatus
+	err := safely("Read", func() (err error) { st, err = r.Read(ctx, b.Name(), b.fleet.policy); return err })
+	return st, err
 }
