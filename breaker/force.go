@@ -201,7 +201,7 @@ func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forc
 	defer cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := safely("Force", func() error { return sf.Force(ctx, name, f, after) })
+	err := safelyDo(ctx, "Force", func() error { return sf.Force(ctx, name, f, after) })
 	r.pending = nil
 	if err != nil {
 		r.pending, r.seen = &f, after
@@ -236,15 +236,19 @@ func (b *Breaker) resendForcing(deadline time.Time) {
 	switch {
 	case v > r.seen && !sameForcing(cur, r.written):
 		r.pending = nil
-	case safely("Force", func() error { return sf.Force(ctx, b.Name(), *r.pending, max(v, b.forceSeen.Load())) }) == nil:
+	case safelyDo(ctx, "Force", func() error { return sf.Force(ctx, b.Name(), *r.pending, max(v, b.forceSeen.Load())) }) == nil:
 		r.written, r.pending = *r.pending, nil
 	}
 }
 
-// forced is sf.Forced, a panic in it its error ([safely]).
-func forced(ctx context.Context, sf SharedForcer, name string) (f Forcing, v uint64, err error) {
-	err = safely("Forced", func() (err error) { f, v, err = sf.Forced(ctx, name); return err })
-	return f, v, err
+// forced is sf.Forced, through [safely].
+func forced(ctx context.Context, sf SharedForcer, name string) (Forcing, uint64, error) {
+	type mode struct {
+		f Forcing
+		v uint64
+	}
+	m, err := safely(ctx, "Forced", func() (mode, error) { f, v, err := sf.Forced(ctx, name); return mode{f, v}, err })
+	return m.f, m.v, err
 }
 
 // sameForcing reports whether a and b are one mode set once: a store keeps
@@ -343,7 +347,7 @@ func (b *Breaker) takeForcing(version uint64, deadline time.Time) {
 	case err != nil, v == seen:
 		return // at a later flush, if need be
 	case v < seen:
-		_ = safely("Restore", func() error { return sf.Restore(ctx, b.Name(), b.forceTaken, seen) }) // or at a later flush
+		_ = safelyDo(ctx, "Restore", func() error { return sf.Restore(ctx, b.Name(), b.forceTaken, seen) }) // or at a later flush
 		return
 	}
 	b.forceSeen.Store(v)

@@ -19,8 +19,11 @@ import (
 // from a background flusher, never on a call's path. The breakerstore
 // package of the nested module github.com/resiliencekit/resiliencekit/redis
 // has one on Redis. Implementations are safe for concurrent use and honour
-// ctx's deadline. A panic in any method of a store (this interface's and
-// the optional ones below) is taken as that call's error.
+// ctx's deadline and cancellation. A panic or runtime.Goexit in any method
+// of a store (this interface's and the optional ones below) is taken as
+// that call's error, and so is a method that has not returned when its
+// context ends: the breaker stops waiting for it (its goroutine is left
+// to end when the method returns).
 type SharedStore interface {
 	// Sync adds a replica's outcomes since its last Sync to the fleet's
 	// counts, if they were made under the fleet's current generation,
@@ -215,7 +218,14 @@ var ErrFleetUnconfirmed = errors.New("fleet state unconfirmed for longer than th
 // the fleet judged, which a local breaker would have judged as they
 // came), and sharing resumes at the first flush that
 // reaches the store ([resilience.EventSharedStateRestored]), counts made in
-// the fleet's current generation included. A shared breaker runs a
+// the fleet's current generation included. If that flush finds the fleet
+// still in the opening this replica last heard of, while this replica's
+// own breaker is closed and its own calls succeeded while it decided
+// alone (at least [HalfOpenRequests] of them), the opening is stale for
+// it: it goes on deciding alone until the fleet changes state, its calls
+// asking for the fleet's probes and running them as the store grants
+// them, so that the fleet closes without refusing a call to a dependency
+// that answers. A shared breaker runs a
 // goroutine: call [Breaker.Close] when done with it. New panics if the
 // breaker has no [FailureRate] or a [Window] of 0. Default: not shared.
 // docs/shared-breaker.md tells the model.
@@ -293,6 +303,8 @@ type fleet struct {
 	probeBad atomic.Uint32 // outcomes of probes for gen, not yet sent
 	down     atomic.Bool   // the last flush failed
 	alone    atomic.Bool   // the fleet's state is unconfirmed: deciding locally
+	aloneOK  atomic.Int64  // successes since this replica last began to decide locally
+	vouch    atomic.Uint64 // 1 + the generation whose opening this replica's own calls outlived (vouched)
 	greeted  atomic.Bool   // the first flush has ended, or a call waited for it long enough
 
 	kick             chan struct{} // asks the flusher for a flush now (buffered 1)
@@ -371,8 +383,8 @@ func (b *Breaker) startFleet() {
 // watch takes the changes of state the store sends as they happen.
 func (f *fleet) watch(ctx context.Context, w SharedWatcher) {
 	for ctx.Err() == nil {
-		_ = safely("Watch", func() error { // a failure shows in the flushes
-			return w.Watch(ctx, f.b.Name(), func(got Fleet) { f.apply(got, true, 0, 0, false) })
+		_ = safelyDo(ctx, "Watch", func() error { // a failure shows in the flushes
+			return w.Watch(ctx, f.b.Name(), func(got Fleet) { f.apply(got, true, 0, 0, false, false) })
 		})
 		select {
 		case <-ctx.Done():
@@ -539,7 +551,7 @@ func (f *fleet) flush(hello bool) {
 	}
 	// What the store restores if it lost its state: only what this
 	// replica has confirmed recently (view), as opened when it knew.
-	s.State = f.view()
+	s.State = f.heardState()
 	if s.State != resilience.StateClosed {
 		s.OpenedFor = time.Duration(now - f.since.Load())
 		if s.State == resilience.StateHalfOpen {
@@ -576,8 +588,7 @@ func (f *fleet) flush(hello bool) {
 	}
 	ctx, cancel := context.WithDeadline(f.life, deadline)
 	f.sent = int64(time.Since(f.epoch))
-	var got Fleet
-	err := safely("Sync", func() (err error) { got, err = f.store.Sync(ctx, f.b.Name(), s); return err })
+	got, err := safely(ctx, "Sync", func() (Fleet, error) { return f.store.Sync(ctx, f.b.Name(), s) })
 	cancel()
 	f.lastErr = err
 	if err != nil {
@@ -593,42 +604,96 @@ func (f *fleet) flush(hello bool) {
 		return
 	}
 	f.pending = nil
+	rejoin := f.local()
 	if f.down.Swap(false) {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}
-	f.apply(got, false, watched, used, s.ProbeRunning)
+	f.apply(got, false, watched, used, s.ProbeRunning, rejoin)
 	if !hello {
 		f.b.resendForcing(deadline)
 		f.b.takeForcing(got.ForceVersion, deadline)
 	}
 }
 
-// safely makes call, one call of the shared store's method what; a panic
-// in it is its error: a store's fault is no reason to stop the replica's
-// calls, which go by their own breaker meanwhile, as with a store that
-// fails, nor to end the process from the flusher's or watcher's goroutine.
-func safely(what string, call func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("breaker: the shared store's %s panicked: %v", what, r)
-		}
+// safely makes call, one call of the shared store's method what, on a
+// goroutine of its own, and returns its answer; or its panic, or its
+// runtime.Goexit, as its error; or, if it has not returned when ctx ends,
+// that as its error, leaving it to return when it will. A store's fault
+// is no reason to stop the replica's calls, which go by their own breaker
+// meanwhile, as with a store that fails, nor to end the process, the
+// flusher or the watcher, nor to keep Close or SetMode waiting.
+func safely[T any](ctx context.Context, what string, call func() (T, error)) (T, error) {
+	type answer struct {
+		v   T
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		returned := false
+		defer func() {
+			if returned {
+				return
+			}
+			var zero T
+			if r := recover(); r != nil {
+				done <- answer{zero, fmt.Errorf("breaker: the shared store's %s panicked: %v", what, r)}
+			} else {
+				done <- answer{zero, fmt.Errorf("breaker: the shared store's %s called runtime.Goexit", what)}
+			}
+		}()
+		v, err := call()
+		returned = true
+		done <- answer{v, err}
 	}()
-	return call()
+	select {
+	case a := <-done:
+		return a.v, a.err
+	case <-ctx.Done():
+		select {
+		case a := <-done:
+			return a.v, a.err
+		default:
+			var zero T
+			return zero, fmt.Errorf("breaker: the shared store's %s had not returned when its context ended: %w", what, context.Cause(ctx))
+		}
+	}
+}
+
+// safelyDo is [safely] for a method that returns only an error.
+func safelyDo(ctx context.Context, what string, call func() error) error {
+	_, err := safely(ctx, what, func() (struct{}, error) { return struct{}{}, call() })
+	return err
 }
 
 // apply takes the store's answer: a flush's (watched: how many of the
 // watcher's answers had been applied when it was sent, used: how many
-// permits calls had taken, running: whether it said a probe ran), or a
-// change the watcher heard.
-func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, running bool) {
+// permits calls had taken, running: whether it said a probe ran, rejoin:
+// whether the replica decided alone when it was sent), or a change the
+// watcher heard.
+func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, running, rejoin bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if rejoin && got.State != resilience.StateClosed && got.Generation == f.gen.Load() &&
+		resilience.State(f.state.Load()) != resilience.StateClosed &&
+		f.aloneOK.Load() >= int64(max(f.policy.HalfOpenRequests, 1)) &&
+		resilience.State(f.b.state.Load()) == resilience.StateClosed {
+		// The store answers again with the opening this replica's own
+		// calls outlived while it decided alone, its own breaker closed:
+		// the replica goes on deciding alone until the fleet changes
+		// state, its calls probing for the fleet when the store grants
+		// it a probe. A stale opening is no reason to refuse the calls
+		// of a dependency that answers.
+		f.vouch.Store(got.Generation + 1)
+	}
+	if fromWatch && got.Generation <= f.gen.Load() {
+		// Heard already: it confirms nothing that a flush could not (a
+		// watcher that repeats an opening while every flush fails would
+		// keep the replica going by it).
+		return
+	}
 	f.heard.Store(int64(time.Since(f.epoch)))
 	f.alone.Store(false)
 	if fromWatch {
-		if got.Generation <= f.gen.Load() {
-			return // heard already
-		}
 		f.watched++
 		// Counts of an unknown generation made so far began before this
 		// change: they belong to the generation it ended. A store drops
@@ -702,12 +767,28 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 	}
 }
 
-// view returns the fleet's state as this replica goes by it: as last heard
-// from the store, or closed if the store has not confirmed an open or
-// half-open state for longer than the open timeout, or three flush
-// intervals if longer (the replica decides alone until the store answers
-// again).
+// view returns the fleet's state as this replica goes by it: [fleet.heardState],
+// or closed while the replica vouches for the dependency in the fleet's
+// current opening ([fleet.vouched]).
 func (f *fleet) view() resilience.State {
+	if st := f.heardState(); st == resilience.StateClosed || !f.vouched() {
+		return st
+	}
+	return resilience.StateClosed
+}
+
+// vouched reports whether this replica decides alone in the fleet's
+// current generation, open or half-open: it decided alone while the store
+// did not answer, its own calls succeeded then, at least HalfOpenRequests
+// of them, and its own breaker was closed when the store answered again,
+// still in the opening it had heard of.
+func (f *fleet) vouched() bool { return f.vouch.Load() == f.gen.Load()+1 }
+
+// heardState returns the fleet's state as last heard from the store, or
+// closed if the store has not confirmed an open or half-open state for
+// longer than the open timeout, or three flush intervals if longer (the
+// replica decides alone until the store answers again).
+func (f *fleet) heardState() resilience.State {
 	st := resilience.State(f.state.Load())
 	if st == resilience.StateClosed {
 		return st
@@ -728,18 +809,26 @@ func (f *fleet) goAlone(flag, other *atomic.Bool, err error) {
 		return
 	}
 	was := true
-	f.b.cb.forget(func() bool { was = flag.Swap(true); return !was && !other.Load() })
+	f.b.cb.forget(func() bool {
+		was = flag.Swap(true)
+		if was || other.Load() || f.vouched() {
+			return false
+		}
+		f.aloneOK.Store(0)
+		return true
+	})
 	if !was {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateUnavailable, Name: f.b.Name(), Err: err})
 	}
 }
 
 // local reports whether this replica decides alone: its store fails, or
-// has not confirmed the fleet's state for too long. Its own breaker then
+// has not confirmed the fleet's state for too long, or it vouches for the
+// dependency in the fleet's opening ([fleet.vouched]). Its own breaker then
 // applies the failure rate to its own calls, counted since it went alone
 // (core.forget, which sets the flags) but for the run of failures or
 // successes before.
-func (f *fleet) local() bool { return f.down.Load() || f.alone.Load() }
+func (f *fleet) local() bool { return f.down.Load() || f.alone.Load() || f.vouched() }
 
 // admit decides a call by the fleet's state: nil to go on (probe: it is a
 // fleet probe, for generation gen), or the rejection; c is where its
@@ -803,29 +892,46 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 			}
 			return probe, gen, c, err
 		}
-		// A permit, taken under apply's lock: the state and generation it
-		// was granted in are the ones the probe runs for (a newer opening
-		// heard meanwhile takes it back). Running before the permit is
-		// taken, so that a flush that sees no permit held sees the probe
-		// running.
-		f.mu.Lock()
-		gen = f.gen.Load()
-		f.running.Add(1)
-		if resilience.State(f.state.Load()) != resilience.StateHalfOpen || f.permits.Add(-1) < 0 {
-			if resilience.State(f.state.Load()) == resilience.StateHalfOpen {
-				f.permits.Add(1)
-			}
-			f.running.Add(-1)
-			f.mu.Unlock()
-			f.wantProbe()
-			return false, 0, nil, f.b.reject(f.b.errBusy)
+		if gen, ok := f.takePermit(); ok {
+			return true, gen, c, nil
 		}
-		f.used.Add(1)
-		f.probeAt.Store(int64(time.Since(f.epoch)))
-		f.mu.Unlock()
-		return true, gen, c, nil
+		f.wantProbe()
+		return false, 0, nil, f.b.reject(f.b.errBusy)
+	}
+	if f.vouched() {
+		// Admitted by its own breaker; a probe for the fleet if it holds a
+		// permit, and otherwise asking for one, so that the fleet closes.
+		if f.permits.Load() > 0 && !f.b.ownOpen() {
+			if gen, ok := f.takePermit(); ok {
+				return true, gen, c, nil
+			}
+		}
+		f.wantProbe()
 	}
 	return false, 0, c, nil
+}
+
+// takePermit takes one of the probe permits the store granted this
+// replica, for generation gen, if the fleet is still half-open.
+func (f *fleet) takePermit() (gen uint64, ok bool) {
+	// Under apply's lock: the state and generation it was granted in are
+	// the ones the probe runs for (a newer opening heard meanwhile takes
+	// it back). Running before the permit is taken, so that a flush that
+	// sees no permit held sees the probe running.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	gen = f.gen.Load()
+	f.running.Add(1)
+	if resilience.State(f.state.Load()) != resilience.StateHalfOpen || f.permits.Add(-1) < 0 {
+		if resilience.State(f.state.Load()) == resilience.StateHalfOpen {
+			f.permits.Add(1)
+		}
+		f.running.Add(-1)
+		return 0, false
+	}
+	f.used.Add(1)
+	f.probeAt.Store(int64(time.Since(f.epoch)))
+	return gen, true
 }
 
 // flushNow has the flusher flush at once, asking for the probe that a
@@ -938,6 +1044,9 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, o outcome) {
 		c.counts.Add(oneRequest + 1) // the request and its failure at once
 	default:
 		c.counts.Add(oneRequest)
+		if f.local() {
+			f.aloneOK.Add(1)
+		}
 	}
 	if probe {
 		// Under apply's lock: a probe's outcome counts for the generation
@@ -988,7 +1097,8 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 // FleetState returns the fleet breaker's state as this replica goes by it
 // (see [Shared]): as last heard from its store, or closed when the store
 // has not confirmed it for longer than [OpenTimeout], or three flush
-// intervals if that is longer. It is closed for a
+// intervals if that is longer, or while this replica's own calls
+// outlived the opening the store holds. It is closed for a
 // breaker that is not shared. It takes no lock and does no I/O.
 func (b *Breaker) FleetState() resilience.State {
 	if b == nil || b.fleet == nil {
@@ -1008,7 +1118,5 @@ func (b *Breaker) Fleet(ctx context.Context) (FleetStatus, error) {
 	if !ok {
 		return FleetStatus{}, errors.New("breaker: the shared store cannot read the fleet's totals")
 	}
-	var st FleetStatus
-	err := safely("Read", func() (err error) { st, err = r.Read(ctx, b.Name(), b.fleet.policy); return err })
-	return st, err
+	return safely(ctx, "Read", func() (FleetStatus, error) { return r.Read(ctx, b.Name(), b.fleet.policy) })
 }

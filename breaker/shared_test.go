@@ -140,6 +140,37 @@ func TestSharedStoreDownWhileOpen(t *testing.T) {
 		assert.EqualValues(t, 1, unconfirmed.Load(), "one event says the replica decides alone")
 		store.fail.Store(false)
 		time.Sleep(2 * sharedFlush)
+		st, _ := store.state(b.Name())
+		assert.Equal(t, resilience.StateOpen, st, "the store held its opening (half-open: open past its timeout)")
+		assert.Equal(t, resilience.StateClosed, b.FleetState(), "its own call succeeded while it decided alone: it vouches for the dependency")
+		for range 3 {
+			require.NoError(t, b.Execute(context.Background(), dep.call), "and is not refused by a stale opening")
+			time.Sleep(sharedFlush)
+		}
+		st, _ = store.state(b.Name())
+		assert.Equal(t, resilience.StateClosed, st, "its call probed for the fleet, which closed")
+	})
+}
+
+// A replica that decided alone with no success of its own to tell goes
+// by the store's state again when it answers.
+func TestSharedStoreBackWithNoSuccessMeanwhile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newMemStore()
+		bs := sharedFleet(t, store, 1, breaker.ConsecutiveFailures(0), breaker.OpenTimeout(time.Minute))
+		b := bs[0]
+		dep := &dependency{}
+		dep.down.Store(true)
+		for range 30 {
+			_ = b.Execute(context.Background(), dep.call)
+		}
+		time.Sleep(2 * sharedFlush)
+		require.Equal(t, resilience.StateOpen, b.State())
+		store.fail.Store(true)
+		time.Sleep(time.Minute + 2*sharedFlush)
+		require.Equal(t, resilience.StateClosed, b.FleetState(), "alone")
+		store.fail.Store(false)
+		time.Sleep(2 * sharedFlush)
 		assert.Equal(t, resilience.StateHalfOpen, b.FleetState(), "the store's state again")
 	})
 }

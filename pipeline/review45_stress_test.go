@@ -22,13 +22,15 @@ import (
 // is left running.
 //
 // A run in which the machine fell behind (a goroutine that sleeps 1 ms
-// woke over 50 ms late: CI's other packages on 2 cores, 178 calls late
-// once) proves nothing of the budget: it is run again, up to 3 times.
+// woke over 25 ms late: CI's other packages on 2 cores, 178 calls late
+// once; 4 calls late with a lag of 49 ms, ci132) proves nothing of the
+// budget: a call wakes up to four times (its backoff, its attempts), each
+// as late, against a margin of 100 ms. It is run again, up to 3 times.
 func TestReview45PipelineStress(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	for run := range 3 {
 		late, over, lost, lag := review45Stress()
-		if over+lost > 0 || late > 0 && lag < 50*time.Millisecond {
+		if over+lost > 0 || late > 0 && lag < 25*time.Millisecond {
 			t.Fatalf("late %d (lag %v), over MaxAttempts %d, success lost %d", late, lag, over, lost)
 		}
 		if late == 0 {
