@@ -898,7 +898,7 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 		f.wantProbe()
 		return false, 0, nil, f.b.reject(f.b.errBusy)
 	}
-	if f.vouched() {
+	if resilience.State(f.state.Load()) != resilience.StateClosed && f.vouched() {
 		// Admitted by its own breaker; a probe for the fleet if it holds a
 		// permit, and otherwise asking for one, so that the fleet closes.
 		if f.permits.Load() > 0 && !f.b.ownOpen() {
@@ -1044,7 +1044,7 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, o outcome) {
 		c.counts.Add(oneRequest + 1) // the request and its failure at once
 	default:
 		c.counts.Add(oneRequest)
-		if f.local() {
+		if f.down.Load() || f.alone.Load() {
 			f.aloneOK.Add(1)
 		}
 	}
