@@ -158,8 +158,9 @@ const forceTimeout = 2 * time.Second
 // [Disabled]) or gives it back its own decisions ([Normal]), reporting the
 // change to its listeners as a [resilience.EventStateChange] whose Err is a
 // [*ModeChange] naming by. For a shared breaker whose store is a
-// [SharedForcer], the mode is set fleet-wide: the store's write is bounded
-// by ctx and by 2 s, and SetMode returns its error; this replica takes the
+// [SharedForcer], the mode is set fleet-wide: the store's write, with the
+// wait for a write of a mode under way, is bounded by ctx and by 2 s, and
+// SetMode returns its error; this replica takes the
 // mode anyway, and its flusher writes it again after the next flush that
 // reaches the store, unless the store holds a mode another replica set
 // that this one had not taken when it set its own (by versions, not by
@@ -188,27 +189,58 @@ func (b *Breaker) SetMode(ctx context.Context, m Mode, by string) error {
 // leave the other replicas in the mode set before (forced open, say, while
 // the dependency is healthy).
 type resend struct {
-	mu      sync.Mutex // held around each write: a resend never overwrites a later SetMode's
-	pending *Forcing
-	seen    uint64  // the newest version the replica had taken when pending was set
-	written Forcing // the last mode the replica wrote: its own, under a version it may not have taken yet
+	// writing is a token held around each write (made with the fleet), so
+	// that a resend never overwrites a later SetMode's, and taken within
+	// SetMode's bound.
+	writing chan struct{}
+	mu      sync.Mutex // guards the fields below; never held across a write
+	pending *Forcing   // the newest mode SetMode set, until written or overtaken
+	seen    uint64     // the newest version the replica had taken when pending was set
+	written Forcing    // the last mode the replica wrote: its own, under a version it may not have taken yet
 }
 
-// force writes f to the store, within forceTimeout, and keeps it to write
+// force writes f to the store, within ctx and forceTimeout (a later
+// SetMode's mode instead, if one came meanwhile), and keeps it to write
 // again if that fails.
 func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forcing, after uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, forceTimeout)
 	defer cancel()
 	r.mu.Lock()
+	r.pending, r.seen = &f, after
+	r.mu.Unlock()
+	select {
+	case r.writing <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("breaker: SetMode: an earlier write of a mode to the shared store had not ended: %w", context.Cause(ctx))
+	}
+	defer func() { <-r.writing }()
+	r.mu.Lock()
+	p, seen := r.pending, r.seen
+	r.mu.Unlock()
+	if p == nil {
+		return nil // written by the write before, a later SetMode's
+	}
+	return r.write(ctx, sf, name, p, seen)
+}
+
+// write writes p, the pending mode, to the store under a version after
+// after; r.writing is held.
+func (r *resend) write(ctx context.Context, sf SharedForcer, name string, p *Forcing, after uint64) error {
+	err := safelyDo(ctx, "Force", func() error { return sf.Force(ctx, name, *p, after) })
+	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := safelyDo(ctx, "Force", func() error { return sf.Force(ctx, name, f, after) })
-	r.pending = nil
-	if err != nil {
-		r.pending, r.seen = &f, after
-	} else {
-		r.written = f
+	if err == nil {
+		r.written = *p
+		r.drop(p)
 	}
 	return err
+}
+
+// drop forgets p if it is still the pending mode; r.mu is held.
+func (r *resend) drop(p *Forcing) {
+	if r.pending == p {
+		r.pending = nil
+	}
 }
 
 // resendForcing writes again the mode SetMode could not write, on the
@@ -219,25 +251,31 @@ func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forc
 // the replicas' clocks.
 func (b *Breaker) resendForcing(deadline time.Time) {
 	r := &b.resend
-	if !r.mu.TryLock() {
+	select {
+	case r.writing <- struct{}{}:
+	default:
 		return // a SetMode is writing: its mode is the one to keep
 	}
-	defer r.mu.Unlock()
+	defer func() { <-r.writing }()
+	r.mu.Lock()
+	p, seen, written := r.pending, r.seen, r.written
+	r.mu.Unlock()
 	sf, ok := b.fleet.store.(SharedForcer)
-	if r.pending == nil || !ok {
+	if p == nil || !ok {
 		return
 	}
 	ctx, cancel := context.WithDeadline(b.fleet.life, deadline)
 	defer cancel()
 	cur, v, err := forced(ctx, sf, b.Name())
-	if err != nil {
-		return // at a later flush
-	}
 	switch {
-	case v > r.seen && !sameForcing(cur, r.written):
-		r.pending = nil
-	case safelyDo(ctx, "Force", func() error { return sf.Force(ctx, b.Name(), *r.pending, max(v, b.forceSeen.Load())) }) == nil:
-		r.written, r.pending = *r.pending, nil
+	case err != nil:
+		return // at a later flush
+	case v > seen && !sameForcing(cur, written):
+		r.mu.Lock()
+		r.drop(p)
+		r.mu.Unlock()
+	default:
+		_ = r.write(ctx, sf, b.Name(), p, max(v, b.forceSeen.Load()))
 	}
 }
 

@@ -304,6 +304,7 @@ type fleet struct {
 	down     atomic.Bool   // the last flush failed
 	alone    atomic.Bool   // the fleet's state is unconfirmed: deciding locally
 	aloneOK  atomic.Int64  // successes since this replica last began to decide locally
+	aloneIn  atomic.Uint64 // the generation it last began to decide locally in
 	vouch    atomic.Uint64 // 1 + the generation whose opening this replica's own calls outlived (vouched)
 	greeted  atomic.Bool   // the first flush has ended, or a call waited for it long enough
 
@@ -372,6 +373,7 @@ func (b *Breaker) startFleet() {
 	f.wanted.Store(math.MinInt64 / 2)
 	f.life, f.end = context.WithCancel(context.Background())
 	b.fleet = f
+	b.resend.writing = make(chan struct{}, 1)
 	go f.run()
 	if w, ok := f.store.(SharedWatcher); ok {
 		ctx, cancel := context.WithCancel(f.life)
@@ -550,8 +552,9 @@ func (f *fleet) flush(hello bool) {
 		f.permits.Store(0)
 	}
 	// What the store restores if it lost its state: only what this
-	// replica has confirmed recently (view), as opened when it knew.
-	s.State = f.heardState()
+	// replica has confirmed recently, as opened when it knew, and goes by
+	// (view: not an opening its own calls outlived).
+	s.State = f.view()
 	if s.State != resilience.StateClosed {
 		s.OpenedFor = time.Duration(now - f.since.Load())
 		if s.State == resilience.StateHalfOpen {
@@ -674,7 +677,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if rejoin && got.State != resilience.StateClosed && got.Generation == f.gen.Load() &&
-		resilience.State(f.state.Load()) != resilience.StateClosed &&
+		got.Generation == f.aloneIn.Load() && resilience.State(f.state.Load()) != resilience.StateClosed &&
 		f.aloneOK.Load() >= int64(max(f.policy.HalfOpenRequests, 1)) &&
 		resilience.State(f.b.state.Load()) == resilience.StateClosed {
 		// The store answers again with the opening this replica's own
@@ -815,6 +818,7 @@ func (f *fleet) goAlone(flag, other *atomic.Bool, err error) {
 			return false
 		}
 		f.aloneOK.Store(0)
+		f.aloneIn.Store(f.gen.Load())
 		return true
 	})
 	if !was {
