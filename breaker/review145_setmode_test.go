@@ -5,7 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
-		"time"
+	"time"
 
 	"github.com/resiliencekit/resiliencekit/breaker"
 	"github.com/resiliencekit/resiliencekit/resilience"
