@@ -178,7 +178,7 @@ func (b *Breaker) SetMode(ctx context.Context, m Mode, by string) error {
 	b.setForcing(f, false)
 	if b.fleet != nil {
 		if sf, ok := b.fleet.store.(SharedForcer); ok {
-			return b.resend.force(ctx, sf, b.Name(), f, b.forceSeen.Load())
+			return b.resend.force(ctx, b.fleet.life.Done(), sf, b.Name(), f, b.forceSeen.Load())
 		}
 	}
 	return nil
@@ -202,7 +202,7 @@ type resend struct {
 // force writes f to the store, within ctx and forceTimeout (a later
 // SetMode's mode instead, if one came meanwhile), and keeps it to write
 // again if that fails.
-func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forcing, after uint64) error {
+func (r *resend) force(ctx context.Context, stop <-chan struct{}, sf SharedForcer, name string, f Forcing, after uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, forceTimeout)
 	defer cancel()
 	r.mu.Lock()
@@ -220,13 +220,13 @@ func (r *resend) force(ctx context.Context, sf SharedForcer, name string, f Forc
 	if p == nil {
 		return nil // written by the write before, a later SetMode's
 	}
-	return r.write(ctx, sf, name, p, seen)
+	return r.write(ctx, stop, sf, name, p, seen)
 }
 
 // write writes p, the pending mode, to the store under a version after
 // after; r.writing is held.
-func (r *resend) write(ctx context.Context, sf SharedForcer, name string, p *Forcing, after uint64) error {
-	err := safelyDo(ctx, "Force", func() error { return sf.Force(ctx, name, *p, after) })
+func (r *resend) write(ctx context.Context, stop <-chan struct{}, sf SharedForcer, name string, p *Forcing, after uint64) error {
+	err := safelyDo(ctx, stop, "Force", func() error { return sf.Force(ctx, name, *p, after) })
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err == nil {
@@ -266,7 +266,7 @@ func (b *Breaker) resendForcing(deadline time.Time) {
 	}
 	ctx, cancel := context.WithDeadline(b.fleet.life, deadline)
 	defer cancel()
-	cur, v, err := forced(ctx, sf, b.Name())
+	cur, v, err := forced(ctx, b.fleet.life.Done(), sf, b.Name())
 	switch {
 	case err != nil:
 		return // at a later flush
@@ -275,17 +275,17 @@ func (b *Breaker) resendForcing(deadline time.Time) {
 		r.drop(p)
 		r.mu.Unlock()
 	default:
-		_ = r.write(ctx, sf, b.Name(), p, max(v, b.forceSeen.Load()))
+		_ = r.write(ctx, b.fleet.life.Done(), sf, b.Name(), p, max(v, b.forceSeen.Load()))
 	}
 }
 
 // forced is sf.Forced, through [safely].
-func forced(ctx context.Context, sf SharedForcer, name string) (Forcing, uint64, error) {
+func forced(ctx context.Context, stop <-chan struct{}, sf SharedForcer, name string) (Forcing, uint64, error) {
 	type mode struct {
 		f Forcing
 		v uint64
 	}
-	m, err := safely(ctx, "Forced", func() (mode, error) { f, v, err := sf.Forced(ctx, name); return mode{f, v}, err })
+	m, err := safely(ctx, stop, "Forced", func() (mode, error) { f, v, err := sf.Forced(ctx, name); return mode{f, v}, err })
 	return m.f, m.v, err
 }
 
@@ -380,12 +380,12 @@ func (b *Breaker) takeForcing(version uint64, deadline time.Time) {
 	}
 	ctx, cancel := context.WithDeadline(b.fleet.life, deadline)
 	defer cancel()
-	f, v, err := forced(ctx, sf, b.Name())
+	f, v, err := forced(ctx, b.fleet.life.Done(), sf, b.Name())
 	switch {
 	case err != nil, v == seen:
 		return // at a later flush, if need be
 	case v < seen:
-		_ = safelyDo(ctx, "Restore", func() error { return sf.Restore(ctx, b.Name(), b.forceTaken, seen) }) // or at a later flush
+		_ = safelyDo(ctx, b.fleet.life.Done(), "Restore", func() error { return sf.Restore(ctx, b.Name(), b.forceTaken, seen) }) // or at a later flush
 		return
 	}
 	b.forceSeen.Store(v)

@@ -184,6 +184,7 @@ func (m *memStore) sync(name string, s breaker.Sync) breaker.Fleet {
 	if fresh && (s.ProbeSuccesses > 0 || s.ProbeFailures > 0) {
 		delete(fl.grants, s.Replica) // reported: no longer held
 	}
+	gen0 := fl.gen // a probe's outcome below may close the fleet under a new one
 	if fresh && fl.open && now >= fl.opened+opent {
 		if s.ProbeFailures > 0 {
 			change(true)
@@ -193,7 +194,7 @@ func (m *memStore) sync(name string, s breaker.Sync) breaker.Fleet {
 			}
 		}
 	}
-	if fresh && !fl.open && s.Requests > 0 {
+	if fresh && !fl.open && s.Requests > 0 && fl.gen == gen0 {
 		c := fl.buckets[b]
 		fl.buckets[b] = [2]uint64{c[0] + s.Requests, c[1] + s.Failures}
 	}
@@ -399,10 +400,10 @@ func TestMemStoreFollowsTheScript(t *testing.T) {
 			{after: 100 * time.Millisecond, s: breaker.Sync{Replica: "cut", WantProbe: true, OwnHalfOpen: true}, want: resilience.StateHalfOpen},
 			{after: 200 * time.Millisecond, s: breaker.Sync{Replica: "cut", WantProbe: true, OwnHalfOpen: true}, want: resilience.StateHalfOpen, grant: true},
 		}},
-		{"a probe's success closes it, its batch counting in the new generation", []step{
+		{"a probe's success closes it, its batch, of the half-open generation, not counting in the new one", []step{
 			{s: breaker.Sync{Batch: "a", Requests: 4, Failures: 4}, want: resilience.StateOpen},
 			{after: time.Second, s: breaker.Sync{Replica: "x", WantProbe: true}, want: resilience.StateHalfOpen, grant: true},
-			{s: breaker.Sync{Batch: "b", Replica: "x", Requests: 1, ProbeSuccesses: 1}, want: resilience.StateClosed, total: 1},
+			{s: breaker.Sync{Batch: "b", Replica: "x", Requests: 1, ProbeSuccesses: 1}, want: resilience.StateClosed, total: 0},
 		}},
 		{"restarted empty, the replica's open state comes back as opened when it said", []step{
 			{s: breaker.Sync{Batch: "a", Requests: 4, Failures: 4}, want: resilience.StateOpen},

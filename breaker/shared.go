@@ -222,10 +222,10 @@ var ErrFleetUnconfirmed = errors.New("fleet state unconfirmed for longer than th
 // still in the opening this replica last heard of, while this replica's
 // own breaker is closed and its own calls succeeded while it decided
 // alone (at least [HalfOpenRequests] of them), the opening is stale for
-// it: it goes on deciding alone until the fleet changes state, its calls
-// asking for the fleet's probes and running them as the store grants
-// them, so that the fleet closes without refusing a call to a dependency
-// that answers. A shared breaker runs a
+// it: it goes on deciding alone until the fleet changes state, and the
+// outcomes of its first HalfOpenRequests calls of the fleet's half-open
+// state are the fleet's probes, so that the fleet closes (or opens again)
+// without refusing a call to a dependency that answers. A shared breaker runs a
 // goroutine: call [Breaker.Close] when done with it. New panics if the
 // breaker has no [FailureRate] or a [Window] of 0. Default: not shared.
 // docs/shared-breaker.md tells the model.
@@ -281,32 +281,33 @@ func (c *tally) drain() {
 
 // fleet is the shared side of a Breaker.
 type fleet struct {
-	b        *Breaker
-	store    SharedStore
-	policy   FleetPolicy
-	every    time.Duration // the flush interval, and the store's timeout
-	epoch    time.Time     // for confirmed, on the monotonic clock
-	counts   atomic.Pointer[tally]
-	state    atomic.Uint32 // the fleet's State, as last heard from the store
-	gen      atomic.Uint64
-	heard    atomic.Int64  // when the store last spoke, in ns since epoch
-	stale    time.Duration // how long an open or half-open state holds unconfirmed
-	since    atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
-	permits  atomic.Int64  // probes granted to this replica for gen, not yet run
-	granted  atomic.Int64  // when the permit was granted, in ns since epoch
-	used     atomic.Int64  // permits taken by calls, ever
-	running  atomic.Int64  // probes of this replica running
-	probeAt  atomic.Int64  // when the last of them was let through, in ns since epoch
-	demand   atomic.Int64  // when a call last wanted to probe and had no permit, in ns since epoch; reset by a grant
-	wanted   atomic.Int64  // the same, not reset: a call that comes long after asks at once
-	probeOK  atomic.Uint32
-	probeBad atomic.Uint32 // outcomes of probes for gen, not yet sent
-	down     atomic.Bool   // the last flush failed
-	alone    atomic.Bool   // the fleet's state is unconfirmed: deciding locally
-	aloneOK  atomic.Int64  // successes since this replica last began to decide locally
-	aloneIn  atomic.Uint64 // the generation it last began to decide locally in
-	vouch    atomic.Uint64 // 1 + the generation whose opening this replica's own calls outlived (vouched)
-	greeted  atomic.Bool   // the first flush has ended, or a call waited for it long enough
+	b         *Breaker
+	store     SharedStore
+	policy    FleetPolicy
+	every     time.Duration // the flush interval, and the store's timeout
+	epoch     time.Time     // for confirmed, on the monotonic clock
+	counts    atomic.Pointer[tally]
+	state     atomic.Uint32 // the fleet's State, as last heard from the store
+	gen       atomic.Uint64
+	heard     atomic.Int64  // when the store last spoke, in ns since epoch
+	stale     time.Duration // how long an open or half-open state holds unconfirmed
+	since     atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
+	permits   atomic.Int64  // probes granted to this replica for gen, not yet run
+	granted   atomic.Int64  // when the permit was granted, in ns since epoch
+	used      atomic.Int64  // permits taken by calls, ever
+	running   atomic.Int64  // probes of this replica running
+	probeAt   atomic.Int64  // when the last of them was let through, in ns since epoch
+	demand    atomic.Int64  // when a call last wanted to probe and had no permit, in ns since epoch; reset by a grant
+	wanted    atomic.Int64  // the same, not reset: a call that comes long after asks at once
+	probeOK   atomic.Uint32
+	probeBad  atomic.Uint32 // outcomes of probes for gen, not yet sent
+	down      atomic.Bool   // the last flush failed
+	alone     atomic.Bool   // the fleet's state is unconfirmed: deciding locally
+	aloneOK   atomic.Int64  // successes since this replica last began to decide locally
+	aloneIn   atomic.Uint64 // the generation it last began to decide locally in
+	ownProbes atomic.Int64  // outcomes of calls a vouching replica may still report as the fleet's probes
+	vouch     atomic.Uint64 // 1 + the generation whose opening this replica's own calls outlived (vouched)
+	greeted   atomic.Bool   // the first flush has ended, or a call waited for it long enough
 
 	kick             chan struct{} // asks the flusher for a flush now (buffered 1)
 	fmu              sync.Mutex
@@ -385,7 +386,7 @@ func (b *Breaker) startFleet() {
 // watch takes the changes of state the store sends as they happen.
 func (f *fleet) watch(ctx context.Context, w SharedWatcher) {
 	for ctx.Err() == nil {
-		_ = safelyDo(ctx, "Watch", func() error { // a failure shows in the flushes
+		_ = safelyDo(ctx, f.life.Done(), "Watch", func() error { // a failure shows in the flushes
 			return w.Watch(ctx, f.b.Name(), func(got Fleet) { f.apply(got, true, 0, 0, false, false) })
 		})
 		select {
@@ -414,9 +415,9 @@ func (b *Breaker) Close() error {
 		f.bound = time.AfterFunc(2*f.every, f.end) // whatever the store does
 	})
 	<-f.done
+	f.watching.Wait() // a Watch that returns as its context ends, or Close's bound
 	f.bound.Stop()
 	f.end()
-	f.watching.Wait()
 	return f.lastErr
 }
 
@@ -591,7 +592,7 @@ func (f *fleet) flush(hello bool) {
 	}
 	ctx, cancel := context.WithDeadline(f.life, deadline)
 	f.sent = int64(time.Since(f.epoch))
-	got, err := safely(ctx, "Sync", func() (Fleet, error) { return f.store.Sync(ctx, f.b.Name(), s) })
+	got, err := safely(ctx, f.life.Done(), "Sync", func() (Fleet, error) { return f.store.Sync(ctx, f.b.Name(), s) })
 	cancel()
 	f.lastErr = err
 	if err != nil {
@@ -618,14 +619,19 @@ func (f *fleet) flush(hello bool) {
 	}
 }
 
+// storeGrace is how long after its context ends a call of the shared
+// store's is waited for before it is given up ([safely]).
+const storeGrace = 100 * time.Millisecond
+
 // safely makes call, one call of the shared store's method what, on a
 // goroutine of its own, and returns its answer; or its panic, or its
-// runtime.Goexit, as its error; or, if it has not returned when ctx ends,
+// runtime.Goexit, as its error; or, if it has not returned storeGrace
+// after ctx ended, or when stop is closed after that (Close's bound),
 // that as its error, leaving it to return when it will. A store's fault
 // is no reason to stop the replica's calls, which go by their own breaker
 // meanwhile, as with a store that fails, nor to end the process, the
 // flusher or the watcher, nor to keep Close or SetMode waiting.
-func safely[T any](ctx context.Context, what string, call func() (T, error)) (T, error) {
+func safely[T any](ctx context.Context, stop <-chan struct{}, what string, call func() (T, error)) (T, error) {
 	type answer struct {
 		v   T
 		err error
@@ -652,19 +658,22 @@ func safely[T any](ctx context.Context, what string, call func() (T, error)) (T,
 	case a := <-done:
 		return a.v, a.err
 	case <-ctx.Done():
-		select {
-		case a := <-done:
-			return a.v, a.err
-		default:
-			var zero T
-			return zero, fmt.Errorf("breaker: the shared store's %s had not returned when its context ended: %w", what, context.Cause(ctx))
-		}
 	}
+	grace := time.NewTimer(storeGrace)
+	defer grace.Stop()
+	select {
+	case a := <-done:
+		return a.v, a.err
+	case <-grace.C:
+	case <-stop:
+	}
+	var zero T
+	return zero, fmt.Errorf("breaker: the shared store's %s had not returned %v after its context ended: %w", what, storeGrace, context.Cause(ctx))
 }
 
 // safelyDo is [safely] for a method that returns only an error.
-func safelyDo(ctx context.Context, what string, call func() error) error {
-	_, err := safely(ctx, what, func() (struct{}, error) { return struct{}{}, call() })
+func safelyDo(ctx context.Context, stop <-chan struct{}, what string, call func() error) error {
+	_, err := safely(ctx, stop, what, func() (struct{}, error) { return struct{}{}, call() })
 	return err
 }
 
@@ -676,6 +685,7 @@ func safelyDo(ctx context.Context, what string, call func() error) error {
 func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, running, rejoin bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	vouchedNow := false
 	if rejoin && got.State != resilience.StateClosed && got.Generation == f.gen.Load() &&
 		got.Generation == f.aloneIn.Load() && resilience.State(f.state.Load()) != resilience.StateClosed &&
 		f.aloneOK.Load() >= int64(max(f.policy.HalfOpenRequests, 1)) &&
@@ -683,10 +693,17 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		// The store answers again with the opening this replica's own
 		// calls outlived while it decided alone, its own breaker closed:
 		// the replica goes on deciding alone until the fleet changes
-		// state, its calls probing for the fleet when the store grants
-		// it a probe. A stale opening is no reason to refuse the calls
-		// of a dependency that answers.
+		// state, its calls' outcomes the fleet's probes (ownProbe). A
+		// stale opening is no reason to refuse the calls of a dependency
+		// that answers.
 		f.vouch.Store(got.Generation + 1)
+		vouchedNow = true
+	}
+	if fromWatch && (f.down.Load() || f.alone.Load()) && got.Generation != f.gen.Load() {
+		// An opening heard while the flushes fail: the one the replica
+		// decides alone in, if it goes on (review146).
+		f.aloneIn.Store(got.Generation)
+		f.aloneOK.Store(0)
 	}
 	if fromWatch && got.Generation <= f.gen.Load() {
 		// Heard already: it confirms nothing that a flush could not (a
@@ -735,6 +752,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		f.permits.Store(0)
 		f.probeOK.Store(0)
 		f.probeBad.Store(0)
+		f.ownProbes.Store(0)
 	}
 	switch {
 	case got.State == resilience.StateClosed:
@@ -765,7 +783,11 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		f.granted.Store(f.sent)
 		f.permits.Store(1)
 	}
-	if from := resilience.State(f.state.Swap(uint32(got.State))); from != got.State {
+	from := resilience.State(f.state.Swap(uint32(got.State)))
+	if got.State == resilience.StateHalfOpen && (from != got.State || vouchedNow) && f.vouched() {
+		f.ownProbes.Store(int64(max(f.policy.HalfOpenRequests, 1)))
+	}
+	if from != got.State {
 		f.b.fleetChanged(from, got.State)
 	}
 }
@@ -902,17 +924,27 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 		f.wantProbe()
 		return false, 0, nil, f.b.reject(f.b.errBusy)
 	}
-	if resilience.State(f.state.Load()) != resilience.StateClosed && f.vouched() {
-		// Admitted by its own breaker; a probe for the fleet if it holds a
-		// permit, and otherwise asking for one, so that the fleet closes.
-		if f.permits.Load() > 0 && !f.b.ownOpen() {
-			if gen, ok := f.takePermit(); ok {
-				return true, gen, c, nil
-			}
-		}
-		f.wantProbe()
-	}
 	return false, 0, c, nil
+}
+
+// ownProbe reports the outcome of a vouching replica's call, made in the
+// fleet's half-open generation, as one of the fleet's probes, if it may
+// report more ([fleet.vouched]): its calls reach the dependency whether
+// or not the store grants it a probe, and calls rarer than its flushes
+// would let every grant lapse (review146).
+func (f *fleet) ownProbe(c *tally, bad bool) {
+	f.mu.Lock() // as in record
+	defer f.mu.Unlock()
+	if !f.vouched() || c.unknown.Load() || c.gen.Load() != f.gen.Load() ||
+		resilience.State(f.state.Load()) != resilience.StateHalfOpen || f.ownProbes.Load() <= 0 {
+		return
+	}
+	f.ownProbes.Add(-1)
+	if bad {
+		f.probeBad.Add(1)
+	} else {
+		f.probeOK.Add(1)
+	}
 }
 
 // takePermit takes one of the probe permits the store granted this
@@ -1052,6 +1084,9 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, o outcome) {
 			f.aloneOK.Add(1)
 		}
 	}
+	if !probe && f.ownProbes.Load() > 0 {
+		f.ownProbe(c, o == failed)
+	}
 	if probe {
 		// Under apply's lock: a probe's outcome counts for the generation
 		// it ran in, never for the next one. Reported at the next flush
@@ -1122,5 +1157,5 @@ func (b *Breaker) Fleet(ctx context.Context) (FleetStatus, error) {
 	if !ok {
 		return FleetStatus{}, errors.New("breaker: the shared store cannot read the fleet's totals")
 	}
-	return safely(ctx, "Read", func() (FleetStatus, error) { return r.Read(ctx, b.Name(), b.fleet.policy) })
+	return safely(ctx, b.fleet.life.Done(), "Read", func() (FleetStatus, error) { return r.Read(ctx, b.Name(), b.fleet.policy) })
 }

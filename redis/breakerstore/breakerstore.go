@@ -277,6 +277,7 @@ local function firsttime()
 	return true
 end
 local fresh = (pgen == gen or (unknown and not predates)) and firsttime()
+local gen0 = gen -- a probe's outcome below may close the fleet under a new one
 
 -- A replica that reports its probe's outcome no longer holds its grant.
 if fresh and (pok > 0 or pbad > 0) then
@@ -299,8 +300,10 @@ if fresh and opened and now >= tonumber(opened) + opent then
 	end
 end
 
--- Counts, only while closed: a change of state starts them afresh.
-if fresh and not opened and req > 0 then
+-- Counts, only while closed: a change of state starts them afresh, and
+-- the calls of the half-open generation a probe's success just closed
+-- stay in it.
+if fresh and not opened and req > 0 and gen == gen0 then
 	redis.call("HINCRBY", k .. ":b:" .. b, "r", req)
 	redis.call("HINCRBY", k .. ":b:" .. b, "f", fail)
 	redis.call("PEXPIRE", k .. ":b:" .. b, window + bucket)
