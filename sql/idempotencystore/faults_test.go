@@ -107,7 +107,12 @@ func (s *pgServer) dsn() string {
 // signalAll signals the postmaster and its backends.
 func (s *pgServer) signalAll(sig syscall.Signal) {
 	pid := s.cmd.Process.Pid
-	_ = syscall.Kill(pid, sig)
+	// The postmaster stopped first, its children are found while they are
+	// still its own: signalled first, a postmaster that dies leaves them to
+	// init before they are found, and a backend that lives on serves its
+	// connection (a claim made after Kill, CI134).
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	var children []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
@@ -117,8 +122,15 @@ func (s *pgServer) signalAll(sig syscall.Signal) {
 		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
 			n, _ := strconv.Atoi(e.Name())
-			_ = syscall.Kill(n, sig)
+			children = append(children, n)
 		}
+	}
+	for _, n := range children {
+		_ = syscall.Kill(n, sig)
+	}
+	_ = syscall.Kill(pid, sig)
+	if sig != syscall.SIGSTOP && sig != syscall.SIGKILL {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
 	}
 }
 
