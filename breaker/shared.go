@@ -303,7 +303,8 @@ type fleet struct {
 	probeBad  atomic.Uint32 // outcomes of probes for gen, not yet sent
 	down      atomic.Bool   // the last flush failed
 	alone     atomic.Bool   // the fleet's state is unconfirmed: deciding locally
-	aloneOK   atomic.Int64  // successes since this replica last began to decide locally
+	aloneOK   atomic.Int64  // successes of calls admitted since this replica last began to decide locally
+	alones    atomic.Uint64 // how many times it began to decide locally
 	aloneIn   atomic.Uint64 // the generation it last began to decide locally in
 	ownProbes atomic.Int64  // outcomes of calls a vouching replica may still report as the fleet's probes
 	vouch     atomic.Uint64 // 1 + the generation whose opening this replica's own calls outlived (vouched)
@@ -608,7 +609,7 @@ func (f *fleet) flush(hello bool) {
 		return
 	}
 	f.pending = nil
-	rejoin := f.local()
+	rejoin := f.down.Load() || f.alone.Load() // not a vouch: it is set once
 	if f.down.Swap(false) {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}
@@ -699,11 +700,12 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		f.vouch.Store(got.Generation + 1)
 		vouchedNow = true
 	}
-	if fromWatch && (f.down.Load() || f.alone.Load()) && got.Generation != f.gen.Load() {
+	if fromWatch && (f.down.Load() || f.alone.Load()) && got.Generation > f.gen.Load() {
 		// An opening heard while the flushes fail: the one the replica
 		// decides alone in, if it goes on (review146).
 		f.aloneIn.Store(got.Generation)
 		f.aloneOK.Store(0)
+		f.alones.Add(1)
 	}
 	if fromWatch && got.Generation <= f.gen.Load() {
 		// Heard already: it confirms nothing that a flush could not (a
@@ -794,10 +796,11 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 
 // view returns the fleet's state as this replica goes by it: [fleet.heardState],
 // or closed while the replica vouches for the dependency in the fleet's
-// current opening ([fleet.vouched]).
+// current opening ([fleet.vouched]) and its own breaker is not open.
 func (f *fleet) view() resilience.State {
-	if st := f.heardState(); st == resilience.StateClosed || !f.vouched() {
-		return st
+	st := f.heardState()
+	if st == resilience.StateClosed || !f.vouched() || resilience.State(f.b.state.Load()) == resilience.StateOpen {
+		return st // the vouch stands on the replica's own breaker, not open
 	}
 	return resilience.StateClosed
 }
@@ -841,6 +844,7 @@ func (f *fleet) goAlone(flag, other *atomic.Bool, err error) {
 		}
 		f.aloneOK.Store(0)
 		f.aloneIn.Store(f.gen.Load())
+		f.alones.Add(1)
 		return true
 	})
 	if !was {
@@ -857,8 +861,9 @@ func (f *fleet) goAlone(flag, other *atomic.Bool, err error) {
 func (f *fleet) local() bool { return f.down.Load() || f.alone.Load() || f.vouched() }
 
 // admit decides a call by the fleet's state: nil to go on (probe: it is a
-// fleet probe, for generation gen), or the rejection; c is where its
-// outcome counts. A replica whose own breaker is open does not probe for
+// fleet probe, for generation gen; otherwise gen is, if the replica decides
+// alone, how many times it began to, for record), or the rejection; c is
+// where its outcome counts. A replica whose own breaker is open does not probe for
 // the fleet: it cannot tell the fleet's dependency is back; its own
 // breaker turns half-open on its own timer, and then it may.
 func (f *fleet) admit(ctx context.Context) (probe bool, gen uint64, c *tally, err error) {
@@ -924,7 +929,10 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 		f.wantProbe()
 		return false, 0, nil, f.b.reject(f.b.errBusy)
 	}
-	return false, 0, c, nil
+	if f.down.Load() || f.alone.Load() {
+		gen = f.alones.Load() // for record: admitted while deciding alone
+	}
+	return false, gen, c, nil
 }
 
 // ownProbe reports the outcome of a vouching replica's call, made in the
@@ -1080,7 +1088,7 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, o outcome) {
 		c.counts.Add(oneRequest + 1) // the request and its failure at once
 	default:
 		c.counts.Add(oneRequest)
-		if f.down.Load() || f.alone.Load() {
+		if !probe && gen != 0 && gen == f.alones.Load() {
 			f.aloneOK.Add(1)
 		}
 	}
