@@ -460,10 +460,14 @@ func (s *Store) Watch(ctx context.Context, name string, changed func(breaker.Fle
 		defer ps.Close()
 		ended <- s.receive(ctx, ps, changed)
 	}()
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() }) // a blocked read ends with ctx
-	defer stop()
 	select {
 	case <-ctx.Done():
+		// A blocked read ends with the subscription, closed here before
+		// Watch returns: an AfterFunc of ctx, stopped as Watch returned,
+		// could be stopped before it ran, and the receiver then read on,
+		// subscribed, until its timeout (5 s after the breaker's Close,
+		// review147).
+		_ = ps.Close()
 		return ctx.Err()
 	case err := <-ended:
 		return err
