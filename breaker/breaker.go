@@ -253,7 +253,8 @@ func (b *Breaker) Counts() Counts {
 
 // Check returns nil if the breaker was closed when it last changed state
 // (a shared one: and the fleet's, when last synced), and otherwise an
-// error matching [ErrOpen]. It takes no lock, so a retry loop can ask it
+// error matching [ErrOpen]. It takes no lock (a shared breaker's, but once,
+// as it finds the fleet's state unconfirmed), so a retry loop can ask it
 // before every retry and stop as soon as another call has opened the
 // breaker. A breaker forced open returns its rejection ([ErrForcedOpen]),
 // one forced closed or disabled nil. Use [Breaker.State] for the exact

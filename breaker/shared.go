@@ -281,30 +281,33 @@ func (c *tally) drain() {
 
 // fleet is the shared side of a Breaker.
 type fleet struct {
-	b         *Breaker
-	store     SharedStore
-	policy    FleetPolicy
-	every     time.Duration // the flush interval, and the store's timeout
-	epoch     time.Time     // for confirmed, on the monotonic clock
-	counts    atomic.Pointer[tally]
-	state     atomic.Uint32 // the fleet's State, as last heard from the store
-	gen       atomic.Uint64
-	heard     atomic.Int64  // when the store last spoke, in ns since epoch
-	stale     time.Duration // how long an open or half-open state holds unconfirmed
-	since     atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
-	permits   atomic.Int64  // probes granted to this replica for gen, not yet run
-	granted   atomic.Int64  // when the permit was granted, in ns since epoch
-	used      atomic.Int64  // permits taken by calls, ever
-	running   atomic.Int64  // probes of this replica running
-	probeAt   atomic.Int64  // when the last of them was let through, in ns since epoch
-	demand    atomic.Int64  // when a call last wanted to probe and had no permit, in ns since epoch; reset by a grant
-	wanted    atomic.Int64  // the same, not reset: a call that comes long after asks at once
-	probeOK   atomic.Uint32
-	probeBad  atomic.Uint32 // outcomes of probes for gen, not yet sent
-	down      atomic.Bool   // the last flush failed
-	alone     atomic.Bool   // the fleet's state is unconfirmed: deciding locally
-	aloneOK   atomic.Int64  // successes of calls admitted since this replica last began to decide locally
-	alones    atomic.Uint64 // how many times it began to decide locally
+	b        *Breaker
+	store    SharedStore
+	policy   FleetPolicy
+	every    time.Duration // the flush interval, and the store's timeout
+	epoch    time.Time     // for confirmed, on the monotonic clock
+	counts   atomic.Pointer[tally]
+	state    atomic.Uint32 // the fleet's State, as last heard from the store
+	gen      atomic.Uint64
+	heard    atomic.Int64  // when the store last spoke, in ns since epoch
+	stale    time.Duration // how long an open or half-open state holds unconfirmed
+	since    atomic.Int64  // when this replica first heard gen not closed, in ns since epoch
+	permits  atomic.Int64  // probes granted to this replica for gen, not yet run
+	granted  atomic.Int64  // when the permit was granted, in ns since epoch
+	used     atomic.Int64  // permits taken by calls, ever
+	running  atomic.Int64  // probes of this replica running
+	probeAt  atomic.Int64  // when the last of them was let through, in ns since epoch
+	demand   atomic.Int64  // when a call last wanted to probe and had no permit, in ns since epoch; reset by a grant
+	wanted   atomic.Int64  // the same, not reset: a call that comes long after asks at once
+	probeOK  atomic.Uint32
+	probeBad atomic.Uint32 // outcomes of probes for gen, not yet sent
+	down     atomic.Bool   // the last flush failed
+	alone    atomic.Bool   // the fleet's state is unconfirmed: deciding locally
+	// aloneRun: how many times this replica began to decide locally (the
+	// upper half), and the successes of calls admitted since, up to
+	// HalfOpenRequests (the lower half): one word, so that a success is
+	// never counted in a period begun after its call was admitted.
+	aloneRun  atomic.Uint64
 	aloneIn   atomic.Uint64 // the generation it last began to decide locally in
 	ownProbes atomic.Int64  // outcomes of calls a vouching replica may still report as the fleet's probes
 	vouch     atomic.Uint64 // 1 + the generation whose opening this replica's own calls outlived (vouched)
@@ -689,7 +692,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 	vouchedNow := false
 	if rejoin && got.State != resilience.StateClosed && got.Generation == f.gen.Load() &&
 		got.Generation == f.aloneIn.Load() && resilience.State(f.state.Load()) != resilience.StateClosed &&
-		f.aloneOK.Load() >= int64(max(f.policy.HalfOpenRequests, 1)) &&
+		f.aloneRun.Load()&lowHalf >= uint64(max(f.policy.HalfOpenRequests, 1)) &&
 		resilience.State(f.b.state.Load()) == resilience.StateClosed {
 		// The store answers again with the opening this replica's own
 		// calls outlived while it decided alone, its own breaker closed:
@@ -697,16 +700,14 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		// state, its calls' outcomes the fleet's probes (ownProbe). A
 		// stale opening is no reason to refuse the calls of a dependency
 		// that answers.
-		f.vouch.Store(got.Generation + 1)
-		vouchedNow = true
+		// Its own probes only as the vouch begins: not again at each
+		// flush that follows a lost one (review148).
+		vouchedNow = f.vouch.Swap(got.Generation+1) != got.Generation+1
 	}
-	if fromWatch && (f.down.Load() || f.alone.Load()) && got.Generation > f.gen.Load() {
-		// An opening heard while the flushes fail: the one the replica
-		// decides alone in, if it goes on (review146).
-		f.aloneIn.Store(got.Generation)
-		f.aloneOK.Store(0)
-		f.alones.Add(1)
-	}
+	// An opening heard while the flushes fail: the one the replica decides
+	// alone in, if it goes on (review146), from after the state is taken
+	// below.
+	aloneAnew := fromWatch && (f.down.Load() || f.alone.Load()) && got.Generation > f.gen.Load()
 	if fromWatch && got.Generation <= f.gen.Load() {
 		// Heard already: it confirms nothing that a flush could not (a
 		// watcher that repeats an opening while every flush fails would
@@ -786,6 +787,13 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		f.permits.Store(1)
 	}
 	from := resilience.State(f.state.Swap(uint32(got.State)))
+	if aloneAnew {
+		// After the state: a call that reads the new count of going alone
+		// (admitting, before the state) finds the opening and is refused;
+		// one that counted under the old one does not vouch (review148).
+		f.aloneIn.Store(got.Generation)
+		f.anew()
+	}
 	if got.State == resilience.StateHalfOpen && (from != got.State || vouchedNow) && f.vouched() {
 		f.ownProbes.Store(int64(max(f.policy.HalfOpenRequests, 1)))
 	}
@@ -842,9 +850,8 @@ func (f *fleet) goAlone(flag, other *atomic.Bool, err error) {
 		if was || other.Load() || f.vouched() {
 			return false
 		}
-		f.aloneOK.Store(0)
 		f.aloneIn.Store(f.gen.Load())
-		f.alones.Add(1)
+		f.anew()
 		return true
 	})
 	if !was {
@@ -877,6 +884,7 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 		f.greet(ctx)
 	}
 	c = f.counts.Load()
+	run := f.aloneRun.Load() >> 32 // before the state (apply's order)
 	switch f.view() {
 	case resilience.StateOpen:
 		if !f.b.ownOpen() {
@@ -930,9 +938,32 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 		return false, 0, nil, f.b.reject(f.b.errBusy)
 	}
 	if f.down.Load() || f.alone.Load() {
-		gen = f.alones.Load() // for record: admitted while deciding alone
+		gen = run // for record: admitted while deciding alone
 	}
 	return false, gen, c, nil
+}
+
+// anew begins a period of deciding alone: a new number, no success yet
+// (fleet.aloneRun).
+func (f *fleet) anew() {
+	for {
+		v := f.aloneRun.Load()
+		if f.aloneRun.CompareAndSwap(v, (v>>32+1)<<32) {
+			return
+		}
+	}
+}
+
+// okAlone counts the success of a call admitted in period run of deciding
+// alone, if it is still the current one, up to HalfOpenRequests.
+func (f *fleet) okAlone(run uint64) {
+	enough := uint64(max(f.policy.HalfOpenRequests, 1))
+	for {
+		v := f.aloneRun.Load()
+		if v>>32 != run || v&lowHalf >= enough || f.aloneRun.CompareAndSwap(v, v+1) {
+			return
+		}
+	}
 }
 
 // ownProbe reports the outcome of a vouching replica's call, made in the
@@ -1088,8 +1119,8 @@ func (f *fleet) record(probe bool, gen uint64, c *tally, o outcome) {
 		c.counts.Add(oneRequest + 1) // the request and its failure at once
 	default:
 		c.counts.Add(oneRequest)
-		if !probe && gen != 0 && gen == f.alones.Load() {
-			f.aloneOK.Add(1)
+		if !probe && gen != 0 {
+			f.okAlone(gen)
 		}
 	}
 	if !probe && f.ownProbes.Load() > 0 {
@@ -1146,7 +1177,9 @@ func (b *Breaker) executeShared(ctx context.Context, op func(ctx context.Context
 // has not confirmed it for longer than [OpenTimeout], or three flush
 // intervals if that is longer, or while this replica's own calls
 // outlived the opening the store holds. It is closed for a
-// breaker that is not shared. It takes no lock and does no I/O.
+// breaker that is not shared. It does no I/O, and takes no lock but once,
+// as it finds the fleet's state unconfirmed (the replica then begins to
+// decide alone, under its breaker's lock).
 func (b *Breaker) FleetState() resilience.State {
 	if b == nil || b.fleet == nil {
 		return resilience.StateClosed

@@ -1,0 +1,5 @@
+package breaker_test
+
+import "runtime"
+
+func runtimeStack(buf []byte) int { return runtime.Stack(buf, true) }
