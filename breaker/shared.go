@@ -612,7 +612,7 @@ func (f *fleet) flush(hello bool) {
 		return
 	}
 	f.pending = nil
-	rejoin := f.down.Load() || f.alone.Load() // not a vouch: it is set once
+	rejoin := f.cutOff() // not a vouch: it is set once
 	if f.down.Swap(false) {
 		f.b.emit(resilience.Event{Kind: resilience.EventSharedStateRestored, Name: f.b.Name()})
 	}
@@ -692,7 +692,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 	vouchedNow := false
 	if rejoin && got.State != resilience.StateClosed && got.Generation == f.gen.Load() &&
 		got.Generation == f.aloneIn.Load() && resilience.State(f.state.Load()) != resilience.StateClosed &&
-		f.aloneRun.Load()&lowHalf >= uint64(max(f.policy.HalfOpenRequests, 1)) &&
+		f.aloneRun.Load()&lowHalf >= uint64(f.policy.HalfOpenRequests) &&
 		resilience.State(f.b.state.Load()) == resilience.StateClosed {
 		// The store answers again with the opening this replica's own
 		// calls outlived while it decided alone, its own breaker closed:
@@ -707,7 +707,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 	// An opening heard while the flushes fail: the one the replica decides
 	// alone in, if it goes on (review146), from after the state is taken
 	// below.
-	aloneAnew := fromWatch && (f.down.Load() || f.alone.Load()) && got.Generation > f.gen.Load()
+	aloneAnew := fromWatch && f.cutOff() && got.Generation > f.gen.Load()
 	if fromWatch && got.Generation <= f.gen.Load() {
 		// Heard already: it confirms nothing that a flush could not (a
 		// watcher that repeats an opening while every flush fails would
@@ -795,7 +795,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		f.anew()
 	}
 	if got.State == resilience.StateHalfOpen && (from != got.State || vouchedNow) && f.vouched() {
-		f.ownProbes.Store(int64(max(f.policy.HalfOpenRequests, 1)))
+		f.ownProbes.Store(int64(f.policy.HalfOpenRequests))
 	}
 	if from != got.State {
 		f.b.fleetChanged(from, got.State)
@@ -865,7 +865,11 @@ func (f *fleet) goAlone(flag, other *atomic.Bool, err error) {
 // applies the failure rate to its own calls, counted since it went alone
 // (core.forget, which sets the flags) but for the run of failures or
 // successes before.
-func (f *fleet) local() bool { return f.down.Load() || f.alone.Load() || f.vouched() }
+func (f *fleet) local() bool { return f.cutOff() || f.vouched() }
+
+// cutOff reports whether this replica's store fails, or has not confirmed
+// the fleet's state for too long (down, alone).
+func (f *fleet) cutOff() bool { return f.down.Load() || f.alone.Load() }
 
 // admit decides a call by the fleet's state: nil to go on (probe: it is a
 // fleet probe, for generation gen; otherwise gen is, if the replica decides
@@ -884,7 +888,10 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 		f.greet(ctx)
 	}
 	c = f.counts.Load()
-	run := f.aloneRun.Load() >> 32 // before the state (apply's order)
+	var run uint64 // of deciding alone, read before the state (apply's order)
+	if f.cutOff() {
+		run = f.aloneRun.Load() >> 32
+	}
 	switch f.view() {
 	case resilience.StateOpen:
 		if !f.b.ownOpen() {
@@ -937,10 +944,7 @@ func (f *fleet) admitting(ctx context.Context, rare bool) (probe bool, gen uint6
 		f.wantProbe()
 		return false, 0, nil, f.b.reject(f.b.errBusy)
 	}
-	if f.down.Load() || f.alone.Load() {
-		gen = run // for record: admitted while deciding alone
-	}
-	return false, gen, c, nil
+	return false, run, c, nil // for record: admitted while deciding alone
 }
 
 // anew begins a period of deciding alone: a new number, no success yet
@@ -957,7 +961,7 @@ func (f *fleet) anew() {
 // okAlone counts the success of a call admitted in period run of deciding
 // alone, if it is still the current one, up to HalfOpenRequests.
 func (f *fleet) okAlone(run uint64) {
-	enough := uint64(max(f.policy.HalfOpenRequests, 1))
+	enough := uint64(f.policy.HalfOpenRequests) // at least 1 (the option's bound)
 	for {
 		v := f.aloneRun.Load()
 		if v>>32 != run || v&lowHalf >= enough || f.aloneRun.CompareAndSwap(v, v+1) {
