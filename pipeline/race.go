@@ -475,9 +475,13 @@ func (r *race[T]) closed() bool {
 // attempt still reads a streamed body.
 func (r *race[T]) refusedHedge(a *call[T], err error) {
 	if a.hedged && ofClass(err, resilience.ClassRejected) {
-		r.sent.Add(-1)
+		r.unsend()
 	}
 }
+
+// unsend takes a hedge that sendHedge counted, and that was not sent, out
+// of r's count.
+func (r *race[T]) unsend() { r.sent.Add(-1) }
 
 // ofClass reports whether err, an attempt's, is of class c: rejected, the
 // attempt was refused on the caller's side, not sent; canceled, its

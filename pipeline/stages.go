@@ -658,7 +658,7 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	returned := false
 	defer func() { c.attemptEnded(ctx, err, returned, held, end) }() // first: a listener that calls runtime.Goexit as racing reports a hedge must not keep the slots
 	c.racing(r, info)
-	if info.Hedge && (r.closed() || c.reopened() != nil) { // decided, or the breaker opened, as a listener heard of it: counted (Hedged says so), not sent
+	if info.Hedge && c.moot(r) { // decided, or the breaker opened, as a listener heard of it: counted (Hedged says so), not sent
 		returned = true
 		return res, errUnsent
 	}
@@ -694,10 +694,10 @@ func (c *call[T]) late(r *race[T], info resilience.AttemptInfo, held tickets, en
 		return false
 	}
 	if r.sendHedge() {
-		if !r.closed() && c.reopened() == nil {
+		if !c.moot(r) {
 			return false
 		}
-		r.sent.Add(-1) // decided, or the breaker opened, as it was admitted: not counted
+		r.unsend() // decided, or the breaker opened, as it was admitted: not counted
 	}
 	release(c.p.cfg.gates, held, context.Canceled)
 	if end != nil {
@@ -705,6 +705,10 @@ func (c *call[T]) late(r *race[T], info resilience.AttemptInfo, held tickets, en
 	}
 	return true
 }
+
+// moot reports whether a hedge of race r is no longer worth sending: r
+// was decided, or the breaker opened.
+func (c *call[T]) moot(r *race[T]) bool { return r.closed() || c.reopened() != nil }
 
 // racing tells r, if not nil, that an attempt of its is being sent, its
 // span started: the first starts the hedging delay, as the operation is
