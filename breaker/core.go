@@ -361,9 +361,7 @@ func (c *core) current(now monotime.Reading) resilience.State {
 				// Interval; the calls still out count in it as they end.
 				c.start = now
 				c.age++
-				c.win = Counts{}
-				clear(c.buckets)
-				c.unkeep()
+				c.empty()
 			}
 		default:
 			c.advance(uint64(elapsed / c.period))
@@ -473,9 +471,7 @@ func (c *core) advance(age uint64) {
 	}
 	n := uint64(len(c.buckets))
 	if age-c.age >= n {
-		clear(c.buckets)
-		c.win = Counts{}
-		c.unkeep()
+		c.empty()
 	} else {
 		for a := c.age + 1; a <= age; a++ {
 			if c.kept != nil {
@@ -514,13 +510,14 @@ func (c *core) renew(now monotime.Reading) {
 	c.start = now
 	c.overdue = 0
 	c.age = 0
-	c.win = Counts{}
-	clear(c.buckets)
-	c.unkeep()
+	c.empty()
 }
 
-// unkeep drops the run forget kept; c.mu is held.
-func (c *core) unkeep() {
+// empty empties the window: its buckets, their sum, and the run forget
+// kept; c.mu is held.
+func (c *core) empty() {
+	c.win = Counts{}
+	clear(c.buckets)
 	clear(c.kept)
 	c.keptN = 0
 }
