@@ -165,7 +165,10 @@ func TestReview130CallersOwnEndNeverCounted(t *testing.T) {
 	dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer dcancel()
 	_, err = r130Call(dctx, cc, "block")
-	if status.Code(err) != codes.DeadlineExceeded {
+	// The handler sees the propagated deadline first and may answer its
+	// "late" before the caller's own deadline fires (1 run in 8 under
+	// -race): a plain client gets that answer too. Either way, not counted.
+	if st := status.Convert(err); st.Code() != codes.DeadlineExceeded && (st.Code() != codes.Unavailable || st.Message() != "late") {
 		t.Fatalf("deadline mid-call: code %v, %v", status.Code(err), err)
 	}
 	if c := b.Counts(); c.TotalFailures != 0 || b.State().String() != "closed" {
