@@ -159,6 +159,13 @@ func (o *outage) failed(after time.Duration) (open, began bool) {
 	return o.open, began
 }
 
+// answered reports whether the last call asked of the store got through.
+func (o *outage) answered() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.run > 0
+}
+
 // succeeded notes a call that got through, and reports whether that ended
 // the guard's running on its local records.
 func (o *outage) succeeded() (ended bool) {

@@ -90,6 +90,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -125,6 +126,8 @@ type Guard struct {
 	store     Store
 	local     *MemoryStore // the records a request is kept on once the store has failed for FailOpenAfter; nil if none
 	usedLocal atomic.Bool  // a request was claimed on local: its repeats are answered from there
+	refusing  atomic.Bool  // the store's last failure was a refusal to write (ErrWritesRefused): it still reads
+	asking    atomic.Bool  // the store failed and the guard has not failed open: it asks the store once a probeEvery (ask)
 	out       outage
 	cfg       config
 	orphans   orphans
@@ -265,26 +268,39 @@ func replayable(found *Record, fingerprint string) (*Record, error) {
 // records: once the guard has failed open (see outage; one request a
 // probeEvery then asks the store, with a claim of its own, whether it is
 // back), or for a key that they hold (run meanwhile, so that its repeats to
-// this process are answered as its first run was, then and after). A
+// this process are answered as its first run was, then and after). Failed
+// open on a store that refuses writes but reads (ErrWritesRefused), the
+// guard asks the store first, and runs on its local records only a key
+// that the store has no record of: a repeat of a key the store holds is
+// replayed, or answered as in progress, not run again (review149). A
 // store failure is reported.
 func (g *Guard) claimOrLocal(ctx context.Context, c *Claim) (*Record, monotime.Reading, error) {
+	open := false
 	if g.local != nil {
 		if g.out.turn() {
 			g.probe(ctx)
 		}
-		if g.out.isOpen() || g.usedLocal.Load() && g.local.has(c.Key) {
+		if g.usedLocal.Load() && g.local.has(c.Key) {
+			return g.claimLocal(ctx, c)
+		}
+		open = g.out.isOpen()
+		if open && !g.refusing.Load() {
 			return g.claimLocal(ctx, c)
 		}
 	}
 	found, asked, err := g.claim(ctx, c)
-	if err != nil && !errors.Is(err, ErrFull) {
+	if err != nil && !errors.Is(err, ErrFull) && !(open && errors.Is(err, ErrWritesRefused)) { // the latter told as the guard failed open
 		g.report(resilience.EventStoreFailed, c.Key, err)
 	}
 	if g.local == nil {
 		return found, asked, err
 	}
 	if err == nil {
-		g.storeAnswered()
+		// Failed open, a record found says the store reads, not that it
+		// takes claims again: only a claim counts towards its return.
+		if !open || found == nil {
+			g.storeAnswered()
+		}
 		return found, asked, nil
 	}
 	if !g.storeFailed(err) {
@@ -303,11 +319,31 @@ func (g *Guard) storeAnswered() {
 // storeFailed notes a call to the store that failed with err, and
 // reports whether the guard has failed open.
 func (g *Guard) storeFailed(err error) (open bool) {
+	g.refusing.Store(errors.Is(err, ErrWritesRefused))
 	open, began := g.out.failed(g.cfg.failOpen)
 	if began {
 		g.report(resilience.EventSharedStateUnavailable, "", fmt.Errorf("%w: the store failing, keyed requests run on this process's records", err))
 	}
+	if !open && g.cfg.failOpen > 0 && g.asking.CompareAndSwap(false, true) {
+		time.AfterFunc(probeEvery, g.ask)
+	}
 	return open
+}
+
+// ask probes the store, once a probeEvery, from its failure until it
+// answers or the guard fails open: so that a store that is down fails the
+// guard open after FailOpenAfter however rarely requests come, and a
+// transient error, which the next probe finds over, does not add up with
+// another long after it into an outage (review116, review149: requests
+// ten seconds apart or more were refused for as long as the store was
+// down). Requests that come more often count as probes.
+func (g *Guard) ask() {
+	if g.out.isOpen() || !g.out.bad.Load() || g.out.answered() {
+		g.asking.Store(false)
+		return
+	}
+	g.probe(context.Background())
+	time.AfterFunc(probeEvery, g.ask)
 }
 
 // probeKey is the key a guard that failed open claims, and frees, to learn

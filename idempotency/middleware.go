@@ -109,11 +109,13 @@ func (h *handler) admit(w http.ResponseWriter, r *http.Request) (key string, bod
 		return "", nil, false
 	}
 	body, err = io.ReadAll(io.LimitReader(r.Body, min(h.cfg.maxBody, math.MaxInt64-1)+1)) // one past the most: over it
-	if err != nil {
+	// An outer http.MaxBytesHandler's limit: the caller's error, as our own MaxBody's.
+	var tooLarge *http.MaxBytesError
+	if err != nil && !errors.As(err, &tooLarge) {
 		problem(w, http.StatusBadRequest, "unreadable body", err.Error())
 		return "", nil, false
 	}
-	if int64(len(body)) > h.cfg.maxBody {
+	if tooLarge != nil || int64(len(body)) > h.cfg.maxBody {
 		problem(w, http.StatusRequestEntityTooLarge, "request body too large", "the body is too large to be protected by an idempotency key")
 		return "", nil, false
 	}
@@ -162,14 +164,17 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	rec := newRecorder(w, r, h.cfg.maxResponse)
 	returned := false
 	defer func() {
+		// Past a first try, the store's failure holds up no client and no
+		// panic: the rest goes on, on its own goroutine (review149: a
+		// frozen store held the connection for the lease).
 		switch {
 		case returned:
 		case rec.hijacked: // it may have answered on the connection: not run again, not replayed (review115)
-			_ = claim.Complete(r.Context(), hijackedRecord)
+			claim.CompleteLater(r.Context(), hijackedRecord)
 		case rec.status == 0: // a panic or runtime.Goexit before anything was sent
-			_ = claim.Release(r.Context())
+			_ = claim.Release(r.Context()) // bounded by the release's few tries
 		default: // after a status was sent: what the handler did may stand
-			_ = claim.Complete(r.Context(), panicRecord)
+			claim.CompleteLater(r.Context(), panicRecord)
 		}
 	}()
 	h.next.ServeHTTP(rec, r.WithContext(claim.Context()))

@@ -155,11 +155,14 @@ func StoreTimeout(d time.Duration) Option {
 // run on this process's own records. A request whose claim the store
 // fails gets an error (503 over HTTP, UNAVAILABLE over gRPC), and the
 // handler does not run, until the store has failed at least half of the
-// guard's claims, without a break (ten seconds without a claim is one),
-// for d (half as the mean, over the
+// guard's claims, without a break, for d (half as the mean, over the
 // seconds of the last 10 that saw a claim, of each second's share: so at
 // most 5 s more after a spell in which it answered most, whatever the
-// rate of claims); from then on, each keyed request is claimed, renewed
+// rate of claims). From the store's first failure, the guard asks it
+// once a second with a claim of its own until it answers, so that
+// requests that come rarely (ten seconds apart or more) count the same
+// outage, and a transient error, which the next question finds over, does
+// not add up with another long after it; from then on, each keyed request is claimed, renewed
 // and saved in this process's memory ([MemoryStore]), so that it runs,
 // and its repeats to this process get 409, then its replay, then and
 // after. A request running
@@ -173,9 +176,15 @@ func StoreTimeout(d time.Duration) Option {
 // another process, or of a request whose first run the store held, runs
 // again: the store's outage, not this toolkit, is then what costs exactly
 // once, rather than every keyed request failing until the store is back.
+// A store that still reads but refuses writes (out of memory, read-only:
+// [ErrWritesRefused]) is asked first even then: a repeat of a key it holds
+// is replayed, or answered 409, and only a key it has no record of runs on
+// this process's records.
 // d < 0: never; every keyed request the store fails fails, and a request
 // whose renewals fail is canceled at its lease's end, as long as it
-// lasts. Default 10 s. A [MemoryStore] guard has nothing to fail over to.
+// lasts. d == 0: at the store's first failure, however transient (a key
+// the store holds may then run again here, until three questions a second
+// apart have been answered). Default 10 s. A [MemoryStore] guard has nothing to fail over to.
 // For the guard.
 func FailOpenAfter(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.failOpen = d })

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -78,6 +79,12 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 func (r *recorder) WriteHeader(status int) {
+	if status < 100 || status > 999 {
+		// As net/http panics, at once: a status held and stored would be
+		// replayed, and panic, at every repeat for the record's TTL
+		// (review149).
+		panic(fmt.Sprintf("invalid WriteHeader code %v", status))
+	}
 	if status < http.StatusOK && status != http.StatusSwitchingProtocols {
 		if r.status == 0 { // after the final status (held), net/http would drop it
 			r.ResponseWriter.WriteHeader(status) // informational, such as 103 Early Hints

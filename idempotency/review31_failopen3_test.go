@@ -21,14 +21,14 @@ import (
 // if set, decides each Begin first.
 type r31Store struct {
 	*r29Store
-	beginHook func(ctx context.Context, key string) error // nil: pass through
+	beginHook atomic.Pointer[func(ctx context.Context, key string) error] // nil: pass through
 }
 
 func newR31Store() *r31Store { return &r31Store{r29Store: newR29Store()} }
 
 func (s *r31Store) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
-	if s.beginHook != nil {
-		if err := s.beginHook(ctx, key); err != nil {
+	if h := s.beginHook.Load(); h != nil {
+		if err := (*h)(ctx, key); err != nil {
 			return nil, err
 		}
 	}
@@ -45,19 +45,23 @@ func TestReview31_OpenTransitionSameKeyRunsTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newR31Store()
 		g := idempotency.NewGuard(s, idempotency.WithLogger(r31Quiet)) // FailOpenAfter default 10 s
-		// The store fails every claim for 9 s: refused, not yet open.
+		// The store fails every claim, the guard's probes' too (one a
+		// second from the first failure), for 9.95 s: refused, not yet
+		// open. The probe at 10 s opens it, as the two requests of K run.
 		s.down.Store(true)
-		for i := range 10 {
+		for i := range 9 {
 			_, _, err := g.Begin(context.Background(), "s", "other"+string(rune('a'+i)), "fp")
 			require.Error(t, err)
 			time.Sleep(time.Second)
 		}
-		time.Sleep(time.Second) // 10+ s of failing claims: the next failed claim opens the guard
-		s.down.Store(false)
+		time.Sleep(950 * time.Millisecond)
 		firstIn := make(chan struct{})
 		secondDone := make(chan struct{})
 		var n atomic.Int64
-		s.beginHook = func(ctx context.Context, key string) error {
+		hook := func(ctx context.Context, key string) error {
+			if strings.Contains(key, "probe") {
+				return errR29Down
+			}
 			if !strings.HasSuffix(key, ":K") {
 				return nil
 			}
@@ -68,6 +72,7 @@ func TestReview31_OpenTransitionSameKeyRunsTwice(t *testing.T) {
 			}
 			return nil
 		}
+		s.beginHook.Store(&hook)
 		var runs atomic.Int64
 		var wg sync.WaitGroup
 		run := func(after func()) {
@@ -82,10 +87,11 @@ func TestReview31_OpenTransitionSameKeyRunsTwice(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // the handler
 			assert.NoError(t, c.Complete(context.Background(), idempotency.Record{Status: 201}))
 		}
+		s.down.Store(false)
 		wg.Go(func() { run(nil) })
 		<-firstIn
 		wg.Go(func() { run(func() {}) })
-		time.Sleep(time.Millisecond)
+		time.Sleep(60 * time.Millisecond) // past the probe that opens the guard; the second still runs
 		synctest.Wait()
 		close(secondDone)
 		wg.Wait()
@@ -105,12 +111,13 @@ func TestReview31_RefusalsOutlastDPlus5AfterBusySpell(t *testing.T) {
 		s := newR31Store()
 		g := idempotency.NewGuard(s, idempotency.WithLogger(r31Quiet), idempotency.FailOpenAfter(time.Second))
 		var n atomic.Int64
-		s.beginHook = func(context.Context, string) error {
+		hook := func(context.Context, string) error {
 			if n.Add(1)%4 == 1 {
 				return errR29Down
 			}
 			return nil
 		}
+		s.beginHook.Store(&hook)
 		i := 0
 		for range 3 { // 3 s busy, 3 of 4 claims answered
 			for range 400 {
@@ -122,7 +129,7 @@ func TestReview31_RefusalsOutlastDPlus5AfterBusySpell(t *testing.T) {
 			}
 			time.Sleep(time.Second)
 		}
-		s.beginHook = nil
+		s.beginHook.Store(nil)
 		s.down.Store(true)
 		start := time.Now()
 		var served time.Duration

@@ -68,12 +68,13 @@ func (s *r60frozen) do(ctx context.Context, f func() error) error {
 	}
 }
 
-func (s *r60frozen) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (rec *idempotency.Record, err error) {
-	err = s.do(ctx, func() error { var e error; rec, e = s.Store.Begin(context.Background(), key, claim, lease); return e })
+func (s *r60frozen) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
+	var rec atomic.Pointer[idempotency.Record] // written by a claim that lands after its caller gave up, too
+	err := s.do(ctx, func() error { r, e := s.Store.Begin(context.Background(), key, claim, lease); rec.Store(r); return e })
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	return rec, err
+	return rec.Load(), err
 }
 func (s *r60frozen) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
 	return s.do(ctx, func() error { return s.Store.Renew(context.Background(), key, claim, lease) })

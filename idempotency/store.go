@@ -115,6 +115,16 @@ func (r *Record) Holds(claim Record) bool {
 // 503 with Retry-After.
 var ErrFull = errors.New("idempotency store full of requests in flight")
 
+// ErrWritesRefused is wrapped in the error of a [Store]'s Begin that found
+// no record under the key and could not write the claim, while it still
+// reads: a Redis out of memory under noeviction or refusing writes
+// (min-replicas-to-write, a failed save, a read-only replica), a read-only
+// database or a full disk. A [Guard] that has failed open still asks such
+// a store first, so that the records it holds are replayed and the claims
+// in flight there answered as in progress, and runs on its local records
+// only the keys that the store has no record of.
+var ErrWritesRefused = errors.New("idempotency store refuses writes")
+
 // ErrNotOwner is returned by a [Store] asked to complete or release a claim
 // that is no longer the one in the store (it expired and was claimed anew).
 var ErrNotOwner = errors.New("idempotency claim no longer held")
@@ -128,7 +138,9 @@ type Store interface {
 	// or its claim's lease has run out, and returns nil. Otherwise it
 	// returns the record found, except claim itself (the key held by
 	// claim.Token, as a write sent again after its answer was lost finds
-	// it): then it returns nil too. It returns [ErrFull] if it has no room.
+	// it): then it returns nil too. It returns [ErrFull] if it has no room,
+	// and an error that wraps [ErrWritesRefused] if it could read the key
+	// (none there) but not write the claim.
 	Begin(ctx context.Context, key string, claim Record, lease time.Duration) (*Record, error)
 	// Renew extends the lease of claim to lease from now. It returns
 	// [ErrNotOwner] if the key no longer holds claim.

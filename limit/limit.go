@@ -39,10 +39,13 @@
 // once a round trip: the failures of attempts sent before the last
 // decrease are part of the same congestion and do not decrease it again,
 // so a burst of timeouts costs one step, not one step each; each other
-// attempt, while the limit is in use (at least half of it in
-// flight), raises it: by one until the first failure (slow start, doubling
-// the limit each round trip), and after a failure by one over the limit
-// (one a round trip) until it has doubled again. So the limit settles near
+// attempt in flight at a moment the limit was in use (at least half of it
+// in flight: as it was sent, as it ended, or between) raises it: by one
+// until the first failure (slow start, doubling the limit each round
+// trip), and after a failure by one over the limit (one a round trip)
+// until it has doubled again. A limit not yet grown refuses what a burst
+// brings beyond it: give a service whose calls come in bursts a queue
+// ([MaxWaiting]), or an [Initial] limit that covers its bursts. So the limit settles near
 // the concurrency the dependency can serve, with few failures, and falls
 // fast when it cannot. Failures that do not depend on the load hold it
 // lower: with 1% of attempts failing at random it settles near 30 (0.1%:
@@ -88,7 +91,12 @@ type Limiter struct {
 	backoff  float64
 	careful  float64 // below it the limit grows by one a round trip, not one an attempt
 	round    uint64  // decreases so far: an attempt's Ticket holds the round it was sent in
-	waiting  int     // most attempts waiting
+	// inUse: at least half of the limit in flight; uses counts the spells
+	// of it, so that an attempt's Release can tell that one began while it
+	// was in flight (its Ticket holds the count as it was sent).
+	inUse   bool
+	uses    uint32
+	waiting int // most attempts waiting
 	// oldestOnTime: once the oldest waiter is late, a free slot goes to
 	// the oldest with time for an answer, not to the newest (OldestOnTime).
 	oldestOnTime bool
@@ -125,7 +133,8 @@ type waiter struct {
 
 // Ticket is what [Limiter.Acquire] gives an attempt it admits, to hand
 // back to [Limiter.Release]: the round of the adaptive limit it was sent
-// in, and when, if it waited. The zero Ticket holds no slot.
+// in, whether the limit was in use then, and when, if it waited. The zero
+// Ticket holds no slot.
 type Ticket uint64
 
 const (
@@ -134,15 +143,39 @@ const (
 	msBits        = 30      // the time of a timed Ticket: milliseconds since the Limiter's start, mod 2^30 (12 days)
 	extraT Ticket = 1 << 61 // without timed: taken by AcquireExtra, with an id in the bits below
 	idBits        = 29
+	// The low 32 bits: the round (mod 2^24), the spells of use (mod 2^7)
+	// and whether the limit was in use as the attempt was sent.
+	roundMask        = 1<<24 - 1
+	usesShift        = 24
+	usesMask         = 1<<7 - 1
+	sentInUse Ticket = 1 << 31
 )
 
-// ticket returns the Ticket of an attempt sent in round.
-func ticket(round uint64) Ticket { return slot | Ticket(uint32(round)) }
+// ticket returns the Ticket of an attempt sent now, counted in flight;
+// l.mu is held.
+func (l *Limiter) ticket() Ticket {
+	tk := slot | Ticket(l.round&roundMask) | Ticket(l.uses&usesMask)<<usesShift
+	if l.inUse {
+		tk |= sentInUse
+	}
+	return tk
+}
 
-// timedTicket returns the Ticket of an attempt sent in round from the
-// queue at now.
-func (l *Limiter) timedTicket(round uint64, now time.Time) Ticket {
-	return ticket(round) | timed | l.ms(now)<<32
+// timedTicket returns the Ticket of an attempt sent now from the queue,
+// at now; l.mu is held.
+func (l *Limiter) timedTicket(now time.Time) Ticket {
+	return l.ticket() | timed | l.ms(now)<<32
+}
+
+// used notes whether the limit is in use (at least half of it in
+// flight), after the attempts in flight or the limit changed, and counts
+// a spell of use that begins; l.mu is held.
+func (l *Limiter) used() {
+	in := float64(l.inFlight)*2 >= l.limit
+	if in && !l.inUse {
+		l.uses++
+	}
+	l.inUse = in
 }
 
 // ms returns the time of now in a timed Ticket's bits.
@@ -297,7 +330,8 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 	l.mu.Lock()
 	if float64(l.inFlight) < l.limit && len(l.queue) == 0 && len(l.late) == 0 {
 		l.inFlight++
-		tk := ticket(l.round)
+		l.used()
+		tk := l.ticket()
 		l.mu.Unlock()
 		return tk, nil
 	}
@@ -330,6 +364,9 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 
 	select {
 	case <-w.ready:
+		if !w.granted { // an heir refused (handOn)
+			return 0, ErrLimited
+		}
 		if ctx.Err() == nil {
 			return w.ticket, nil
 		}
@@ -355,7 +392,8 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 // and not call the Limiter; a nil stop: none), and waits in the queue,
 // while its context lasts, whatever
 // [MaxWaiting], for the first slot to come, the stopped attempt's
-// included (the limit allowing it then): a hedge that held a slot left a first
+// included (the limit allowing it then; if it does not, the attempt waits
+// on as any other, within MaxWaiting, or is refused): a hedge that held a slot left a first
 // attempt that came after it refused, where the same calls without hedges
 // completed (review117, review119 to review122). A stopped attempt holds
 // its slot until it is released: one slow to stop leaves the attempts
@@ -373,11 +411,12 @@ func (l *Limiter) AcquireExtra(stop func()) (Ticket, error) {
 		return 0, ErrLimited
 	}
 	l.inFlight++
+	l.used()
 	if stop == nil { // nothing stops it: its slot is its own
-		return ticket(l.round), nil
+		return l.ticket(), nil
 	}
 	l.nextID = (l.nextID + 1) & (1<<idBits - 1)
-	tk := ticket(l.round) | extraT | Ticket(l.nextID)<<32
+	tk := l.ticket() | extraT | Ticket(l.nextID)<<32
 	l.extras = append(l.extras, &extra{tk: tk, stop: stop})
 	return tk, nil
 }
@@ -413,10 +452,17 @@ func (l *Limiter) handOn(tk Ticket) (handed, stopped bool) {
 	}
 	l.disinherit(w)
 	if float64(l.inFlight-1) >= l.limit {
-		return false, true // it waits as any other now
+		// It waits as any other now, if MaxWaiting lets it; else it is
+		// refused, as any other would have been (review150: with
+		// MaxWaiting(0), it waited out its context).
+		if len(l.queue)+len(l.late)-l.heirs > l.waiting {
+			l.unqueue(w)
+			close(w.ready) // not granted
+		}
+		return false, true
 	}
 	l.unqueue(w)
-	w.granted, w.ticket = true, ticket(l.round)
+	w.granted, w.ticket = true, l.ticket()
 	close(w.ready)
 	return true, true
 }
@@ -439,7 +485,8 @@ func (l *Limiter) Enter() Ticket {
 	}
 	l.mu.Lock()
 	l.inFlight++
-	tk := ticket(l.round)
+	l.used()
+	tk := l.ticket()
 	l.mu.Unlock()
 	return tk
 }
@@ -451,6 +498,7 @@ func (l *Limiter) leave(w *waiter) {
 	defer l.mu.Unlock()
 	if w.granted {
 		l.inFlight--
+		l.used()
 		l.grant(time.Time{})
 		return
 	}
@@ -503,7 +551,7 @@ func (l *Limiter) Release(tk Ticket, err error) {
 		}
 	}
 	if l.adaptive {
-		l.learn(uint32(tk), c)
+		l.learn(tk, c)
 	}
 	var now time.Time // read by grant if need be
 	if tk&timed != 0 && err == nil {
@@ -511,22 +559,29 @@ func (l *Limiter) Release(tk Ticket, err error) {
 		l.answered(tk, now)
 	}
 	l.inFlight = max(l.inFlight-1, 0) // not below none, released twice
+	l.used()
 	l.grant(now)
 	l.mu.Unlock()
 }
 
-// learn moves an adaptive limit by the class c of an attempt sent in
-// round (mod 2^32); l.mu is held.
-func (l *Limiter) learn(round uint32, c resilience.Class) {
+// learn moves an adaptive limit by the class c of an attempt sent with
+// tk; l.mu is held. A success raises it if the limit was in use at some
+// moment of the attempt's flight: as it was sent, as it ends, or between
+// (a spell of use began meanwhile). So a round trip's attempts that end
+// together, the limit less in use with each, raise it each, as they did
+// the limit's use (review150: a round of 20 released at once raised it to
+// 27, not 40).
+func (l *Limiter) learn(tk Ticket, c resilience.Class) {
 	switch {
 	case c.Failure():
-		if round == uint32(l.round) { // not yet decreased for: a new congestion
+		if tk&roundMask == Ticket(l.round&roundMask) { // not yet decreased for: a new congestion
 			l.limit = max(l.min, l.limit*l.backoff)
 			l.careful = 2 * l.limit
 			l.round++
+			l.used()
 		}
 	case c == resilience.ClassCanceled || c == resilience.ClassRejected:
-	case float64(l.inFlight)*2 >= l.limit:
+	case tk&sentInUse != 0 || uint32(tk>>usesShift)&usesMask != l.uses&usesMask || float64(l.inFlight)*2 >= l.limit:
 		step := 1.0
 		if l.limit < l.careful {
 			step = 1 / l.limit
@@ -579,12 +634,13 @@ func (l *Limiter) grant(now time.Time) {
 		if w.from != nil { // an heir served before its stopped extra ended: that slot is given back as it does
 			l.disinherit(w)
 		}
-		if l.oldestOnTime {
-			w.ticket = l.timedTicket(l.round, now)
-		} else {
-			w.ticket = ticket(l.round)
-		}
 		l.inFlight++
+		l.used()
+		if l.oldestOnTime {
+			w.ticket = l.timedTicket(now)
+		} else {
+			w.ticket = l.ticket()
+		}
 		close(w.ready)
 	}
 }

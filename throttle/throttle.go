@@ -190,7 +190,10 @@ func K(k float64) Option {
 
 // Window sets the sliding window over which requests and accepts are
 // counted, in 10 buckets: shorter reacts faster, to both an overload and
-// its end. Default 10 s. It panics if d is under 10 ms.
+// its end. A bucket is known by its number mod 2^32: a throttle idle for
+// a multiple of 2^32 buckets, to within a window (50 days with a 10 ms
+// window, 1,361 years with the default), counts its old buckets again
+// (review150). Default 10 s. It panics if d is under 10 ms.
 func Window(d time.Duration) Option {
 	if d < 10*time.Millisecond {
 		panic(fmt.Sprintf("throttle: Window(%v): d must be at least 10ms", d))

@@ -162,7 +162,7 @@ func TestRedisFrozen(t *testing.T) {
 		time.Sleep(time.Second - time.Since(start)) // one a second, over the 5 s
 	}
 	assert.Less(t, worst, time.Second, "each 503 within a second")
-	assert.EqualValues(t, 5, failed.Load(), "each store failure reported")
+	assert.GreaterOrEqual(t, failed.Load(), int64(5), "each store failure reported (the guard's probes' too, one a second)")
 	srv.Thaw()
 	// A claim sent while frozen lands when the server thaws; the request
 	// that gave up on it frees it, so its retry is not kept out a lease.
@@ -277,7 +277,8 @@ func fill(t *testing.T, srv *redistest.Server, prefix string) {
 // moment, the server takes the result once it has room, and repeats get
 // the replay: one run. Full for longer than a lease, the failure is
 // reported (EventNotStored) and the key stays claimed until the lease runs
-// out (409), then repeats get 503 while the server is full: no second run
+// out (409: the server, full, still reads the claim), then repeats get 503
+// while the server is full: no second run
 // while the first one's effect may stand and the store cannot say so. Once
 // the server has room, a repeat runs the request again: the documented
 // limit, as with a store down for longer than a lease.
@@ -290,7 +291,9 @@ func TestRedisFullAsTheHandlerRuns(t *testing.T) {
 		replay string
 	}{
 		{"for a moment", 500 * time.Millisecond, 1, "true"},
-		{"longer than a lease", lease + time.Second, 2, ""},
+		// A claim's record stays in the store until the lease last
+		// renewed runs out: a repeat finds it (409) until then.
+		{"longer than a lease", 2*lease + time.Second, 2, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t, "--maxmemory", "4mb", "--maxmemory-policy", "noeviction")

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,7 +43,7 @@ type policyRead struct {
 // eviction is what a server's eviction policy was found to be, and when.
 type eviction struct {
 	checked time.Time
-	evicts  error // ErrEvictionPolicy if it evicts
+	evicts  error // ErrEvictionPolicy if it evicts, ErrScriptsRefused if it refuses scripts
 }
 
 // ownTime is the least time of its own that the store gives what it sends
@@ -72,6 +73,14 @@ func ownTimeFor(ctx context.Context, start time.Time) time.Duration {
 // and an evicted claim in flight lets a repeat run the request again.
 var ErrEvictionPolicy = errors.New("idempotencystore: the Redis server evicts keys (maxmemory with a maxmemory-policy other than noeviction): claims in flight could be dropped and requests run twice; set maxmemory-policy noeviction")
 
+// ErrScriptsRefused is what [Store.Begin] returns, and the guard reports
+// as a store failure (the request gets 503), while the server refuses the
+// store's scripts (EVAL and EVALSHA renamed away or left out, an ACL
+// without @scripting): a claim could be taken but never completed,
+// renewed or freed, and every retry after a lease would run the request
+// again.
+var ErrScriptsRefused = errors.New("idempotencystore: the Redis server refuses scripts (EVAL, EVALSHA): a claim could be taken but not completed, and requests run twice; allow @scripting")
+
 // evictionRecheck is how long the eviction policy read is trusted.
 const evictionRecheck = time.Minute
 
@@ -94,7 +103,10 @@ const evictionRecheck = time.Minute
 // open and runs keyed requests on its own records: unprotected across
 // replicas. A server that refuses CONFIG (managed Redis often does) is not
 // checked, and is used: make sure of its policy by the provider's
-// settings.
+// settings. The same read runs one of the store's scripts, to no effect:
+// a server that refuses scripts (EVAL renamed away, an ACL without
+// @scripting) could take a claim but never complete it, and Begin fails
+// with [ErrScriptsRefused] as for a server that evicts.
 //
 // A call of a claim that runs out of time makes the store open a
 // connection in the background, with time of its own (twice the claim's, 2
@@ -114,7 +126,8 @@ func New(c redis.UniversalClient, prefix string) *Store {
 }
 
 // checkEviction returns [ErrEvictionPolicy] if the server that holds key
-// evicts keys, as last read, for a call begun at start. It starts a read
+// evicts keys, or [ErrScriptsRefused] if it refuses the store's scripts,
+// as last read, for a call begun at start. It starts a read
 // in the background, with time of its own, if none is under way and the last is older than an
 // [evictionRecheck]; until the first read has answered, it waits for it
 // within ctx. On a cluster that is key's master, each read apart: a
@@ -144,7 +157,7 @@ func (s *Store) checkEviction(ctx context.Context, start time.Time, key string) 
 			s.reads, s.checks = make(map[string]*policyRead), make(map[string]eviction)
 		}
 		s.reads[addr] = r
-		go s.readPolicy(node, addr, r, ownTimeFor(ctx, start))
+		go s.readPolicy(node, addr, key, r, ownTimeFor(ctx, start))
 	}
 	s.mu.Unlock()
 	if read {
@@ -158,9 +171,10 @@ func (s *Store) checkEviction(ctx context.Context, start time.Time, key string) 
 	}
 }
 
-// readPolicy reads node's eviction policy into r, with time own of its
-// own, and keeps it for addr if it was read.
-func (s *Store) readPolicy(node redis.Cmdable, addr string, r *policyRead, own time.Duration) {
+// readPolicy reads node's eviction policy into r, and whether it runs the
+// store's scripts (on key), with time own of its own, and keeps it for
+// addr if it was read.
+func (s *Store) readPolicy(node redis.Cmdable, addr, key string, r *policyRead, own time.Duration) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.reads, addr)
@@ -174,22 +188,31 @@ func (s *Store) readPolicy(node redis.Cmdable, addr string, r *policyRead, own t
 	defer cancel()
 	cfg, err := node.ConfigGet(ctx, "maxmemory*").Result()
 	var rerr redis.Error
-	switch {
-	case errors.As(err, &rerr) && refused(rerr):
-		r.c, r.ok = eviction{checked: time.Now()}, true // not checkable
-		return
-	case err != nil:
+	unreadable := errors.As(err, &rerr) && refused(rerr) // not checkable
+	if err != nil && !unreadable {
 		// Not read, and read again at the next claim: a server that did not
 		// answer, or answered with a passing error (BUSY, LOADING,
 		// MASTERDOWN, TRYAGAIN), may evict. The claim's own call tells
 		// whether it answers.
 		return
 	}
-	policy, limit := cfg["maxmemory-policy"], cfg["maxmemory"]
-	r.c, r.ok = eviction{checked: time.Now()}, true
-	if policy != "" && policy != "noeviction" && limit != "" && limit != "0" {
-		r.c.evicts = ErrEvictionPolicy
+	c := eviction{checked: time.Now()}
+	if policy, limit := cfg["maxmemory-policy"], cfg["maxmemory"]; !unreadable && policy != "" && policy != "noeviction" && limit != "" && limit != "0" {
+		c.evicts = ErrEvictionPolicy
+	} else if scriptsRefused(ctx, node, key) {
+		c.evicts = ErrScriptsRefused
 	}
+	r.c, r.ok = c, true
+}
+
+// scriptsRefused runs one of the store's scripts on key, to no effect
+// (it frees key only if it holds a value no claim has), and reports
+// whether node refused it (review149: a server without EVAL took every
+// claim and completed none).
+func scriptsRefused(ctx context.Context, node redis.Cmdable, key string) bool {
+	err := deleteIfHeld.Run(ctx, node, []string{key}, "\x00").Err()
+	var rerr redis.Error
+	return errors.As(err, &rerr) && refused(rerr)
 }
 
 // warm opens a connection to the server in the background, with time of
@@ -266,18 +289,26 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 	// A key can expire between a failed SET NX and the GET; try again then.
 	for range 3 {
 		ok, err := s.c.SetNX(ctx, k, data, lease).Result()
-		if err != nil {
+		refused := err != nil && writesRefused(err)
+		if err != nil && !refused {
 			return nil, err
 		}
 		if ok {
 			return nil, nil
 		}
-		found, err := s.c.Get(ctx, k).Bytes()
-		if errors.Is(err, redis.Nil) {
+		// Refused, the server may still hold the key's record: a repeat is
+		// replayed, or answered as in progress, rather than run again by a
+		// guard that failed open (review149).
+		found, gerr := s.c.Get(ctx, k).Bytes()
+		switch {
+		case errors.Is(gerr, redis.Nil) && refused:
+			return nil, fmt.Errorf("%w: %w", idempotency.ErrWritesRefused, err)
+		case errors.Is(gerr, redis.Nil):
 			continue
-		}
-		if err != nil {
+		case gerr != nil && refused:
 			return nil, err
+		case gerr != nil:
+			return nil, gerr
 		}
 		var rec idempotency.Record
 		if err := json.Unmarshal(found, &rec); err != nil {
@@ -289,6 +320,14 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 		return &rec, nil
 	}
 	return nil, errors.New("idempotencystore: key kept expiring while claimed")
+}
+
+// writesRefused reports whether err is a server's refusal to write that
+// leaves it reading: out of memory under noeviction (OOM), too few
+// replicas (NOREPLICAS), a failed save (MISCONF), a read-only replica
+// (READONLY).
+func writesRefused(err error) bool {
+	return redis.IsOOMError(err) || redis.IsNoReplicasError(err) || redis.IsReadOnlyError(err) || redis.HasErrorPrefix(err, "MISCONF")
 }
 
 // Complete implements [idempotency.Store].

@@ -121,12 +121,30 @@ func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record,
 		switch {
 		case err == nil:
 			return nil, nil
+		case writesRefused(err):
+			return nil, fmt.Errorf("%w: %w", idempotency.ErrWritesRefused, err)
 		case !errors.Is(err, sql.ErrNoRows):
 			return nil, err
 		}
 		// Claimed by another request between the two statements: read it.
 	}
 	return nil, errors.New("idempotencystore: key kept changing while claimed")
+}
+
+// writesRefused reports whether err is the database's refusal to write
+// while it reads, by its SQLSTATE (an error with a SQLState method, as
+// pgx's): a read-only transaction (25006: default_transaction_read_only,
+// a hot standby), a full disk (53100).
+func writesRefused(err error) bool {
+	var e interface{ SQLState() string }
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.SQLState() {
+	case "25006", "53100":
+		return true
+	}
+	return false
 }
 
 // held is the condition of a row that still holds the claim of token $2.
