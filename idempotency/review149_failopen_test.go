@@ -166,39 +166,6 @@ func TestReview149SparseRequestsToADeadStoreAreRefusedForever(t *testing.T) {
 	}
 }
 
-// review149Hang is a store whose writes after the claim hang (a store
-// frozen as the handler ends) once hang is set.
-type review149Hang struct {
-	*idempotency.MemoryStore
-	hang atomic.Bool
-}
-
-func (s *review149Hang) wait(ctx context.Context) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (s *review149Hang) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
-	if s.hang.Load() {
-		return s.wait(ctx)
-	}
-	return s.MemoryStore.Renew(ctx, key, claim, lease)
-}
-
-func (s *review149Hang) Complete(ctx context.Context, key string, claim, rec idempotency.Record, ttl time.Duration) error {
-	if s.hang.Load() {
-		return s.wait(ctx)
-	}
-	return s.MemoryStore.Complete(ctx, key, claim, rec, ttl)
-}
-
-func (s *review149Hang) Release(ctx context.Context, key string, claim idempotency.Record) error {
-	if s.hang.Load() {
-		return s.wait(ctx)
-	}
-	return s.MemoryStore.Release(ctx, key, claim)
-}
-
 // "A store that fails or hangs as a handler ends holds a short answer for
 // one StoreTimeout, no longer for as long as the save is retried (up to a
 // lease)". A handler that panics after its status (or calls Goexit) is
@@ -210,13 +177,13 @@ func TestReview149PanicAfterStatusHeldForTheLeaseByAFrozenStore(t *testing.T) {
 	for _, how := range []string{"return", "panic", "goexit"} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := &review149Hang{MemoryStore: idempotency.NewMemoryStore(0)}
+				store := &review149Flaky{MemoryStore: idempotency.NewMemoryStore(0), hang: true} // frozen once down
 				h := idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.WithLogger(review149Quiet),
 					idempotency.Lease(30*time.Second), idempotency.StoreTimeout(500*time.Millisecond), idempotency.FailOpenAfter(-1))(
 					http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 						w.WriteHeader(http.StatusCreated)
 						io.WriteString(w, "ok")
-						store.hang.Store(true) // the store freezes as the handler ends
+						store.down.Store(true) // the store freezes as the handler ends
 						switch how {
 						case "panic":
 							panic(http.ErrAbortHandler)
@@ -247,7 +214,7 @@ func TestReview149PanicAfterStatusHeldForTheLeaseByAFrozenStore(t *testing.T) {
 				if learned > 2*time.Second {
 					t.Errorf("%s after 201 with a frozen store: the client held %v; a plain server ends it at once, and a handler that returns gets its answer out after one StoreTimeout", how, learned)
 				}
-				store.hang.Store(false) // the save goes on meanwhile, and ends
+				store.down.Store(false) // the save goes on meanwhile, and ends
 				time.Sleep(30 * time.Second)
 			})
 		})
@@ -271,13 +238,13 @@ func (w *review149TimedWriter) WriteHeader(code int) {
 // after its 201 waits the whole lease (3 s here) for its connection to be
 // dropped; a plain server drops it at once.
 func TestReview149PanicAfterStatusHoldsTheClientOverHTTP(t *testing.T) {
-	store := &review149Hang{MemoryStore: idempotency.NewMemoryStore(0)}
+	store := &review149Flaky{MemoryStore: idempotency.NewMemoryStore(0), hang: true} // frozen once down
 	h := idempotency.Middleware(store, idempotency.SharedKeys(), idempotency.WithLogger(review149Quiet),
 		idempotency.Lease(3*time.Second), idempotency.StoreTimeout(100*time.Millisecond), idempotency.FailOpenAfter(-1))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusCreated)
 			io.WriteString(w, "ok")
-			store.hang.Store(true)
+			store.down.Store(true)
 			panic(http.ErrAbortHandler)
 		}))
 	ts := httptest.NewServer(h)
@@ -296,7 +263,7 @@ func TestReview149PanicAfterStatusHoldsTheClientOverHTTP(t *testing.T) {
 	}
 	// The save goes on meanwhile: once the store thaws, a repeat gets the
 	// 500 it stored, replayed (and its goroutines return).
-	store.hang.Store(false)
+	store.down.Store(false)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		req, _ := http.NewRequest(http.MethodPost, ts.URL, strings.NewReader("{}"))
