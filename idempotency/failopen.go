@@ -166,6 +166,17 @@ func (o *outage) answered() bool {
 	return o.run > 0
 }
 
+// settled notes that a probe of the store got through before the guard
+// failed open: the failures so far were transient, and the next begins a
+// run of its own.
+func (o *outage) settled() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.open {
+		o.failing = false
+	}
+}
+
 // succeeded notes a call that got through, and reports whether that ended
 // the guard's running on its local records.
 func (o *outage) succeeded() (ended bool) {

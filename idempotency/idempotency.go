@@ -303,7 +303,7 @@ func (g *Guard) claimOrLocal(ctx context.Context, c *Claim) (*Record, monotime.R
 		}
 		return found, asked, nil
 	}
-	if !g.storeFailed(err) {
+	if !g.storeFailed(err, false) {
 		return nil, asked, err
 	}
 	return g.claimLocal(ctx, c)
@@ -316,10 +316,15 @@ func (g *Guard) storeAnswered() {
 	}
 }
 
-// storeFailed notes a call to the store that failed with err, and
-// reports whether the guard has failed open.
-func (g *Guard) storeFailed(err error) (open bool) {
-	g.refusing.Store(errors.Is(err, ErrWritesRefused))
+// storeFailed notes a call to the store that failed with err, a probe's
+// if probed, and reports whether the guard has failed open. Failed open,
+// a request's failure tells that the store refuses writes, not that it no
+// longer does: one slow call among refusals would have the guard run the
+// keys the store holds again until the next probe (review151).
+func (g *Guard) storeFailed(err error, probed bool) (open bool) {
+	if refusing := errors.Is(err, ErrWritesRefused); refusing || probed || !g.out.isOpen() {
+		g.refusing.Store(refusing)
+	}
 	open, began := g.out.failed(g.cfg.failOpen)
 	if began {
 		g.report(resilience.EventSharedStateUnavailable, "", fmt.Errorf("%w: the store failing, keyed requests run on this process's records", err))
@@ -337,12 +342,24 @@ func (g *Guard) storeFailed(err error) (open bool) {
 // another long after it into an outage (review116, review149: requests
 // ten seconds apart or more were refused for as long as the store was
 // down). Requests that come more often count as probes.
+// A probe that gets through ends the run of failures: a failure after it
+// begins one of its own (review151: the probe's answer, one good second
+// beside one failed, kept the share at half, and a second transient error
+// ten seconds later failed the guard open). The guard's probes hold it
+// for as long as they go on: up to FailOpenAfter and a few seconds.
 func (g *Guard) ask() {
-	if g.out.isOpen() || !g.out.bad.Load() || g.out.answered() {
+	over := func() bool { return g.out.isOpen() || !g.out.bad.Load() || g.out.answered() }
+	if over() {
 		g.asking.Store(false)
-		return
+		// A failure noted since the check found the chain still going, and
+		// left the probes to it.
+		if over() || !g.asking.CompareAndSwap(false, true) {
+			return
+		}
 	}
-	g.probe(context.Background())
+	if g.probe(context.Background()) {
+		g.out.settled()
+	}
 	time.AfterFunc(probeEvery, g.ask)
 }
 
@@ -353,20 +370,21 @@ const probeKey = "resiliencekit-idempotency-probe"
 
 // probe asks the store for a claim of probeKey, for a lease of one store
 // timeout, and notes whether it answered.
-func (g *Guard) probe(ctx context.Context) {
+func (g *Guard) probe(ctx context.Context) (answered bool) {
 	claim := Record{Fingerprint: "probe", Token: rand.Text()}
 	sctx, cancel := g.storeCtx(ctx)
 	defer cancel()
 	found, err := g.store.Begin(sctx, probeKey, claim, g.cfg.storeTimeout)
 	if err != nil {
 		g.report(resilience.EventStoreFailed, probeKey, err)
-		g.storeFailed(err)
-		return
+		g.storeFailed(err, true)
+		return false
 	}
 	if found == nil {
 		_ = g.store.Release(sctx, probeKey, claim) // or its lease runs out
 	}
 	g.storeAnswered()
+	return true
 }
 
 // claimLocal claims the key of c on the guard's local records.
@@ -387,7 +405,7 @@ func (g *Guard) claim(ctx context.Context, c *Claim) (*Record, monotime.Reading,
 		found, err := c.on().Begin(sctx, c.Key, c.Record, g.cfg.lease)
 		cancel()
 		if err != nil {
-			if !c.local.Load() {
+			if !c.local.Load() && !errors.Is(err, ErrWritesRefused) { // refused: nothing written to free
 				g.orphan(c.Key, c.Record)
 			}
 			return nil, asked, err

@@ -453,9 +453,9 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 }
 
 // keepLocal keeps a copy of done, the record of c just saved on the
-// store, in the guard's local records if the guard has failed open: its
-// repeats to this process are claimed there meanwhile, and are to be
-// replayed, not run again.
+// store (or that the store would not save), in the guard's local records
+// if the guard has failed open: its repeats to this process are claimed
+// there meanwhile, and are to be replayed, not run again.
 func (g *Guard) keepLocal(c *Claim, done Record) {
 	if g.local == nil || c.local.Load() || !g.out.isOpen() {
 		return
@@ -559,7 +559,13 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record, failed fu
 	if err != nil {
 		// The claim stays until its lease runs out: repeats are refused as
 		// in progress until then rather than a second run while this one's
-		// effect may stand.
+		// effect may stand. A guard failed open keeps the result on its
+		// own records: its repeats to this process are replayed, not run
+		// again once the lease has run out (review151: a Redis out of
+		// memory refused the save for a lease, and the repeat ran again).
+		if !errors.Is(err, ErrLeaseLost) {
+			g.keepLocal(c, done)
+		}
 		g.report(resilience.EventNotStored, c.Key, err)
 	}
 	return err

@@ -159,10 +159,11 @@ func StoreTimeout(d time.Duration) Option {
 // seconds of the last 10 that saw a claim, of each second's share: so at
 // most 5 s more after a spell in which it answered most, whatever the
 // rate of claims). From the store's first failure, the guard asks it
-// once a second with a claim of its own until it answers, so that
-// requests that come rarely (ten seconds apart or more) count the same
-// outage, and a transient error, which the next question finds over, does
-// not add up with another long after it; from then on, each keyed request is claimed, renewed
+// once a second with a claim of its own until it answers or the guard
+// fails open (holding the guard meanwhile), so that requests that come
+// rarely (ten seconds apart or more) count the same outage, and a
+// transient error, which the next question finds over, ends its run of
+// failures, and does not add up with another long after it; from then on, each keyed request is claimed, renewed
 // and saved in this process's memory ([MemoryStore]), so that it runs,
 // and its repeats to this process get 409, then its replay, then and
 // after. A request running

@@ -144,7 +144,10 @@ const (
 	extraT Ticket = 1 << 61 // without timed: taken by AcquireExtra, with an id in the bits below
 	idBits        = 29
 	// The low 32 bits: the round (mod 2^24), the spells of use (mod 2^7)
-	// and whether the limit was in use as the attempt was sent.
+	// and whether the limit was in use as the attempt was sent. An attempt
+	// in flight across exactly a multiple of 2^24 decreases decreases the
+	// limit again, and one across exactly a multiple of 128 spells of use,
+	// and not in use as it was sent or ended, does not raise it (review151).
 	roundMask        = 1<<24 - 1
 	usesShift        = 24
 	usesMask         = 1<<7 - 1
