@@ -159,22 +159,29 @@ func (o *outage) failed(after time.Duration) (open, began bool) {
 	return o.open, began
 }
 
-// answered reports whether the last call asked of the store got through.
-func (o *outage) answered() bool {
+// settled reports whether the store has answered healthyRun calls in a
+// row (requests' or probes') and, before the guard failed open, fewer
+// than half of the window's; if so it ends the run of failures: the next
+// failure begins one of its own. One answer is not enough, nor a few in a
+// row: a store that fails most claims answers some now and then
+// (review152: each answered probe restarted the clock, and a store
+// failing 3 claims of 4 was refused for a minute and more).
+func (o *outage) settled() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.run > 0
-}
-
-// settled notes that a probe of the store got through before the guard
-// failed open: the failures so far were transient, and the next begins a
-// run of its own.
-func (o *outage) settled() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !o.open {
-		o.failing = false
+	if o.run < healthyRun {
+		return false
 	}
+	if o.open {
+		return true
+	}
+	// Nor answers in a row of a store that fails most claims still: the
+	// run of failures goes on, and the probes with it.
+	if share, seconds := o.window(epochOf(monotime.Now())); share >= float64(seconds)/2 {
+		return false
+	}
+	o.failing = false
+	return true
 }
 
 // succeeded notes a call that got through, and reports whether that ended

@@ -88,6 +88,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -317,13 +318,24 @@ func (g *Guard) storeAnswered() {
 }
 
 // storeFailed notes a call to the store that failed with err, a probe's
-// if probed, and reports whether the guard has failed open. Failed open,
-// a request's failure tells that the store refuses writes, not that it no
-// longer does: one slow call among refusals would have the guard run the
-// keys the store holds again until the next probe (review151).
+// if probed, and reports whether the guard has failed open. Whether the
+// store refuses writes but reads (ErrWritesRefused) is the probes' to
+// tell, and the failures of requests before the guard failed open; a
+// request's timeout says nothing of it, nor, failed open, a request's
+// failure: one slow call among refusals had the guard run the keys the
+// store holds again until the next probe (review151, review152). A
+// probe's timeout ends it: the store may hang, and the requests, failed
+// open, are not to wait on it each (a key it holds asked meanwhile runs
+// again, as for any store that does not answer).
 func (g *Guard) storeFailed(err error, probed bool) (open bool) {
-	if refusing := errors.Is(err, ErrWritesRefused); refusing || probed || !g.out.isOpen() {
-		g.refusing.Store(refusing)
+	switch {
+	case errors.Is(err, ErrWritesRefused):
+		g.refusing.Store(true)
+	case probed: // a timeout too: the store may hang, and requests are not to wait on it each
+		g.refusing.Store(false)
+	case timedOut(err): // a request's: says nothing of whether the store writes (review152)
+	case !g.out.isOpen():
+		g.refusing.Store(false)
 	}
 	open, began := g.out.failed(g.cfg.failOpen)
 	if began {
@@ -342,13 +354,15 @@ func (g *Guard) storeFailed(err error, probed bool) (open bool) {
 // another long after it into an outage (review116, review149: requests
 // ten seconds apart or more were refused for as long as the store was
 // down). Requests that come more often count as probes.
-// A probe that gets through ends the run of failures: a failure after it
-// begins one of its own (review151: the probe's answer, one good second
-// beside one failed, kept the share at half, and a second transient error
-// ten seconds later failed the guard open). The guard's probes hold it
-// for as long as they go on: up to FailOpenAfter and a few seconds.
+// Answers in a row end the run of failures (outage.settled): a failure
+// after them begins one of its own (review151, review152: one answer, a
+// probe's or a retry's, beside one failed second kept the share at half,
+// and a second transient error ten seconds later failed the guard open).
+// The guard's probes hold it for as long as they go on: up to
+// FailOpenAfter and a few seconds. A store that panics as it is probed
+// fails the probe.
 func (g *Guard) ask() {
-	over := func() bool { return g.out.isOpen() || !g.out.bad.Load() || g.out.answered() }
+	over := func() bool { return g.out.isOpen() || !g.out.bad.Load() || g.out.settled() }
 	if over() {
 		g.asking.Store(false)
 		// A failure noted since the check found the chain still going, and
@@ -357,10 +371,22 @@ func (g *Guard) ask() {
 			return
 		}
 	}
-	if g.probe(context.Background()) {
-		g.out.settled()
-	}
-	time.AfterFunc(probeEvery, g.ask)
+	defer time.AfterFunc(probeEvery, g.ask)
+	defer func() {
+		if r := recover(); r != nil { // on a timer's goroutine: no caller to recover it (review152)
+			err := fmt.Errorf("idempotency: the store panicked as it was probed: %v", r)
+			g.report(resilience.EventStoreFailed, probeKey, err)
+			g.storeFailed(err, true)
+		}
+	}()
+	g.probe(context.Background())
+}
+
+// timedOut reports whether err is a call's running out of time, whether
+// its context's or the network's.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // probeKey is the key a guard that failed open claims, and frees, to learn
@@ -370,7 +396,7 @@ const probeKey = "resiliencekit-idempotency-probe"
 
 // probe asks the store for a claim of probeKey, for a lease of one store
 // timeout, and notes whether it answered.
-func (g *Guard) probe(ctx context.Context) (answered bool) {
+func (g *Guard) probe(ctx context.Context) {
 	claim := Record{Fingerprint: "probe", Token: rand.Text()}
 	sctx, cancel := g.storeCtx(ctx)
 	defer cancel()
@@ -378,13 +404,12 @@ func (g *Guard) probe(ctx context.Context) (answered bool) {
 	if err != nil {
 		g.report(resilience.EventStoreFailed, probeKey, err)
 		g.storeFailed(err, true)
-		return false
+		return
 	}
 	if found == nil {
 		_ = g.store.Release(sctx, probeKey, claim) // or its lease runs out
 	}
 	g.storeAnswered()
-	return true
 }
 
 // claimLocal claims the key of c on the guard's local records.

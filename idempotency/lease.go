@@ -128,7 +128,9 @@ func (c *Claim) Context() context.Context {
 //
 // It returns [ErrLeaseLost] if the lease was lost, and the store's error
 // if the result could not be stored, having reported either; the key then
-// stays claimed until its lease runs out. The store is written even if
+// stays claimed until its lease runs out, and a result not stored is kept
+// on the guard's own records (a guard on a store that can fail over to
+// them: see [FailOpenAfter]), replayed to this process's repeats. The store is written even if
 // ctx is canceled, each call bounded by [StoreTimeout]. After the claim
 // has ended, Complete does nothing and returns nil.
 func (c *Claim) Complete(ctx context.Context, result Record) error {
@@ -452,12 +454,13 @@ func (g *Guard) keep(ctx context.Context, c *Claim, done <-chan struct{}) {
 	}
 }
 
-// keepLocal keeps a copy of done, the record of c just saved on the
-// store (or that the store would not save), in the guard's local records
-// if the guard has failed open: its repeats to this process are claimed
-// there meanwhile, and are to be replayed, not run again.
+// keepLocal keeps a copy of done, the record of c saved on the store
+// while the guard has failed open (its repeats to this process are claimed
+// on its local records meanwhile), or that the store would not save, in
+// the guard's local records: its repeats to this process are to be
+// replayed, not run again.
 func (g *Guard) keepLocal(c *Claim, done Record) {
-	if g.local == nil || c.local.Load() || !g.out.isOpen() {
+	if g.local == nil || c.local.Load() {
 		return
 	}
 	ctx, cancel := g.storeCtx(context.Background())
@@ -535,7 +538,7 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record, failed fu
 	var err error
 	for {
 		err = g.saveOnce(ctx, c, done)
-		if err == nil {
+		if err == nil && g.out.isOpen() {
 			g.keepLocal(c, done)
 		}
 		if err == nil || errors.Is(err, ErrNotOwner) {
@@ -559,10 +562,11 @@ func (g *Guard) complete(ctx context.Context, c *Claim, result Record, failed fu
 	if err != nil {
 		// The claim stays until its lease runs out: repeats are refused as
 		// in progress until then rather than a second run while this one's
-		// effect may stand. A guard failed open keeps the result on its
-		// own records: its repeats to this process are replayed, not run
-		// again once the lease has run out (review151: a Redis out of
-		// memory refused the save for a lease, and the repeat ran again).
+		// effect may stand. The guard keeps the result on its own
+		// records: its repeats to this process are replayed, not run again
+		// once the lease has run out (review151, review152: a Redis out of
+		// memory refused the save for a lease, and the repeat ran again,
+		// the guard failed open then or later).
 		if !errors.Is(err, ErrLeaseLost) {
 			g.keepLocal(c, done)
 		}

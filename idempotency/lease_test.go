@@ -131,7 +131,9 @@ func (f *flakyStore) Renew(ctx context.Context, key string, claim idempotency.Re
 }
 
 // TestUnsavedResultIsReportedAndKeepsTheKeyForALease: a result that cannot
-// be stored is reported; repeats get 409 until the lease runs out.
+// be stored is reported, and kept on the guard's own records: repeats to
+// this replica get its replay, during the lease (409 before review152) and
+// after it (it ran again).
 func TestUnsavedResultIsReportedAndKeepsTheKeyForALease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &flakyStore{Store: idempotency.NewMemoryStore(0)}
@@ -139,11 +141,15 @@ func TestUnsavedResultIsReportedAndKeepsTheKeyForALease(t *testing.T) {
 		s := newSlowServer(store, 10*time.Millisecond, idempotency.Lease(30*time.Second))
 		assert.Equal(t, http.StatusCreated, s.post(t.Context(), "k", "").Code)
 		assert.Contains(t, s.events.list(), "not_stored")
-		assert.Equal(t, http.StatusConflict, s.post(t.Context(), "k", "").Code, "no second run while the first's effect may stand")
+		w := s.post(t.Context(), "k", "")
+		assert.Equal(t, http.StatusCreated, w.Code, "no second run while the first's effect may stand")
+		assert.Equal(t, "true", w.Header().Get(idempotency.ReplayedHeader), "replayed from this replica's records")
 		time.Sleep(30 * time.Second)
 		store.failComplete.Store(false)
-		assert.Equal(t, http.StatusCreated, s.post(t.Context(), "k", "").Code)
-		assert.EqualValues(t, 2, s.runs.Load(), "one lease later, the key is free again")
+		w = s.post(t.Context(), "k", "")
+		assert.Equal(t, http.StatusCreated, w.Code)
+		assert.Equal(t, "true", w.Header().Get(idempotency.ReplayedHeader), "replayed from this replica's records")
+		assert.EqualValues(t, 1, s.runs.Load(), "one lease later, not run again here")
 	})
 }
 
