@@ -92,6 +92,12 @@ func (o *outage) count(now monotime.Reading, failed bool) (most bool) {
 	} else {
 		b.oks++
 	}
+	return o.most(e)
+}
+
+// most reports whether at least half of the claims of the last
+// shareBuckets seconds up to second e failed; o.mu is held.
+func (o *outage) most(e int64) bool {
 	share, seconds := o.window(e)
 	return share > 0 && share >= float64(seconds)/2
 }
@@ -177,7 +183,7 @@ func (o *outage) settled() bool {
 	}
 	// Nor answers in a row of a store that fails most claims still: the
 	// run of failures goes on, and the probes with it.
-	if share, seconds := o.window(epochOf(monotime.Now())); share >= float64(seconds)/2 {
+	if o.most(epochOf(monotime.Now())) {
 		return false
 	}
 	o.failing = false

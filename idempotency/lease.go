@@ -185,13 +185,6 @@ func (c *Claim) Local() bool { return c.madeLocal.Load() }
 // goes on leaves the key claimed until the lease runs out, as a crash
 // does.
 func (c *Claim) CompleteLater(ctx context.Context, result Record) {
-	c.later(ctx, func(ctx context.Context, failed func()) error { return c.complete(ctx, result, failed) })
-}
-
-// later runs end, which ends the claim and calls failed once a first try
-// to do so has failed, on a goroutine of its own, and returns once it has
-// returned or failed a first try (see [Claim.CompleteLater]).
-func (c *Claim) later(ctx context.Context, end func(ctx context.Context, failed func()) error) {
 	failed, done := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	go func() {
@@ -201,7 +194,7 @@ func (c *Claim) later(ctx context.Context, end func(ctx context.Context, failed 
 				c.guard.report(resilience.EventNotStored, c.Key, fmt.Errorf("idempotency: the store panicked saving the result: %v", r))
 			}
 		}()
-		_ = end(context.WithoutCancel(ctx), func() { once.Do(func() { close(failed) }) })
+		_ = c.complete(context.WithoutCancel(ctx), result, func() { once.Do(func() { close(failed) }) })
 	}()
 	select {
 	case <-done:

@@ -164,9 +164,9 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, claim *Claim) {
 	rec := newRecorder(w, r, h.cfg.maxResponse)
 	returned := false
 	defer func() {
-		// Past a first try, the store's failure holds up no client and no
-		// panic: the rest goes on, on its own goroutine (review149: a
-		// frozen store held the connection for the lease).
+		// A save's retries go on on a goroutine of their own after a first
+		// try, so that a failing store does not hold the client and the
+		// panic for the lease (review149).
 		switch {
 		case returned:
 		case rec.hijacked: // it may have answered on the connection: not run again, not replayed (review115)

@@ -338,7 +338,7 @@ func (l *Limiter) Acquire(ctx context.Context) (Ticket, error) {
 		l.mu.Unlock()
 		return tk, nil
 	}
-	n := len(l.queue) + len(l.late) - l.heirs // heirs wait past MaxWaiting
+	n := l.waiters()
 	var e *extra
 	// The newest extra attempt that no waiter claims: its slot comes to
 	// this attempt as it ends. With attempts waiting before it, only one
@@ -458,7 +458,7 @@ func (l *Limiter) handOn(tk Ticket) (handed, stopped bool) {
 		// It waits as any other now, if MaxWaiting lets it; else it is
 		// refused, as any other would have been (review150: with
 		// MaxWaiting(0), it waited out its context).
-		if len(l.queue)+len(l.late)-l.heirs > l.waiting {
+		if l.waiters() > l.waiting {
 			l.unqueue(w)
 			close(w.ready) // not granted
 		}
@@ -469,6 +469,10 @@ func (l *Limiter) handOn(tk Ticket) (handed, stopped bool) {
 	close(w.ready)
 	return true, true
 }
+
+// waiters returns how many attempts wait within MaxWaiting: heirs wait
+// past it; l.mu is held.
+func (l *Limiter) waiters() int { return len(l.queue) + len(l.late) - l.heirs }
 
 // disinherit makes w, an heir, a waiter as any other; l.mu is held.
 func (l *Limiter) disinherit(w *waiter) {
@@ -584,7 +588,7 @@ func (l *Limiter) learn(tk Ticket, c resilience.Class) {
 			l.used()
 		}
 	case c == resilience.ClassCanceled || c == resilience.ClassRejected:
-	case tk&sentInUse != 0 || uint32(tk>>usesShift)&usesMask != l.uses&usesMask || float64(l.inFlight)*2 >= l.limit:
+	case tk&sentInUse != 0 || uint32(tk>>usesShift)&usesMask != l.uses&usesMask || l.inUse: // used() has seen every change since
 		step := 1.0
 		if l.limit < l.careful {
 			step = 1 / l.limit
