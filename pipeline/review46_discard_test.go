@@ -219,8 +219,12 @@ func TestReview46_DiscardExactlyOnceGates(t *testing.T) {
 	wg.Wait()
 	l.check(t, 5*time.Second)
 	t.Logf("EventHedged %d, operations run as hedges %d", hedged.Load(), hedgeCalls.Load())
-	if hedged.Load() != hedgeCalls.Load() {
-		t.Errorf("EventHedged %d != hedges sent %d", hedged.Load(), hedgeCalls.Load())
+	// EventHedged is told as a hedge's operation is about to be called; a
+	// race decided meanwhile sends it not (resilience.EventHedged's doc):
+	// never fewer events than hedges run, a few more at most (1 in 80 runs
+	// under -race had one or two more, at e986065 as since).
+	if h, sent := hedged.Load(), hedgeCalls.Load(); h < sent || h > sent+3 {
+		t.Errorf("EventHedged %d, hedges sent %d: want as many, or up to 3 more (told, then decided)", h, sent)
 	}
 	review46Goroutines(t, base)
 }
