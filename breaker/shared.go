@@ -265,6 +265,12 @@ type tally struct {
 	counts             atomic.Uint64
 	requests, failures uint64    // drained, not yet in a batch; the flusher's
 	from               time.Time // the oldest of them made after this; the flusher's
+	// heldUntil, if not 0, is when (in ns since the fleet's epoch) the
+	// counts stop being held back ([fleet.held]): those of a vouching
+	// replica's calls after its own probes succeeded, which belong to
+	// the generation their success closes, not to the half-open one.
+	// Set before the tally is published, never changed.
+	heldUntil int64
 }
 
 const (
@@ -520,7 +526,8 @@ func (f *fleet) flush(hello bool) {
 			c.from = f.epoch
 		}
 	}
-	if !hello {
+	hold := f.held(c)
+	if !hello && !hold {
 		c.drain()
 		f.drained = time.Now()
 	}
@@ -535,8 +542,11 @@ func (f *fleet) flush(hello bool) {
 		f.pending = nil
 	}
 	if f.pending == nil {
-		s := &Sync{Generation: c.gen.Load(), GenerationUnknown: c.unknown.Load(), Requests: c.requests, Failures: c.failures}
-		c.requests, c.failures = 0, 0
+		s := &Sync{Generation: c.gen.Load(), GenerationUnknown: c.unknown.Load()}
+		if !hold {
+			s.Requests, s.Failures = c.requests, c.failures
+			c.requests, c.failures = 0, 0
+		}
 		if s.Generation == f.gen.Load() {
 			s.ProbeSuccesses, s.ProbeFailures = f.probeOK.Swap(0), f.probeBad.Swap(0)
 		}
@@ -744,6 +754,9 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		}
 	}
 	wasClosed := resilience.State(f.state.Load()) == resilience.StateClosed
+	if c := f.counts.Load(); got.State == resilience.StateClosed && got.Generation != f.gen.Load() && f.held(c) {
+		c.gen.Store(got.Generation) // the generation the probes closed, before the replica's: never sent under the half-open one
+	}
 	old := f.gen.Swap(got.Generation)
 	if old != got.Generation {
 		// Counts, grants and probe outcomes of another generation are void.
@@ -982,12 +995,34 @@ func (f *fleet) ownProbe(c *tally, bad bool) {
 		resilience.State(f.state.Load()) != resilience.StateHalfOpen || f.ownProbes.Load() <= 0 {
 		return
 	}
-	f.ownProbes.Add(-1)
+	if f.ownProbes.Add(-1) == 0 && f.counts.Load() == c {
+		// The calls from now on come after the replica's probes: if they
+		// succeeded, the generation they close is the one these calls
+		// count in (review153: the fleet's dependency failing again just
+		// after a vouching replica's probe, its failures were dropped with
+		// the half-open generation, and the fleet stayed closed while
+		// every replica's own breaker refused its calls). If one failed,
+		// the fleet opens and they are dropped, as any of an opening.
+		next := &tally{heldUntil: int64(time.Since(f.epoch) + 3*f.every)}
+		next.gen.Store(c.gen.Load())
+		f.counts.Store(next)
+	}
 	if bad {
 		f.probeBad.Add(1)
 	} else {
 		f.probeOK.Add(1)
 	}
+}
+
+// held reports whether c's counts wait for the fleet to leave the
+// half-open generation they were made in (tally.heldUntil): a store
+// drops counts of a half-open generation, and the replica those of a
+// generation that has ended. Three flush intervals at most, should the
+// store never hear the probes' outcome.
+func (f *fleet) held(c *tally) bool {
+	return c.heldUntil != 0 && c.gen.Load() == f.gen.Load() &&
+		resilience.State(f.state.Load()) == resilience.StateHalfOpen &&
+		int64(time.Since(f.epoch)) < c.heldUntil
 }
 
 // takePermit takes one of the probe permits the store granted this

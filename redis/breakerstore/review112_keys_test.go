@@ -42,6 +42,9 @@ func TestReview112EveryKeyExpiresEvenAfterSetMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if ttl == -2 { // go-redis's word for a key gone since KEYS: the restore marker lives 3 flush intervals
+			continue
+		}
 		if ttl < 0 || ttl > 24*time.Hour {
 			t.Errorf("key %q never expires (PTTL %v): the name leaves it behind for ever", k, ttl)
 		}
