@@ -50,8 +50,10 @@ type hedgeDue struct {
 // so a reading there is negative; and a timer made in one bubble, or
 // outside, must not be used from another, or outside, which one timer for
 // a pipeline shared by tests would be.
-func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) bool {
-	now := t.now()
+func (t *hedgeTimers) add(e *hedgeDue, d time.Duration) bool { return t.addAt(e, t.now(), d) }
+
+// addAt is add, with t's clock read at now.
+func (t *hedgeTimers) addAt(e *hedgeDue, now monotime.Reading, d time.Duration) bool {
 	if now < 0 {
 		return false
 	}

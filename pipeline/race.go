@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/resiliencekit/resiliencekit/internal/classify"
+	"github.com/resiliencekit/resiliencekit/internal/monotime"
 	"github.com/resiliencekit/resiliencekit/internal/safe"
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -161,14 +162,16 @@ func (r *race[T]) runFirst() (o outcome[T]) {
 // the attempt's span. No other goroutine sees r
 // before the pipeline's timer, under its own lock, does: r.mu is taken for
 // a timer of r's own only.
-func (r *race[T]) arm() {
+func (r *race[T]) arm() (now monotime.Reading) {
 	r.due.sent, r.due.race = 1, r
-	if r.c.p.cfg.hedgeTimers.add(&r.due, r.delay) {
-		return
+	now = r.c.p.cfg.hedgeTimers.now()
+	if r.c.p.cfg.hedgeTimers.addAt(&r.due, now, r.delay) {
+		return now
 	}
 	r.mu.Lock()
 	r.ownTimer()
 	r.mu.Unlock()
+	return now
 }
 
 // after sets r's next hedge due one delay from now: in the pipeline's

@@ -602,10 +602,11 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 		return res, err
 	}
 	info := c.s.start(hedge) // numbered as it is sent: an attempt refused at the gates takes no number
+	var armed monotime.Reading
 	if r != nil && !hedge && !c.s.traced() {
-		r.arm() // as sent would after the span, which there is none of: here it costs less
+		armed = r.arm() // as sent would after the span, which there is none of: here it costs less
 	}
-	return c.sent(ctx, info, held, r)
+	return c.sent(ctx, info, held, r, armed)
 }
 
 // reopened asks the breaker again once the gates have admitted an
@@ -647,7 +648,7 @@ func (c *call[T]) spanned(ctx context.Context, info resilience.AttemptInfo, held
 
 // sent runs an admitted attempt, with its span if the call is traced, and
 // gives its outcome to the gates, the tracer and the hedging policy.
-func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held tickets, r *race[T]) (res T, err error) {
+func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held tickets, r *race[T], armed monotime.Reading) (res T, err error) {
 	ctx, end, ok := c.spanned(ctx, info, held)
 	if !ok {
 		return res, context.Canceled
@@ -657,14 +658,18 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 	}
 	returned := false
 	defer func() { c.attemptEnded(ctx, err, returned, held, end) }() // first: a listener that calls runtime.Goexit as racing reports a hedge must not keep the slots
-	c.racing(r, info)
+	armed = c.racing(r, info, armed)
 	if info.Hedge && c.moot(r) { // decided, or the breaker opened, as a listener heard of it: counted (Hedged says so), not sent
 		returned = true
 		return res, errUnsent
 	}
 	var start monotime.Reading
 	learns := c.p.cfg.hedge.Learns()
-	if learns {
+	switch {
+	case !learns:
+	case r != nil && !info.Hedge:
+		start = armed // the reading its race was armed with, just now: one clock read less
+	default:
 		start = monotime.Now()
 	}
 	res, err = c.timeout(ctx)
@@ -713,16 +718,18 @@ func (c *call[T]) moot(r *race[T]) bool { return r.closed() || c.reopened() != n
 // racing tells r, if not nil, that an attempt of its is being sent, its
 // span started: the first starts the hedging delay, as the operation is
 // called (not while the gates or the tracer held it up, which the
-// latencies the policy learns leave out too); a hedge is reported.
-func (c *call[T]) racing(r *race[T], info resilience.AttemptInfo) {
+// latencies the policy learns leave out too); a hedge is reported. It
+// returns the clock's reading as it armed r, or armed, attempt's.
+func (c *call[T]) racing(r *race[T], info resilience.AttemptInfo, armed monotime.Reading) monotime.Reading {
 	switch {
 	case r == nil:
 	case info.Hedge: // counted in r.sent (sendHedge)
 		c.hedged = true
 		c.p.cfg.listener.Emit(resilience.Event{Kind: resilience.EventHedged, Attempt: int(c.k.hedge), Delay: r.delay})
 	case c.s.traced(): // else attempt armed it
-		r.arm()
+		return r.arm()
 	}
+	return armed
 }
 
 // attemptEnded gives the outcome of an attempt that ended with err to the
