@@ -23,6 +23,7 @@ type r146Fake struct {
 	down     bool
 	state    resilience.State
 	gen      uint64
+	prev     uint64 // the generation the last change ended (Fleet.Previous)
 	ok       uint32
 	hor      uint32
 	holder   string
@@ -62,7 +63,7 @@ func (s *r146Fake) Sync(ctx context.Context, name string, sy breaker.Sync) (brea
 			s.holder, granted = sy.Replica, true
 		}
 	}
-	return breaker.Fleet{State: s.state, Generation: s.gen, ProbeGranted: granted}, nil
+	return breaker.Fleet{State: s.state, Generation: s.gen, ProbeGranted: granted, Previous: s.prev}, nil
 }
 
 // setLocked moves the fleet to st: a new generation if it opens or closes
@@ -70,10 +71,11 @@ func (s *r146Fake) Sync(ctx context.Context, name string, sy breaker.Sync) (brea
 func (s *r146Fake) setLocked(st resilience.State, newGen bool) {
 	s.state = st
 	if newGen {
+		s.prev = s.gen
 		s.gen++
 		s.ok, s.holder = 0, ""
 		for _, w := range s.watchers {
-			w(breaker.Fleet{State: st, Generation: s.gen})
+			w(breaker.Fleet{State: st, Generation: s.gen, Previous: s.prev})
 		}
 	}
 }

@@ -170,6 +170,13 @@ type Fleet struct {
 	// rather than takes as the current generation's, counts it began
 	// before that change (see Sync.CountsAge).
 	ChangedFor time.Duration
+	// Previous is the generation that the fleet's last change of state
+	// ended, 0 if the store does not say. A replica that vouched for the
+	// dependency counts the calls it made after its own probes in the
+	// closed generation whose Previous is the half-open one they were made
+	// in; with a store that does not say, it drops them, as any calls of
+	// a half-open generation.
+	Previous uint64
 }
 
 // ErrFleetUnconfirmed is the error of the
@@ -268,9 +275,11 @@ type tally struct {
 	// heldUntil, if not 0, is when (in ns since the fleet's epoch) the
 	// counts stop being held back ([fleet.held]): those of a vouching
 	// replica's calls after its own probes succeeded, which belong to
-	// the generation their success closes, not to the half-open one.
-	// Set before the tally is published, never changed.
+	// the generation their success closes, not to the half-open one;
+	// began is when it was made, before them all. Set before the tally is
+	// published, never changed.
 	heldUntil int64
+	began     time.Time
 }
 
 const (
@@ -520,8 +529,11 @@ func (f *fleet) flush(hello bool) {
 		f.fmu.Unlock()
 	}()
 	c := f.counts.Load()
-	if c.requests == 0 { // those drained now were made after the last drain
+	if c.requests == 0 { // those drained now were made after the last drain, and after c began
 		c.from = f.drained
+		if c.from.Before(c.began) {
+			c.from = c.began
+		}
 		if c.from.IsZero() {
 			c.from = f.epoch
 		}
@@ -531,7 +543,11 @@ func (f *fleet) flush(hello bool) {
 		c.drain()
 		f.drained = time.Now()
 	}
-	if c.requests > 0 && time.Since(c.from) > f.policy.Window {
+	oldest := f.policy.Window
+	if c.heldUntil != 0 {
+		oldest += 3 * f.every // held back on purpose (fleet.held)
+	}
+	if c.requests > 0 && time.Since(c.from) > oldest {
 		// Gathered while flushes failed, for longer than the window: the
 		// oldest are outside it, and of a state the fleet may have left
 		// (a store restarted from an older snapshot may even hold their
@@ -754,8 +770,13 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		}
 	}
 	wasClosed := resilience.State(f.state.Load()) == resilience.StateClosed
-	if c := f.counts.Load(); got.State == resilience.StateClosed && got.Generation != f.gen.Load() && f.held(c) {
-		c.gen.Store(got.Generation) // the generation the probes closed, before the replica's: never sent under the half-open one
+	if c := f.counts.Load(); c.heldUntil != 0 && got.State == resilience.StateClosed && got.Previous != 0 &&
+		got.Previous == c.gen.Load() && got.Generation != got.Previous {
+		// The generation the probes closed, not a later one the replica
+		// heard of first (review153: an outage's failures, held while
+		// its flushes failed, reopened a fleet that had recovered since);
+		// before the replica's own: never sent under the half-open one.
+		c.gen.Store(got.Generation)
 	}
 	old := f.gen.Swap(got.Generation)
 	if old != got.Generation {
@@ -1003,7 +1024,7 @@ func (f *fleet) ownProbe(c *tally, bad bool) {
 		// the half-open generation, and the fleet stayed closed while
 		// every replica's own breaker refused its calls). If one failed,
 		// the fleet opens and they are dropped, as any of an opening.
-		next := &tally{heldUntil: int64(time.Since(f.epoch) + 3*f.every)}
+		next := &tally{heldUntil: int64(time.Since(f.epoch) + 3*f.every), began: time.Now()}
 		next.gen.Store(c.gen.Load())
 		f.counts.Store(next)
 	}
@@ -1015,13 +1036,12 @@ func (f *fleet) ownProbe(c *tally, bad bool) {
 }
 
 // held reports whether c's counts wait for the fleet to leave the
-// half-open generation they were made in (tally.heldUntil): a store
-// drops counts of a half-open generation, and the replica those of a
-// generation that has ended. Three flush intervals at most, should the
-// store never hear the probes' outcome.
+// generation they were made in, half-open as they began (tally.heldUntil):
+// a store drops counts of a generation not closed, and the replica those
+// of a generation that has ended. Three flush intervals at most, should
+// the store never hear the probes' outcome.
 func (f *fleet) held(c *tally) bool {
-	return c.heldUntil != 0 && c.gen.Load() == f.gen.Load() &&
-		resilience.State(f.state.Load()) == resilience.StateHalfOpen &&
+	return c.heldUntil != 0 && c.gen.Load() == f.gen.Load() && resilience.State(f.state.Load()) != resilience.StateClosed &&
 		int64(time.Since(f.epoch)) < c.heldUntil
 }
 

@@ -26,10 +26,11 @@
 // default) plus one, whatever the latencies do; so up to one more than
 // that share plus one, where it is not a whole number (2 hedges for a
 // lone call at 10%). The window slides by whole seconds (ten buckets of
-// one): the bound holds over each window of ten whole seconds, and a span
-// of 10 s across a second's edge may see the budgets of the two windows it
-// straddles, up to twice that, also against its own calls (a lull after a
-// busy spell leaves the busy calls' budget to the calls after it).
+// one): the bound holds over each span of one to ten whole seconds,
+// against that span's own calls, so that a lull after a busy spell does
+// not leave the busy calls' budget to the calls after it; a span of 10 s
+// across a second's edge may see the budgets of the two spans of whole
+// seconds it straddles, up to twice that.
 //
 // In a pipeline (see pipeline.WithHedging), hedging runs inside the retry
 // stage, around each attempt: only calls that may be repeated are hedged
@@ -106,8 +107,10 @@ func New(opts ...Option) *Policy {
 }
 
 // MaxShare caps the hedges at share of the calls that may be hedged, plus
-// one, over a sliding window of 10 s (moving by whole seconds): a budget of their own, beside the
-// retry quota, which hedges do not draw on. A hedge counts once due,
+// one, over a sliding window of 10 s (moving by whole seconds), and over
+// each shorter span of whole seconds that ends with the current one, so
+// that calls after a lull do not spend a busy spell's budget: a budget of
+// their own, beside the retry quota, which hedges do not draw on. A hedge counts once due,
 // before a pipeline's gates decide whether it is sent. Default 0.1. It panics unless
 // 0 < share <= 1.
 func MaxShare(share float64) Option {
@@ -132,7 +135,18 @@ func (p *Policy) Take() bool {
 	}
 	e := p.clock.Now(&p.calls)
 	return p.hedges.AddIf(e, func(uint64) bool {
-		return float64(p.hedges.Sum(e)) < p.share*float64(p.calls.Sum(e))+1
+		// Every span of whole seconds that ends with this one, up to ten:
+		// the calls of a busy spell lend no budget to the calls after a
+		// lull, whichever ten seconds one looks at (review154: 100 hedges
+		// for 100 calls in the ten seconds after such a spell).
+		var hedges, calls uint64
+		for k := range min(e+1, window.Buckets) {
+			hedges, calls = hedges+p.hedges.At(e-k), calls+p.calls.At(e-k)
+			if float64(hedges) >= p.share*float64(calls)+1 {
+				return false
+			}
+		}
+		return true
 	})
 }
 

@@ -252,10 +252,13 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 			r.mu.Unlock()
 			break
 		}
-		r.running--
 		results := r.results
 		r.mu.Unlock()
-		o := <-results
+		o, ok := r.next(results, cut)
+		if !ok {
+			r.abandon(nil)
+			break
+		}
 		if cut && o.keep != r.cutter.Load() {
 			// The hedge that cut the first attempt short has yet to come,
 			// and is the answer: the others' outcomes are losers', those
@@ -270,6 +273,35 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 	}
 	r.keep(r.last)
 	return r.result()
+}
+
+// next takes the outcome of a hedge out, r.mu not held, and reports
+// true; or, once the race's context has ended and none has come, reports
+// false: the caller hung up, or the budget ran out, and the race is to
+// abandon the hedges out, so that an operation that does not heed its
+// context holds no more than its own goroutine, as when the first
+// attempt wins (review154: the call returned when a hedge that ignored
+// its context did, 1 s past a 50 ms budget). While the first attempt is
+// cut short by a hedge that won (cut), it waits for that hedge, which has
+// returned, whatever the context.
+func (r *race[T]) next(results chan outcome[T], cut bool) (o outcome[T], ok bool) {
+	if cut {
+		o = <-results
+	} else {
+		select {
+		case o = <-results:
+		case <-r.ctx.Done():
+			select {
+			case o = <-results: // come as the context ended: taken first
+			default:
+				return o, false
+			}
+		}
+	}
+	r.mu.Lock()
+	r.running--
+	r.mu.Unlock()
+	return o, true
 }
 
 // result returns r.last, the race's context ended since an attempt failed
@@ -353,7 +385,13 @@ func ended(ctx context.Context) bool { return ctx.Err() != nil || deadlinePassed
 func (r *race[T]) fire() {
 	c := &r.c
 	r.mu.Lock()
-	if phase := r.phase.Load(); r.over || phase == firstCut || phase == firstWon || r.decided.Load() || r.due.sent > r.extra || r.ctx.Err() != nil ||
+	// A first attempt that failed with no twin out is its call's answer,
+	// for the retry stage to judge, not a hedge's to undo: the timer may
+	// fire as the caller ends its span or gives back its slot (review154:
+	// a hedge sent after such a failure was a retry no MaxAttempts,
+	// quota or backoff saw).
+	if phase := r.phase.Load(); r.over || phase == firstCut || phase == firstWon || phase == firstReturned && r.running == 0 ||
+		r.decided.Load() || r.due.sent > r.extra || r.ctx.Err() != nil ||
 		passed(r.ctx) || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
 		r.mu.Unlock()
 		return

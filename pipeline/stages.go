@@ -663,13 +663,8 @@ func (c *call[T]) sent(ctx context.Context, info resilience.AttemptInfo, held ti
 		returned = true
 		return res, errUnsent
 	}
-	var start monotime.Reading
-	learns := c.p.cfg.hedge.Learns()
-	switch {
-	case !learns:
-	case r != nil && !info.Hedge:
-		start = armed // the reading its race was armed with, just now: one clock read less
-	default:
+	start, learns := armed, c.p.cfg.hedge.Learns() // a first attempt's race was armed just now: one clock read less
+	if learns && (r == nil || info.Hedge) {
 		start = monotime.Now()
 	}
 	res, err = c.timeout(ctx)

@@ -109,7 +109,7 @@ const ClusterReadTimeout = 500 * time.Millisecond
 // long ago the batch's counts began (ms, 0 not said). It returns {state,
 // generation, probe granted (this replica holds one), the version of the
 // mode set fleet-wide (Force), how long ago the fleet last changed state
-// (ms, -1 unknown)}.
+// (ms, -1 unknown), the generation that change ended (0 unknown)}.
 var syncScript = redis.NewScript(`
 local k = KEYS[1]
 local batch = ARGV[1]
@@ -200,6 +200,7 @@ if not gen or rolledback then
 		reopened()
 	end
 	redis.call("SET", k .. ":restored", string.format("%d %d", unknown and 0 or tonumber(pgen), tonumber(gen)), "PX", 3 * flushms)
+	redis.call("DEL", k .. ":prev") -- not a change it saw
 end
 
 -- A change of state: the counts start afresh, and the replicas hear the
@@ -208,9 +209,11 @@ local function clear(next_gen, state)
 	clearcounts()
 	redis.call("DEL", k .. ":ok:" .. (redis.call("GET", k .. ":gen") or "")) -- the probes' successes of the generation that ends
 	redis.call("DEL", k .. ":restored")
+	local prev = redis.call("GET", k .. ":gen") or "0" -- the generation the change ends
+	redis.call("SET", k .. ":prev", prev, "PX", keep)
 	redis.call("SET", k .. ":gen", next_gen, "PX", keep)
 	redis.call("SET", k .. ":since", tostring(now), "PX", keep)
-	redis.call("PUBLISH", k .. ":changes", next_gen .. " " .. state)
+	redis.call("PUBLISH", k .. ":changes", next_gen .. " " .. state .. " " .. prev)
 end
 
 local function open()
@@ -323,15 +326,16 @@ end
 
 local changed = -1 -- how long ago the fleet last changed state (ms), -1 unknown
 if since() > 0 then changed = now - since() end
+local prev = tonumber(redis.call("GET", k .. ":prev") or "0") -- the generation it ended
 if not opened then
-	return {0, tonumber(gen), 0, forcev, changed}
+	return {0, tonumber(gen), 0, forcev, changed, prev}
 end
 local eager = k .. ":eager:" .. gen
 if now < tonumber(opened) + opent then
 	if want and not ownhalf then
 		redis.call("SET", eager, 1, "PX", 2 * flushms)
 	end
-	return {2, tonumber(gen), 0, forcev, changed}
+	return {2, tonumber(gen), 0, forcev, changed, prev}
 end
 -- Half-open: grants of probes, one per replica at most, replica -> when
 -- it expires; with the probes that succeeded, at most halfopen at once.
@@ -386,7 +390,7 @@ end
 if granted == 1 then
 	redis.call("PEXPIRE", grants, probet + 3 * flushms)
 end
-return {1, tonumber(gen), granted, forcev, changed}
+return {1, tonumber(gen), granted, forcev, changed, prev}
 `)
 
 // states are the fleet's states by their number in the scripts.
@@ -412,10 +416,10 @@ func (s *Store) Sync(ctx context.Context, name string, sy breaker.Sync) (breaker
 		s.reload(err)
 		return breaker.Fleet{}, err
 	}
-	if len(res) != 5 || res[0] < 0 || res[0] > 2 {
+	if len(res) != 6 || res[0] < 0 || res[0] > 2 {
 		return breaker.Fleet{}, fmt.Errorf("breakerstore: the script answered %v", res)
 	}
-	fl := breaker.Fleet{State: states[res[0]], Generation: uint64(res[1]), ProbeGranted: res[2] == 1, ForceVersion: uint64(res[3])}
+	fl := breaker.Fleet{State: states[res[0]], Generation: uint64(res[1]), ProbeGranted: res[2] == 1, ForceVersion: uint64(res[3]), Previous: uint64(res[5])}
 	if res[4] >= 0 {
 		fl.ChangedFor = max(time.Duration(res[4])*time.Millisecond, time.Millisecond)
 	}
@@ -534,10 +538,11 @@ func pingEvery() time.Duration {
 	return watchPing
 }
 
-// parseChange reads a published change: "generation state", the state 0
-// (closed) or 2 (open).
+// parseChange reads a published change: "generation state previous", the
+// state 0 (closed) or 2 (open), previous the generation it ended (left out
+// by a store of an earlier version: 0).
 func parseChange(p string) (breaker.Fleet, bool) {
-	g, st, ok := strings.Cut(p, " ")
+	g, rest, ok := strings.Cut(p, " ")
 	if !ok {
 		return breaker.Fleet{}, false
 	}
@@ -545,11 +550,18 @@ func parseChange(p string) (breaker.Fleet, bool) {
 	if err != nil {
 		return breaker.Fleet{}, false
 	}
+	st, pr, _ := strings.Cut(rest, " ")
+	var prev uint64
+	if pr != "" {
+		if prev, err = strconv.ParseUint(pr, 10, 64); err != nil {
+			return breaker.Fleet{}, false
+		}
+	}
 	switch st {
 	case "0":
-		return breaker.Fleet{State: resilience.StateClosed, Generation: gen}, true
+		return breaker.Fleet{State: resilience.StateClosed, Generation: gen, Previous: prev}, true
 	case "2":
-		return breaker.Fleet{State: resilience.StateOpen, Generation: gen}, true
+		return breaker.Fleet{State: resilience.StateOpen, Generation: gen, Previous: prev}, true
 	}
 	return breaker.Fleet{}, false
 }
