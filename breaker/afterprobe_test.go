@@ -34,6 +34,14 @@ func (s *countingStore) Sync(ctx context.Context, name string, sy breaker.Sync) 
 	return f, err
 }
 
+// countingWatching is countingStore with review146's pub/sub, which tells
+// a change before the Sync that made it answers.
+type countingWatching struct{ *countingStore }
+
+func (s countingWatching) Watch(ctx context.Context, name string, changed func(breaker.Fleet)) error {
+	return r146Watching{s.r146Fake}.Watch(ctx, name, changed)
+}
+
 func (s *countingStore) sent(gen uint64) [2]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -51,17 +59,23 @@ func TestVouchedCallsAfterTheProbeCountInTheGenerationItCloses(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		probe     error
+		watch     bool // the closing heard by Watch (which says no Previous) before the flush's answer
 		wantState resilience.State
 		want      [2]uint64
 	}{
-		{"probe succeeds: counted in the closed generation", nil, resilience.StateClosed, [2]uint64{8, 8}},
-		{"probe fails: dropped with the opening", errDown, resilience.StateOpen, [2]uint64{0, 0}},
+		{"probe succeeds: counted in the closed generation", nil, false, resilience.StateClosed, [2]uint64{8, 8}},
+		{"probe succeeds, closing heard by Watch first", nil, true, resilience.StateClosed, [2]uint64{8, 8}},
+		{"probe fails: dropped with the opening", errDown, false, resilience.StateOpen, [2]uint64{0, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fake := &r146Fake{state: resilience.StateClosed, gen: 1, hor: 1}
 				store := &countingStore{r146Fake: fake, byGen: map[uint64][2]uint64{}}
-				b := r146New(store)
+				var shared breaker.SharedStore = store
+				if tc.watch {
+					shared = countingWatching{store}
+				}
+				b := r146New(shared)
 				t.Cleanup(func() { _ = b.Close() })
 				time.Sleep(250 * time.Millisecond)
 				fake.set(resilience.StateOpen, true)

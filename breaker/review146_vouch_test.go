@@ -75,7 +75,7 @@ func (s *r146Fake) setLocked(st resilience.State, newGen bool) {
 		s.gen++
 		s.ok, s.holder = 0, ""
 		for _, w := range s.watchers {
-			w(breaker.Fleet{State: st, Generation: s.gen, Previous: s.prev})
+			w(breaker.Fleet{State: st, Generation: s.gen}) // no Previous, as the Redis store's Watch
 		}
 	}
 }

@@ -462,7 +462,7 @@ func TestReview148OpeningHeardByWatchWhileBusyNoVouch(t *testing.T) {
 	defer b.Close()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var failingSent atomic.Int64
+	var failingSent, sentAsClosed atomic.Int64
 	for range 4 {
 		wg.Go(func() {
 			for {
@@ -474,6 +474,9 @@ func TestReview148OpeningHeardByWatchWhileBusyNoVouch(t *testing.T) {
 				_ = b.Execute(context.Background(), func(context.Context) error {
 					if dep.failing.Load() {
 						failingSent.Add(1)
+						if b.FleetState() == resilience.StateClosed {
+							sentAsClosed.Add(1) // the replica vouched, or had not heard the opening yet
+						}
 						return errR148Dep
 					}
 					return nil
@@ -508,7 +511,7 @@ func TestReview148OpeningHeardByWatchWhileBusyNoVouch(t *testing.T) {
 		dep.failing.Store(true)
 		fsOpen := b.FleetState()
 		time.Sleep(28 * time.Millisecond)
-		mid := failingSent.Load() - before
+		mid, midClosed := failingSent.Load()-before, sentAsClosed.Load()
 		st.setDown(false)
 		time.Sleep(60 * time.Millisecond) // the first flush through: rejoin
 		fs := b.FleetState()
@@ -519,9 +522,13 @@ func TestReview148OpeningHeardByWatchWhileBusyNoVouch(t *testing.T) {
 			t.Logf("round %d: FleetState %v 2 ms after the opening, %d failing calls before the store came back, %d after; FleetState %v after, store %v gen %d (opened %d); own %v", round, fsOpen, mid, n-mid, fs, s, g2, g, b.Counts())
 		}
 		// After the store's return, a replica going by the opening it heard
-		// 30 ms before sends nothing: a call then is a vouch's (or the
-		// FleetState says closed).
-		if s == resilience.StateOpen && g2 == g && (n-mid > 0 || fs == resilience.StateClosed) {
+		// 30 ms before sends nothing as if the fleet were closed: such a
+		// call is a vouch's (or the FleetState says closed). A call the
+		// replica admitted before it heard the opening may run its
+		// operation later, its goroutine descheduled for tens of ms under
+		// the race detector on 2 cores (1 of 12 runs): it is sent whatever
+		// the replica hears meanwhile, and the opening is in its view.
+		if vouch := sentAsClosed.Load() - midClosed; s == resilience.StateOpen && g2 == g && (vouch > 0 || fs == resilience.StateClosed) {
 			vouched++
 			t.Errorf("round %d: the replica vouched against opening %d, heard by Watch 30 ms before its flushes got through, having made no call alone in it: %d calls sent to the failing dependency after (FleetState %v)", round, g, n-mid, fs)
 		}

@@ -175,7 +175,9 @@ type Fleet struct {
 	// dependency counts the calls it made after its own probes in the
 	// closed generation whose Previous is the half-open one they were made
 	// in; with a store that does not say, it drops them, as any calls of
-	// a half-open generation.
+	// a half-open generation. A store that cannot vouch for it (a change
+	// made by another version, a state taken back from a snapshot) says 0;
+	// a change heard by [SharedWatcher] need not say it.
 	Previous uint64
 }
 
@@ -770,8 +772,8 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		}
 	}
 	wasClosed := resilience.State(f.state.Load()) == resilience.StateClosed
-	if c := f.counts.Load(); c.heldUntil != 0 && got.State == resilience.StateClosed && got.Previous != 0 &&
-		got.Previous == c.gen.Load() && got.Generation != got.Previous {
+	if c := f.counts.Load(); c.heldUntil != 0 && int64(time.Since(f.epoch)) < c.heldUntil && got.State == resilience.StateClosed &&
+		got.Previous != 0 && got.Previous == c.gen.Load() && got.Generation != got.Previous {
 		// The generation the probes closed, not a later one the replica
 		// heard of first (review153: an outage's failures, held while
 		// its flushes failed, reopened a fleet that had recovered since);
@@ -781,7 +783,10 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 	old := f.gen.Swap(got.Generation)
 	if old != got.Generation {
 		// Counts, grants and probe outcomes of another generation are void.
-		if c := f.counts.Load(); c.gen.Load() != got.Generation && !c.unknown.Load() {
+		// But held counts, for a closing heard by Watch, which does not
+		// say which generation it ended: the flush's answer does.
+		if c := f.counts.Load(); c.gen.Load() != got.Generation && !c.unknown.Load() &&
+			!(fromWatch && got.State == resilience.StateClosed && c.heldUntil != 0 && c.gen.Load() == old) {
 			next := &tally{}
 			next.gen.Store(got.Generation)
 			f.counts.Store(next)

@@ -27,10 +27,12 @@
 // that share plus one, where it is not a whole number (2 hedges for a
 // lone call at 10%). The window slides by whole seconds (ten buckets of
 // one): the bound holds over each span of one to ten whole seconds,
-// against that span's own calls, so that a lull after a busy spell does
-// not leave the busy calls' budget to the calls after it; a span of 10 s
-// across a second's edge may see the budgets of the two spans of whole
-// seconds it straddles, up to twice that.
+// against that span's calls and those of the second before it (a hedge
+// counts in the second it is due in, its call in the one it started in),
+// so that a lull after a busy spell does not leave the busy calls' budget
+// to the calls after it; a span of 10 s across a second's edge may see
+// the budgets of the two spans of whole seconds it straddles, up to
+// twice that.
 //
 // In a pipeline (see pipeline.WithHedging), hedging runs inside the retry
 // stage, around each attempt: only calls that may be repeated are hedged
@@ -42,6 +44,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +65,7 @@ type Policy struct {
 	busy    atomic.Bool        // a goroutine is computing delay
 
 	share         float64 // most hedges, per call
+	take          sync.Mutex
 	clock         *window.Clock
 	calls, hedges window.Ring
 }
@@ -108,7 +112,8 @@ func New(opts ...Option) *Policy {
 
 // MaxShare caps the hedges at share of the calls that may be hedged, plus
 // one, over a sliding window of 10 s (moving by whole seconds), and over
-// each shorter span of whole seconds that ends with the current one, so
+// each shorter span of whole seconds that ends with the current one (with
+// the calls of the second before it, whose hedges fall due in it), so
 // that calls after a lull do not spend a busy spell's budget: a budget of
 // their own, beside the retry quota, which hedges do not draw on. A hedge counts once due,
 // before a pipeline's gates decide whether it is sent. Default 0.1. It panics unless
@@ -133,21 +138,32 @@ func (p *Policy) Take() bool {
 	if p == nil || p.clock == nil {
 		return false
 	}
+	// One at a time: hedges are rare, and two goroutines on either side
+	// of a second's edge would each judge by buckets the other has yet to
+	// count in (review156: 3 or 4 hedges where 1 was the bound).
+	p.take.Lock()
+	defer p.take.Unlock()
 	e := p.clock.Now(&p.calls)
-	return p.hedges.AddIf(e, func(uint64) bool {
-		// Every span of whole seconds that ends with this one, up to ten:
-		// the calls of a busy spell lend no budget to the calls after a
-		// lull, whichever ten seconds one looks at (review154: 100 hedges
-		// for 100 calls in the ten seconds after such a spell).
-		var hedges, calls uint64
-		for k := range min(e+1, window.Buckets) {
-			hedges, calls = hedges+p.hedges.At(e-k), calls+p.calls.At(e-k)
-			if float64(hedges) >= p.share*float64(calls)+1 {
-				return false
-			}
+	// Every span of whole seconds that ends with this one, up to ten,
+	// against its calls and those of the second before: the calls of a
+	// busy spell lend no budget to the calls after a lull, whichever span
+	// one looks at (review154: 100 hedges for 100 calls in the ten seconds
+	// after such a spell), and a hedge counts in the second it is due in,
+	// its call in the one it started in (review156: calls late in each
+	// second got one hedge a second between them).
+	var hedges, calls uint64
+	for k := range min(e+1, window.Buckets) {
+		hedges, calls = hedges+p.hedges.At(e-k), calls+p.calls.At(e-k)
+		before := uint64(0)
+		if k < e {
+			before = p.calls.At(e - k - 1)
 		}
-		return true
-	})
+		if float64(hedges) >= p.share*float64(calls+before)+1 {
+			return false
+		}
+	}
+	p.hedges.Add(e)
+	return true
 }
 
 // Delay hedges after a fixed d instead of a quantile. Default off: the

@@ -22,7 +22,7 @@ type hedgeTimers struct {
 	timer *time.Timer      // made on first use
 	at    monotime.Reading // when the timer fires, while set
 	set   bool
-	clock func() monotime.Reading // nil: monotime.Now; a test's own
+	clock func() monotime.Reading // nil: monotime.Now; a test's own, never a pipeline's, whose first attempts time their latencies from a reading of it (race.arm)
 }
 
 // now reads t's clock.

@@ -69,7 +69,7 @@ const (
 	firstRunning int32 = iota
 	firstReturned
 	firstCut
-	firstWon // returned a success: hedges still queued at the gates are not sent
+	firstWon // it, or a hedge after it returned, returned a success: hedges still queued at the gates are not sent
 )
 
 // maxWaitingOutcomes is the most outcomes of a race's hedges that wait,
@@ -202,12 +202,19 @@ func (r *race[T]) returned(hedge bool, err error) {
 	if err != nil && !retryable(err) {
 		r.decided.Store(true)
 	}
-	if !hedge {
+	switch {
+	case !hedge:
 		phase := firstReturned
 		if err == nil {
 			phase = firstWon
 		}
 		r.phase.CompareAndSwap(firstRunning, phase)
+	case err == nil:
+		// A hedge's success once the first attempt failed: the race's
+		// answer, which the caller waits for even if its context ends
+		// before the hedge's span has ended and its slot gone back
+		// (review156: such a success was discarded).
+		r.phase.CompareAndSwap(firstReturned, firstWon)
 	}
 }
 
@@ -294,7 +301,10 @@ func (r *race[T]) next(results chan outcome[T], cut bool) (o outcome[T], ok bool
 			select {
 			case o = <-results: // come as the context ended: taken first
 			default:
-				return o, false
+				if r.phase.Load() != firstWon {
+					return o, false
+				}
+				o = <-results // a hedge's success, on its way (returned)
 			}
 		}
 	}
@@ -508,6 +518,16 @@ func (r *race[T]) closeSends() int32 {
 // attempt succeeded, or an attempt failed with an error not retried.
 func (r *race[T]) closed() bool {
 	return r.sent.Load()&sendsClosed != 0 || r.phase.Load() == firstWon || r.decided.Load()
+}
+
+// lone reports whether r's first attempt failed while a hedge of its is
+// the only one out: that hedge, not yet sent (a slow listener or tracer
+// held it up), would be a retry that no retry stage saw, as in fire
+// (review156).
+func (r *race[T]) lone() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.phase.Load() == firstReturned && r.running <= 1
 }
 
 // refusedHedge takes a hedge that was sent (a, the hedge's call) out of

@@ -707,8 +707,9 @@ func (c *call[T]) late(r *race[T], info resilience.AttemptInfo, held tickets, en
 }
 
 // moot reports whether a hedge of race r is no longer worth sending: r
-// was decided, or the breaker opened.
-func (c *call[T]) moot(r *race[T]) bool { return r.closed() || c.reopened() != nil }
+// was decided, its first attempt failed with no other hedge out, or the
+// breaker opened.
+func (c *call[T]) moot(r *race[T]) bool { return r.closed() || r.lone() || c.reopened() != nil }
 
 // racing tells r, if not nil, that an attempt of its is being sent, its
 // span started: the first starts the hedging delay, as the operation is

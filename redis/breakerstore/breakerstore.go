@@ -172,6 +172,7 @@ local run = type(info) == "string" and string.match(info, "run_id:(%x+)") or nil
 if run then
 	if redis.call("GET", k .. ":run") ~= run then
 		clearcounts()
+		redis.call("DEL", k .. ":prev") -- maybe of an older snapshot's changes (review155)
 	end
 	redis.call("SET", k .. ":run", run, "PX", keep)
 end
@@ -209,11 +210,14 @@ local function clear(next_gen, state)
 	clearcounts()
 	redis.call("DEL", k .. ":ok:" .. (redis.call("GET", k .. ":gen") or "")) -- the probes' successes of the generation that ends
 	redis.call("DEL", k .. ":restored")
-	local prev = redis.call("GET", k .. ":gen") or "0" -- the generation the change ends
-	redis.call("SET", k .. ":prev", prev, "PX", keep)
+	-- The generation the change ends, with the one it begins: a change
+	-- made by a script of an earlier version, which does not write it,
+	-- leaves it naming another generation than the current one, and it
+	-- is not told (review155).
+	redis.call("SET", k .. ":prev", (redis.call("GET", k .. ":gen") or "0") .. " " .. next_gen, "PX", keep)
 	redis.call("SET", k .. ":gen", next_gen, "PX", keep)
 	redis.call("SET", k .. ":since", tostring(now), "PX", keep)
-	redis.call("PUBLISH", k .. ":changes", next_gen .. " " .. state .. " " .. prev)
+	redis.call("PUBLISH", k .. ":changes", next_gen .. " " .. state)
 end
 
 local function open()
@@ -326,7 +330,12 @@ end
 
 local changed = -1 -- how long ago the fleet last changed state (ms), -1 unknown
 if since() > 0 then changed = now - since() end
-local prev = tonumber(redis.call("GET", k .. ":prev") or "0") -- the generation it ended
+local prev = 0 -- the generation it ended, 0 unknown
+local pv = redis.call("GET", k .. ":prev")
+if pv then
+	local p, n = string.match(pv, "(%d+) (%d+)")
+	if n and tonumber(n) == tonumber(gen) then prev = tonumber(p) end
+end
 if not opened then
 	return {0, tonumber(gen), 0, forcev, changed, prev}
 end
@@ -538,11 +547,11 @@ func pingEvery() time.Duration {
 	return watchPing
 }
 
-// parseChange reads a published change: "generation state previous", the
-// state 0 (closed) or 2 (open), previous the generation it ended (left out
-// by a store of an earlier version: 0).
+// parseChange reads a published change: "generation state", the state 0
+// (closed) or 2 (open). It says no Previous: the replicas of an earlier
+// version read no other format (review155).
 func parseChange(p string) (breaker.Fleet, bool) {
-	g, rest, ok := strings.Cut(p, " ")
+	g, st, ok := strings.Cut(p, " ")
 	if !ok {
 		return breaker.Fleet{}, false
 	}
@@ -550,18 +559,11 @@ func parseChange(p string) (breaker.Fleet, bool) {
 	if err != nil {
 		return breaker.Fleet{}, false
 	}
-	st, pr, _ := strings.Cut(rest, " ")
-	var prev uint64
-	if pr != "" {
-		if prev, err = strconv.ParseUint(pr, 10, 64); err != nil {
-			return breaker.Fleet{}, false
-		}
-	}
 	switch st {
 	case "0":
-		return breaker.Fleet{State: resilience.StateClosed, Generation: gen, Previous: prev}, true
+		return breaker.Fleet{State: resilience.StateClosed, Generation: gen}, true
 	case "2":
-		return breaker.Fleet{State: resilience.StateOpen, Generation: gen, Previous: prev}, true
+		return breaker.Fleet{State: resilience.StateOpen, Generation: gen}, true
 	}
 	return breaker.Fleet{}, false
 }
