@@ -264,6 +264,9 @@ func (r *race[T]) finish(first outcome[T]) (T, error) {
 		o, ok := r.next(results, cut)
 		if !ok {
 			r.abandon(nil)
+			if r.last.late { // no answer of the dependency's: the context's end, as the hedges out would say (review133)
+				r.last.err = r.ctx.Err()
+			}
 			break
 		}
 		if cut && o.keep != r.cutter.Load() {
