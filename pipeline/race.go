@@ -46,6 +46,7 @@ type race[T any] struct {
 	firstCtx *lazyCtx               // allocated with r, unless r is reused (spareHedged): its operation may keep it
 	phase    atomic.Int32           // running, returned or cut: whether a hedge won while the first attempt ran
 	decided  atomic.Bool            // an attempt failed with an error not retried: no more hedges
+	hedgeOK  atomic.Bool            // a hedge's operation returned a success: its outcome is on its way
 	sent     atomic.Int32           // hedges sent, that the operation did not refuse (see Hedged); sendsClosed once the race returned
 	over     bool                   // no more hedges; under mu
 	have     bool                   // last is set
@@ -210,10 +211,11 @@ func (r *race[T]) returned(hedge bool, err error) {
 		}
 		r.phase.CompareAndSwap(firstRunning, phase)
 	case err == nil:
-		// A hedge's success once the first attempt failed: the race's
-		// answer, which the caller waits for even if its context ends
+		// A hedge's success: the race's answer if the first attempt
+		// fails, which the caller waits for even if its context ends
 		// before the hedge's span has ended and its slot gone back
-		// (review156: such a success was discarded).
+		// (review156, review157: such a success was discarded).
+		r.hedgeOK.Store(true)
 		r.phase.CompareAndSwap(firstReturned, firstWon)
 	}
 }
@@ -304,7 +306,7 @@ func (r *race[T]) next(results chan outcome[T], cut bool) (o outcome[T], ok bool
 			select {
 			case o = <-results: // come as the context ended: taken first
 			default:
-				if r.phase.Load() != firstWon {
+				if r.phase.Load() != firstWon && !r.hedgeOK.Load() {
 					return o, false
 				}
 				o = <-results // a hedge's success, on its way (returned)

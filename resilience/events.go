@@ -69,7 +69,8 @@ const (
 	// attempt reads a streamed body), which the call does not count as
 	// sent (pipeline.Hedged) but hedge.MaxShare's budget does, and for one
 	// that a listener slow to take this event held up until its race was
-	// decided or its breaker opened: that one is then not sent.
+	// decided, its breaker opened, or the attempt before it failed with no
+	// other hedge out: that one is then not sent.
 	EventHedged
 	// EventWaitOpen: a call found the breaker open and waits, within its
 	// time budget, for it to close instead of failing (pipeline's
