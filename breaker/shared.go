@@ -289,6 +289,13 @@ const (
 	lowHalf    = 1<<32 - 1
 )
 
+// tallyOf returns an empty tally of generation gen.
+func tallyOf(gen uint64) *tally {
+	c := &tally{}
+	c.gen.Store(gen)
+	return c
+}
+
 // drain moves the counts of calls into the flusher's own.
 func (c *tally) drain() {
 	v := c.counts.Swap(0)
@@ -751,9 +758,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		// such counts by their age, but one restarted empty since cannot
 		// tell; the replica drops them.
 		if c := f.counts.Load(); c.unknown.Load() {
-			next := &tally{}
-			next.gen.Store(got.Generation)
-			f.counts.Store(next)
+			f.counts.Store(tallyOf(got.Generation))
 		}
 	} else if f.watched != watched && got.Generation < f.gen.Load() {
 		return // the watcher heard of a later change while the flush ran
@@ -763,9 +768,7 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		// fleet's current generation's, unless they began before its last
 		// change (the answer says when; the flusher's own fields).
 		if got.ChangedFor > 0 && c.from.Before(time.Now().Add(-got.ChangedFor)) {
-			next := &tally{}
-			next.gen.Store(got.Generation)
-			f.counts.Store(next)
+			f.counts.Store(tallyOf(got.Generation))
 		} else {
 			c.gen.Store(got.Generation)
 			c.unknown.Store(false)
@@ -781,16 +784,17 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		c.gen.Store(got.Generation)
 	}
 	old := f.gen.Swap(got.Generation)
+	// Counts of another generation are void. But held counts, for a
+	// closing heard by Watch, which does not say which generation it
+	// ended: the flush's answer does, and a held tally that answer did not
+	// relabel is dropped, or every count would go out under a generation
+	// that is over (review157).
+	if c := f.counts.Load(); c.gen.Load() != got.Generation && !c.unknown.Load() &&
+		!(fromWatch && got.State == resilience.StateClosed && c.heldUntil != 0 && c.gen.Load() == old) {
+		f.counts.Store(tallyOf(got.Generation))
+	}
 	if old != got.Generation {
-		// Counts, grants and probe outcomes of another generation are void.
-		// But held counts, for a closing heard by Watch, which does not
-		// say which generation it ended: the flush's answer does.
-		if c := f.counts.Load(); c.gen.Load() != got.Generation && !c.unknown.Load() &&
-			!(fromWatch && got.State == resilience.StateClosed && c.heldUntil != 0 && c.gen.Load() == old) {
-			next := &tally{}
-			next.gen.Store(got.Generation)
-			f.counts.Store(next)
-		}
+		// Grants and probe outcomes of another generation are void.
 		f.permits.Store(0)
 		f.probeOK.Store(0)
 		f.probeBad.Store(0)
@@ -824,14 +828,6 @@ func (f *fleet) apply(got Fleet, fromWatch bool, watched uint64, used int64, run
 		f.demand.Store(math.MinInt64 / 2)
 		f.granted.Store(f.sent)
 		f.permits.Store(1)
-	}
-	if c := f.counts.Load(); !fromWatch && c.gen.Load() != got.Generation && !c.unknown.Load() {
-		// A held tally kept for this answer, which did not name the
-		// generation its counts were made in: dropped, or every count
-		// would go out under a generation that is over (review157).
-		next := &tally{}
-		next.gen.Store(got.Generation)
-		f.counts.Store(next)
 	}
 	from := resilience.State(f.state.Swap(uint32(got.State)))
 	if aloneAnew {
@@ -1037,8 +1033,8 @@ func (f *fleet) ownProbe(c *tally, bad bool) {
 		// the half-open generation, and the fleet stayed closed while
 		// every replica's own breaker refused its calls). If one failed,
 		// the fleet opens and they are dropped, as any of an opening.
-		next := &tally{heldUntil: int64(time.Since(f.epoch) + 3*f.every), began: time.Now()}
-		next.gen.Store(c.gen.Load())
+		next := tallyOf(c.gen.Load())
+		next.heldUntil, next.began = int64(time.Since(f.epoch)+3*f.every), time.Now()
 		f.counts.Store(next)
 	}
 	if bad {

@@ -306,7 +306,7 @@ func (r *race[T]) next(results chan outcome[T], cut bool) (o outcome[T], ok bool
 			select {
 			case o = <-results: // come as the context ended: taken first
 			default:
-				if r.phase.Load() != firstWon && !r.hedgeOK.Load() {
+				if !r.hedgeOK.Load() { // set before any hedge's firstWon: the first attempt's would have ended the race
 					return o, false
 				}
 				o = <-results // a hedge's success, on its way (returned)
@@ -405,7 +405,7 @@ func (r *race[T]) fire() {
 	// fire as the caller ends its span or gives back its slot (review154:
 	// a hedge sent after such a failure was a retry no MaxAttempts,
 	// quota or backoff saw).
-	if phase := r.phase.Load(); r.over || phase == firstCut || phase == firstWon || phase == firstReturned && r.running == 0 ||
+	if phase := r.phase.Load(); r.over || phase == firstCut || phase == firstWon || r.failedAlone(0) ||
 		r.decided.Load() || r.due.sent > r.extra || r.ctx.Err() != nil ||
 		passed(r.ctx) || c.b.Check() != nil || !c.p.cfg.hedge.Take() {
 		r.mu.Unlock()
@@ -532,7 +532,13 @@ func (r *race[T]) closed() bool {
 func (r *race[T]) lone() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.phase.Load() == firstReturned && r.running <= 1
+	return r.failedAlone(1)
+}
+
+// failedAlone reports whether r's first attempt failed while no more than
+// out hedges of its are out; r.mu is held.
+func (r *race[T]) failedAlone(out int32) bool {
+	return r.phase.Load() == firstReturned && r.running <= out
 }
 
 // refusedHedge takes a hedge that was sent (a, the hedge's call) out of
