@@ -26,7 +26,10 @@
 // header again as the request gets its connection, so that the time it
 // waited for one, dialed or shook hands is taken off; the time an HTTP/2
 // request waits for a stream on its connection is not, nor the time
-// net/http takes to send a request again on a new connection. A pipeline's
+// net/http takes to send a request again on a new connection, nor any of
+// it behind a base RoundTripper that clones the request before net/http
+// sends it (oauth2's, a signing one), which sends the budget as the
+// request was made. A pipeline's
 // throttle and adaptive concurrency limit learn nothing from an attempt
 // that a caller's budget ended; the pipeline's own attempt timeout and
 // time budget teach them.

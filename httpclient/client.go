@@ -113,6 +113,15 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 		}
 	}
 	resp, err := c.hc.Do(req)
+	if err != nil && resp != nil {
+		// A redirect that CheckRedirect refused (or the 10th), its
+		// answer's body closed: net/http returns both. The answer was
+		// a 3xx not followed, as one handed back (of class permanent,
+		// 502 for retrysignal.Status), and no retry changes it
+		// (review158: it was transient, and a redirect loop below a
+		// hop was retried at every layer).
+		return fmt.Errorf("httpclient: redirect not followed: %w (%w)", unwrapURLError(err), c.cfg.failed(req, resp))
+	}
 	if err != nil {
 		return unwrapURLError(err)
 	}

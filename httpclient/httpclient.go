@@ -443,6 +443,9 @@ func WithJar(jar http.CookieJar) Option {
 // CheckRedirect sets the redirect policy of the [Client]'s *http.Client
 // (see [http.Client.CheckRedirect]); each request of a redirect chain runs
 // through the pipeline on its own. Default net/http's: follow up to 10.
+// A redirect it refuses (its error, or the 11th) fails the call with its
+// error and a [*StatusError] of the 3xx not followed, of class permanent:
+// no retry changes the answer.
 func CheckRedirect(fn func(req *http.Request, via []*http.Request) error) Option {
 	return optionFunc(func(c *config) { c.redirect = fn })
 }
@@ -957,9 +960,11 @@ func (a *attempt) request(ctx context.Context, n, most int, hedge bool) *http.Re
 // shook hands is then taken off, so that the hop it goes to does not run
 // out of time after its caller by that much. Only the first connection's:
 // a request that net/http sends again on another may still be written on
-// the first. A base that reports no connection (not net/http's) sends the
-// budget as the request was made. A trace of the caller's still hears of
-// every event.
+// the first. A base that reports no connection (not net/http's), or one
+// that clones the request before net/http sends it (oauth2's, a signing
+// transport: h is then not the header sent), sends the budget as the
+// request was made, the later end (review158). A trace of the caller's
+// still hears of every event.
 func budgetOnConn(ctx context.Context, h http.Header) context.Context {
 	b := &budgetTrace{ctx: ctx, h: h}
 	b.trace.GotConn = b.gotConn

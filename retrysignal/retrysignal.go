@@ -227,30 +227,37 @@ func statusOf(err error) int {
 // client already did what retrying it would), and a problem document,
 // which no cache keeps (Cache-Control: no-store). Headers the handler set
 // that would contradict it (Content-Length, Content-Encoding,
-// Content-Range, Retry-After, ETag, Last-Modified, Expires) are dropped.
+// Content-Range, Retry-After, ETag, Last-Modified, Expires) are dropped,
+// in any spelling: net/http sends a key of the map as it is.
 func WriteError(w http.ResponseWriter, err error) { writeError(w, err, true) }
 
 // contradicting are the headers a handler may have set for the answer it
 // meant to give, which a problem document would contradict.
 var contradicting = [...]string{"Content-Length", "Content-Encoding", "Content-Range", "Retry-After", "ETag", "Last-Modified", "Expires"}
 
+// contradicts reports whether k, in any spelling, is one of contradicting.
+func contradicts(k string) bool {
+	for _, c := range contradicting {
+		if strings.EqualFold(k, c) {
+			return true
+		}
+	}
+	return false
+}
+
 // writeError is [WriteError], with the [NoRetryHeader] only if signal.
 func writeError(w http.ResponseWriter, err error, signal bool) {
 	status := Status(err)
 	h := w.Header()
-	for _, k := range contradicting {
-		h.Del(k)
+	for k := range h { // in any spelling: one the handler copied into the map as it came (review125, review158)
+		if contradicts(k) || !signal && strings.EqualFold(k, NoRetryHeader) {
+			delete(h, k)
+		}
 	}
 	detail := "a dependency failed"
 	if signal {
 		h.Set(NoRetryHeader, "1")
 		detail = "a dependency failed after retrying; do not retry"
-	} else {
-		for k := range h { // one the handler copied from its dependency's answer (review125), in any spelling
-			if strings.EqualFold(k, NoRetryHeader) {
-				delete(h, k)
-			}
-		}
 	}
 	h.Set("Cache-Control", "no-store")
 	h.Set("Content-Type", "application/problem+json")
@@ -296,10 +303,25 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // proxy's default ErrorHandler answers with a 502 and no signal, and the
 // caller retries what this hop's Transport already retried. The status is
 // [Status]'s, also for an error of the proxy's own (its ModifyResponse's):
-// 503 for one of no class, where the default answers 502 to all. It is
-// safe for concurrent use.
+// 503 for one of no class, where the default answers 502 to all. A
+// ModifyResponse that makes an error of an answer hands the proxy its
+// own error, which says nothing of the retries below: if the answer
+// carries this hop's signal, the Transport did what retrying would, and
+// the error must say so, as [Handler]'s function says it, or the caller
+// retries what this hop already did (review158). It is safe for
+// concurrent use.
 //
 //	proxy.ErrorHandler = retrysignal.ProxyErrorHandler
+//	proxy.ModifyResponse = func(resp *http.Response) error {
+//		if resp.StatusCode >= 500 {
+//			err := fmt.Errorf("upstream answered %d", resp.StatusCode)
+//			if retrysignal.NoRetry(resp.Header) {
+//				err = resilience.Terminal(err)
+//			}
+//			return err
+//		}
+//		return nil
+//	}
 func ProxyErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
 	writeError(w, err, Retried(err))
 }
@@ -374,7 +396,7 @@ type startedWriter struct {
 }
 
 func (w *startedWriter) WriteHeader(status int) {
-	if status >= 200 {
+	if status >= 200 || status == http.StatusSwitchingProtocols { // 101 is final, as net/http takes it (review158)
 		w.started = true
 	}
 	w.ResponseWriter.WriteHeader(status)
