@@ -18,8 +18,12 @@ import (
 // Client is a small JSON client: an *http.Client on a [Transport], so
 // that it follows redirects and keeps cookies ([WithJar],
 // [CheckRedirect]). A status outside 2xx is returned as an error that
-// [errors.As] finds a [*StatusError] in, with an excerpt of the body. It is
-// safe for concurrent use. The zero Client works as New().
+// [errors.As] finds a [*StatusError] in, with an excerpt of the body. A
+// 2xx whose body, read whole, is not JSON or not of the type decoded into
+// is an error of class terminal (not retried; 502 for
+// retrysignal.Status, with the signal), as grpcclient's failed unmarshal
+// is; a body whose read fails is left as the read's error. It is safe for
+// concurrent use. The zero Client works as New().
 type Client struct {
 	hc  *http.Client
 	cfg *config
@@ -131,10 +135,23 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return fmt.Errorf("httpclient: decode %s %s response: %w", method, resp.Request.URL.Redacted(), err)
+			err = fmt.Errorf("httpclient: decode %s %s response: %w", method, resp.Request.URL.Redacted(), err)
+			if malformed(err) { // the dependency's answer, whole: a retry meets it again, as grpcclient's failed unmarshal
+				return resilience.Terminal(err)
+			}
+			return err // a read that failed: as the network left it
 		}
 	}
 	return nil
+}
+
+// malformed reports whether err says that a JSON document read whole is
+// not one, or not of the type decoded into (review158: such a 200 was
+// transient, retried at every layer of a chain).
+func malformed(err error) bool {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	return errors.As(err, &syntax) || errors.As(err, &typ)
 }
 
 // unwrapURLError returns the error that *http.Client wrapped in a

@@ -192,7 +192,8 @@ func messageType(name string, types *sync.Map) protoreflect.MessageType {
 }
 
 // capture passes a handler's header and trailer metadata on to grpc-go,
-// keeping a copy for the record.
+// keeping a copy for the record of what grpc-go took: metadata it refused
+// (a header set or sent after the header went, review159) is not replayed.
 type capture struct {
 	grpc.ServerTransportStream // nil outside a gRPC server
 	mu                         sync.Mutex
@@ -228,25 +229,31 @@ func (c *capture) keep(to *metadata.MD, md metadata.MD) {
 }
 
 func (c *capture) SetHeader(md metadata.MD) error {
-	c.keep(&c.header, md)
-	if c.ServerTransportStream == nil {
-		return nil
+	if c.ServerTransportStream != nil {
+		if err := c.ServerTransportStream.SetHeader(md); err != nil {
+			return err
+		}
 	}
-	return c.ServerTransportStream.SetHeader(md)
+	c.keep(&c.header, md)
+	return nil
 }
 
 func (c *capture) SendHeader(md metadata.MD) error {
-	c.keep(&c.header, md)
-	if c.ServerTransportStream == nil {
-		return nil
+	if c.ServerTransportStream != nil {
+		if err := c.ServerTransportStream.SendHeader(md); err != nil {
+			return err
+		}
 	}
-	return c.ServerTransportStream.SendHeader(md)
+	c.keep(&c.header, md)
+	return nil
 }
 
 func (c *capture) SetTrailer(md metadata.MD) error {
-	c.keep(&c.trailer, md)
-	if c.ServerTransportStream == nil {
-		return nil
+	if c.ServerTransportStream != nil {
+		if err := c.ServerTransportStream.SetTrailer(md); err != nil {
+			return err
+		}
 	}
-	return c.ServerTransportStream.SetTrailer(md)
+	c.keep(&c.trailer, md)
+	return nil
 }

@@ -81,8 +81,17 @@ func (s *Store) CreateTable(ctx context.Context) error {
 	return err
 }
 
-// ms is a duration in whole milliseconds, as the queries take it.
-func ms(d time.Duration) int64 { return d.Milliseconds() }
+// ms is a duration in whole milliseconds, as the queries take it,
+// rounded up: a lease or TTL is never cut short (review159: a 900 µs
+// lease was written expired, and a lease's row ran out before the
+// guard's LeaseDeadline).
+func ms(d time.Duration) int64 {
+	m := d.Milliseconds()
+	if d%time.Millisecond > 0 {
+		m++
+	}
+	return m
+}
 
 // Begin implements [idempotency.Store].
 func (s *Store) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (*idempotency.Record, error) {
