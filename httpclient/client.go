@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/resiliencekit/resiliencekit/idempotencykey"
 	"github.com/resiliencekit/resiliencekit/resilience"
@@ -18,7 +19,8 @@ import (
 // Client is a small JSON client: an *http.Client on a [Transport], so
 // that it follows redirects and keeps cookies ([WithJar],
 // [CheckRedirect]). A status outside 2xx is returned as an error that
-// [errors.As] finds a [*StatusError] in, with an excerpt of the body. A
+// [errors.As] finds a [*StatusError] in, with an excerpt of the body
+// (none for a redirect not followed, whose body net/http has read). A
 // 2xx whose body, read whole, is not JSON or not of the type decoded into
 // is an error of class terminal (not retried; 502 for
 // retrysignal.Status, with the signal), as grpcclient's failed unmarshal
@@ -117,26 +119,22 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 		}
 	}
 	resp, err := c.hc.Do(req)
-	if err != nil && resp != nil {
-		// A redirect that CheckRedirect refused (or the 10th), its
-		// answer's body closed: net/http returns both. The answer was
-		// a 3xx not followed, as one handed back (of class permanent,
-		// 502 for retrysignal.Status), and no retry changes it
-		// (review158: it was transient, and a redirect loop below a
-		// hop was retried at every layer).
-		return fmt.Errorf("httpclient: redirect not followed: %w (%w)", unwrapURLError(err), c.cfg.failed(req, resp))
-	}
 	if err != nil {
-		return unwrapURLError(err)
+		return doError(c.cfg, req, resp, unwrapURLError(err))
 	}
 	defer drain(ctx, resp.Body) // lets the connection be reused, for DrainTimeout at most
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return c.cfg.failed(req, resp)
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		body := &readEnd{r: resp.Body}
+		if err := json.NewDecoder(body).Decode(out); err != nil {
 			err = fmt.Errorf("httpclient: decode %s %s response: %w", method, resp.Request.URL.Redacted(), err)
-			if malformed(err) { // the dependency's answer, whole: a retry meets it again, as grpcclient's failed unmarshal
+			var caller *json.InvalidUnmarshalError
+			switch {
+			case errors.As(err, &caller): // out is no pointer: the caller's
+				return resilience.Rejected(own(err))
+			case !body.failed: // the dependency's answer, whole: a retry meets it again, as grpcclient's failed unmarshal
 				return resilience.Terminal(err)
 			}
 			return err // a read that failed: as the network left it
@@ -145,13 +143,58 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 	return nil
 }
 
-// malformed reports whether err says that a JSON document read whole is
-// not one, or not of the type decoded into (review158: such a 200 was
-// transient, retried at every layer of a chain).
-func malformed(err error) bool {
-	var syntax *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	return errors.As(err, &syntax) || errors.As(err, &typ)
+// doError is the error of a Client's call that net/http's Client.Do
+// failed with err, unwrapped, and resp. A redirect the dependency asked
+// for and that was not followed is a 3xx that no retry changes
+// (review158: it was transient, and a redirect loop below a hop was
+// retried at every layer): one that CheckRedirect refused (or the 11th),
+// of which net/http returns both the answer, its body closed, and the
+// policy's error, is that error with a [*StatusError] of the answer (class
+// permanent, 502 for retrysignal.Status); a policy that gave the caller's
+// context's error is the caller's end (review161). A Location that does
+// not parse, or that the Transport cannot send to ([badRedirect]), is the
+// dependency's answer: terminal, 502.
+func doError(cfg *config, req *http.Request, resp *http.Response, err error) error {
+	switch {
+	case resp != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return err
+	case resp != nil:
+		return fmt.Errorf("httpclient: redirect not followed: %w (%w)", err, cfg.failed(req, resp))
+	case strings.HasPrefix(err.Error(), "failed to parse Location header"): // net/http's words, of no type
+		return badRedirect{err}
+	}
+	return err
+}
+
+// badRedirect is the error of a redirect that cannot be followed because
+// of the dependency's Location: it does not parse, or names a scheme or
+// an address that the Transport cannot send to. No retry changes it, and
+// it is no fault of the caller's: of class terminal, 502 for
+// retrysignal.Status (review161: transient, or the caller's own, 500).
+type badRedirect struct{ error }
+
+func (e badRedirect) Unwrap() error { return e.error }
+
+// HTTPStatus returns 502.
+func (badRedirect) HTTPStatus() int { return http.StatusBadGateway }
+
+// ResilienceClass returns [resilience.ClassTerminal].
+func (badRedirect) ResilienceClass() resilience.Class { return resilience.ClassTerminal }
+
+// readEnd reads r, noting whether a read failed otherwise than at its
+// end: a body that then fails to decode was read whole, and is not JSON
+// or not of the type (review158, review161: an empty body's EOF, too).
+type readEnd struct {
+	r      io.Reader
+	failed bool
+}
+
+func (b *readEnd) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.failed = true
+	}
+	return n, err
 }
 
 // unwrapURLError returns the error that *http.Client wrapped in a

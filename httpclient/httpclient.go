@@ -445,7 +445,10 @@ func WithJar(jar http.CookieJar) Option {
 // through the pipeline on its own. Default net/http's: follow up to 10.
 // A redirect it refuses (its error, or the 11th) fails the call with its
 // error and a [*StatusError] of the 3xx not followed, of class permanent:
-// no retry changes the answer.
+// no retry changes the answer; a policy's error that is the caller's
+// context's is left as it is. A Location that does not parse, or that
+// names a scheme or an address the Transport cannot send to, fails the
+// call with an error of class terminal (502 for retrysignal.Status).
 func CheckRedirect(fn func(req *http.Request, via []*http.Request) error) Option {
 	return optionFunc(func(c *config) { c.redirect = fn })
 }
@@ -602,6 +605,9 @@ func (t *Transport) do(req *http.Request) (*http.Response, error) {
 	}
 	if !retryable && err != nil && req.Context().Err() == nil && resilience.Classify(err).Retryable() && retries {
 		err = &notRetriedError{err: err, method: req.Method} // the method was why
+	}
+	if err != nil && req.Response != nil && unsendable(err) { // a redirect's: the URL is the dependency's Location
+		err = badRedirect{err}
 	}
 	failed := a.finish()
 	var back *http.Response // the last answer, handed back as it came
@@ -1159,6 +1165,17 @@ func localError(err error) bool {
 		}
 	}
 	return false
+}
+
+// unsendable reports whether err says that a request's URL names a
+// scheme or an address that the base cannot send to.
+func unsendable(err error) bool {
+	var addr *net.AddrError
+	if errors.As(err, &addr) && addrLocal[addr.Err] {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "unsupported protocol scheme") || strings.Contains(msg, "http: no Host in request URL")
 }
 
 // proxyError reports whether err, the error of base's RoundTrip of r, is

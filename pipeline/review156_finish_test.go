@@ -403,6 +403,9 @@ func TestReview156RealTimeAbandonMix(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for id, c := range discarded {
+		if id == 0 { // T's zero value, of attempts that returned none (a hedge not sent): Discard's doc says it is given too
+			continue
+		}
 		if c != 1 {
 			t.Errorf("result %d discarded %d times", id, c)
 		}

@@ -403,7 +403,10 @@ func (c *call[T]) stamped(ctx context.Context) (T, error) {
 // unsent reports whether err, an attempt's, is the breaker's refusal of
 // it as it was about to be sent (it opened again as the attempt waited for
 // a slot): an attempt not made, neither counted nor told.
-func (c *call[T]) unsent(err error) bool { return err != nil && err == c.refused }
+func (c *call[T]) unsent(err error) bool {
+	err, _ = classify.Sent(err)
+	return err != nil && err == c.refused
+}
 
 // guard is the retry stage's check between attempts: the breaker's, or
 // its refusal of the attempt just made, which was then not sent.
@@ -451,7 +454,8 @@ func (c *call[T]) told(ctx context.Context) (T, error) {
 		return res, err
 	}
 	c.n++
-	c.p.cfg.listener.Attempted(c.n, err)
+	told, _ := classify.Sent(err) // the mark is the retry stage's
+	c.p.cfg.listener.Attempted(c.n, told)
 	return res, err
 }
 
@@ -524,6 +528,7 @@ func (c *call[T]) once(ctx context.Context) (res T, err error) {
 	}()
 	res, err = c.from(ctx, c.firstInside())
 	returned = true
+	err, _ = classify.Sent(err) // no retry stage to tell
 	if c.unsent(err) {
 		return res, err
 	}
@@ -563,6 +568,10 @@ func (c *call[T]) hedge(ctx context.Context) (T, error) {
 // if an attempt of c did.
 func (c *call[T]) markHedged(err error) error {
 	if err != nil && c.hedged {
+		err, sent := classify.Sent(err) // the retry stage's mark stays outermost
+		if !sent {
+			return classify.Unsent(&hedgedError{err})
+		}
 		return &hedgedError{err}
 	}
 	return err
@@ -598,6 +607,7 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 				n = c.s.next()
 			}
 			c.p.cfg.listener.Emit(resilience.Event{Kind: refusal, Attempt: n, Err: err})
+			err = classify.Unsent(err) // for the retry loop: the quota's charge goes back (review160)
 		}
 		return res, err
 	}

@@ -31,7 +31,10 @@ var ErrQuotaExhausted = errors.New("retry quota exhausted")
 // burst of 20 fail, 40 of 50). Give such a service a floor that covers
 // its bursts: a tenth of floorPerSecond times the window's seconds. A
 // call that finds the quota spent gives up with its last error and
-// [ErrQuotaExhausted].
+// [ErrQuotaExhausted]. A retry that a pipeline's stage did not send (its
+// throttle or concurrency limit refused it, the breaker opened as it
+// waited, or its time ran out in the limit's queue) gives its charge
+// back; one that was sent keeps it, whatever its error.
 //
 // One Quota is shared by every [Policy] calling the same dependency. It is
 // safe for concurrent use and takes no lock: a call adds to an atomic

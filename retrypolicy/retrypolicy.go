@@ -332,6 +332,11 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 		var class resilience.Class
 		classified := false
 		if err != nil {
+			var sent bool
+			if err, sent = classify.Sent(err); !sent { // a pipeline's gate refused it: the retry charged reached no dependency (review160)
+				cfg.giveBack(charge)
+				charge = notCounted
+			}
 			err = classify.Acyclic(err) // one that wraps itself would hang errors.Is below
 			class, classified = classify.Safely(err)
 		}

@@ -228,29 +228,31 @@ func statusOf(err error) int {
 // which no cache keeps (Cache-Control: no-store). Headers the handler set
 // that would contradict it (Content-Length, Content-Encoding,
 // Content-Range, Retry-After, ETag, Last-Modified, Expires) are dropped,
-// in any spelling: net/http sends a key of the map as it is.
+// and those it sets (Cache-Control, Content-Type, No-Retry) replace the
+// handler's, in any spelling: net/http sends a key of the map as it is.
 func WriteError(w http.ResponseWriter, err error) { writeError(w, err, true) }
 
 // contradicting are the headers a handler may have set for the answer it
 // meant to give, which a problem document would contradict.
 var contradicting = [...]string{"Content-Length", "Content-Encoding", "Content-Range", "Retry-After", "ETag", "Last-Modified", "Expires"}
 
-// contradicts reports whether k, in any spelling, is one of contradicting.
-func contradicts(k string) bool {
+// replaced reports whether k, in any spelling, is one of contradicting or
+// a header writeError sets itself.
+func replaced(k string) bool {
 	for _, c := range contradicting {
 		if strings.EqualFold(k, c) {
 			return true
 		}
 	}
-	return false
+	return strings.EqualFold(k, NoRetryHeader) || strings.EqualFold(k, "Cache-Control") || strings.EqualFold(k, "Content-Type")
 }
 
 // writeError is [WriteError], with the [NoRetryHeader] only if signal.
 func writeError(w http.ResponseWriter, err error, signal bool) {
 	status := Status(err)
 	h := w.Header()
-	for k := range h { // in any spelling: one the handler copied into the map as it came (review125, review158)
-		if contradicts(k) || !signal && strings.EqualFold(k, NoRetryHeader) {
+	for k := range h { // in any spelling: one the handler copied into the map as it came (review125, review158, review161)
+		if replaced(k) {
 			delete(h, k)
 		}
 	}
@@ -284,7 +286,7 @@ type Handler func(w http.ResponseWriter, r *http.Request) error
 
 // ServeHTTP calls h and answers its error, if any.
 func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	sw := &startedWriter{ResponseWriter: w}
+	sw := &startedWriter{ResponseWriter: w, h2: r.ProtoMajor >= 2}
 	err := h(sw.as(w), r)
 	switch {
 	case err == nil:
@@ -393,10 +395,11 @@ func retriedBelow(err error) bool {
 type startedWriter struct {
 	http.ResponseWriter
 	started bool
+	h2      bool // HTTP/2, whose server sends a 101 as informational (review161)
 }
 
 func (w *startedWriter) WriteHeader(status int) {
-	if status >= 200 || status == http.StatusSwitchingProtocols { // 101 is final, as net/http takes it (review158)
+	if status >= 200 || status == http.StatusSwitchingProtocols && !w.h2 { // 101 is final over HTTP/1, as net/http takes it (review158)
 		w.started = true
 	}
 	w.ResponseWriter.WriteHeader(status)

@@ -56,7 +56,12 @@
 // grpc.SetSendCompressor and grpc.ClientSupportedCompressors, which look
 // for grpc-go's own stream type, fail there (the response is compressed
 // as the request was, as without them). An interceptor chained before
-// this one can call them for every call.
+// this one can call them for every call. What is recorded is what the
+// handler answered with the metadata grpc-go took from it: metadata that
+// grpc-go refuses (a header set after the header went) is not recorded;
+// metadata it takes but that the wire cannot carry (a name in upper case
+// set in a metadata.MD by hand) fails the first call after the handler
+// ran, and a repeat gets the handler's answer, its names as gRPC has them.
 //
 // Only unary calls are covered; streams pass through.
 package grpcidempotency

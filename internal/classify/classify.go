@@ -137,3 +137,30 @@ func (e endless) ResilienceClass() resilience.Class {
 	}
 	return resilience.ClassTransient
 }
+
+// unsent is an attempt's error that says the attempt was not sent: a gate
+// of the pipeline's refused it, or the caller's context ended as it
+// waited for one.
+type unsent struct{ error }
+
+func (e unsent) Unwrap() error { return e.error }
+
+// Unsent marks err, an attempt's error, as that of an attempt that was
+// not sent, for the retry loop that made it ([Sent]); nil for nil.
+func Unsent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return unsent{err}
+}
+
+// Sent returns err without the mark of [Unsent], and whether the attempt
+// whose error it is was sent: a retry that was not gives the quota its
+// charge back (review160), one that was keeps it whatever its error
+// (review132: a reply over the client's size limit).
+func Sent(err error) (error, bool) {
+	if u, ok := err.(unsent); ok {
+		return u.error, false
+	}
+	return err, true
+}

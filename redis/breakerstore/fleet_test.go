@@ -348,12 +348,29 @@ type event struct {
 	kind string
 }
 
-// sharing returns, from the replica's events at or after from, whether it
-// lost its store (EventSharedStateUnavailable) and when it first shared
-// again (EventSharedStateRestored; zero if never).
+// sharingEvents lists the replica's losses and recoveries of its store,
+// for a failure's message.
+func (r *replica) sharingEvents() (s string) {
+	for _, e := range r.events {
+		if strings.HasPrefix(e.kind, "shared_state") {
+			s += fmt.Sprintf(" %s %s", e.at.Format("15:04:05.000"), e.kind)
+		}
+	}
+	return s
+}
+
+// sharing returns whether the replica had lost its store
+// (EventSharedStateUnavailable) at from or lost it after, and when it
+// first shared again after from (EventSharedStateRestored; zero if never).
 func (r *replica) sharing(from time.Time) (lost bool, back time.Time) {
 	for _, e := range r.events {
-		if e.at.Before(from) {
+		if e.at.Before(from) { // a replica alone already at from has lost it too: a flush late on a loaded machine (CI-like load: its loss came before the cut)
+			switch e.kind {
+			case resilience.EventSharedStateUnavailable.String():
+				lost = true
+			case resilience.EventSharedStateRestored.String():
+				lost = false
+			}
 			continue
 		}
 		if e.kind == resilience.EventSharedStateUnavailable.String() {

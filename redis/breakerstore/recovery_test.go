@@ -257,7 +257,7 @@ func fleetCutOff(t *testing.T, tp *topology, fromStart bool) {
 	t.Logf("fleet closed %v after the dependency was healthy; link healed %v after; changes of state since: %v; rejections by the healthy replicas since: %v; the cut-off replica's first success after the recovery: %v; totals %+v then %+v",
 		c.at.Sub(healthy).Round(time.Millisecond), healed.Sub(c.at).Round(time.Millisecond), reopened, rejected, firstOf(cut, healthy), before, after)
 	lost, back := cut.sharing(cutAt)
-	assert.True(t, lost || fromStart, "the replica was cut off from Redis")
+	assert.True(t, lost || fromStart, "the replica was cut off from Redis at %s:%s", cutAt.Format("15:04:05.000"), cut.sharingEvents())
 	assert.True(t, back.After(healed), "the replica shared again once its link was back")
 	assert.Empty(t, reopened, "the fleet did not reopen")
 	assert.Equal(t, []int{0, 0}, rejected)

@@ -1,0 +1,5 @@
+package pipeline_test
+
+import "runtime"
+
+func runtimeGoexit() { runtime.Goexit() }

@@ -1,0 +1,5 @@
+package throttle_test
+
+import "context"
+
+func contextCanceled() error { return context.Canceled }
