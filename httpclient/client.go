@@ -2,6 +2,8 @@ package httpclient
 
 import (
 	"bytes"
+	"compress/flate"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -129,7 +131,7 @@ func (c *Client) call(ctx context.Context, method, url string, in, out any, opts
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		body := &readEnd{r: resp.Body}
 		if err := json.NewDecoder(body).Decode(out); err != nil {
-			err = fmt.Errorf("httpclient: decode %s %s response: %w", method, resp.Request.URL.Redacted(), err)
+			err = fmt.Errorf("httpclient: decode %s %s response: %w", method, bareURL(resp.Request.URL), err)
 			var caller *json.InvalidUnmarshalError
 			switch {
 			case errors.As(err, &caller): // out is no pointer: the caller's
@@ -160,8 +162,8 @@ func doError(cfg *config, req *http.Request, resp *http.Response, err error) err
 		return err
 	case resp != nil:
 		return fmt.Errorf("httpclient: redirect not followed: %w (%w)", err, cfg.failed(req, resp))
-	case strings.HasPrefix(err.Error(), "failed to parse Location header"): // net/http's words, of no type
-		return badRedirect{err}
+	case strings.HasPrefix(err.Error(), "failed to parse Location header"): // net/http's words, of no type, with the Location
+		return badRedirect{errors.New("httpclient: the redirect's Location does not parse")} // which may hold secrets (review162)
 	}
 	return err
 }
@@ -191,10 +193,18 @@ type readEnd struct {
 
 func (b *readEnd) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
+	if err != nil && err != io.EOF && !corrupt(err) {
 		b.failed = true
 	}
 	return n, err
+}
+
+// corrupt reports whether err says that a body net/http decompresses
+// (gzip, which it asked for) is not what its encoding says: the bytes
+// came, and a retry gets them again (review162).
+func corrupt(err error) bool {
+	var flateErr flate.CorruptInputError
+	return errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.As(err, &flateErr)
 }
 
 // unwrapURLError returns the error that *http.Client wrapped in a

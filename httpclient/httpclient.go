@@ -1244,17 +1244,23 @@ func (c *config) class(status int) resilience.Class {
 	return resilience.ClassTerminal
 }
 
+// bareURL returns u without its user, query and fragment, for a
+// message: they may hold secrets.
+func bareURL(u *url.URL) string {
+	b := *u
+	b.User, b.RawQuery, b.Fragment = nil, "", ""
+	return b.String()
+}
+
 // statusError returns the error for a failed answer, without reading its
 // body.
 func (c *config) statusError(req *http.Request, resp *http.Response, hedge bool) error {
 	class := c.class(resp.StatusCode)
-	u := *req.URL
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
 	se := &StatusError{
 		StatusCode: resp.StatusCode,
 		Status:     resp.Status,
 		Method:     req.Method,
-		URL:        u.String(),
+		URL:        bareURL(req.URL),
 		Header:     resp.Header,
 		class:      class,
 		response:   resp,

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync/atomic"
 
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/limit"
 	"github.com/resiliencekit/resiliencekit/resilience"
 	"github.com/resiliencekit/resiliencekit/throttle"
@@ -67,7 +68,7 @@ func acquire(ctx context.Context, gs []gate, waited, hedge, probe bool) (held ti
 	for i, g := range gs {
 		tk, err := g.acquire(ctx, waited, hedge, probe)
 		if err != nil {
-			release(gs, held, context.Canceled) // not sent: nothing learned
+			release(gs, held, errNotSent) // nothing learned
 			return tickets{}, g.refusal(), err
 		}
 		held[i] = tk
@@ -151,6 +152,15 @@ func yieldOf(ctx context.Context) func() {
 // errYielded is the outcome of a hedge that gave its slot to another
 // call's attempt and failed: refused on this side, as if not sent, for
 // the race; what the dependency answered it, if anything, is no answer.
+// errNotSent is what the gates are told of an attempt they admitted and
+// that was not sent after all (a later gate refused it, its race was
+// decided, its span refused): canceled, for what they learn, and marked
+// for the throttle, which then owes its bucket the probe it took
+// (review160), where an attempt that was sent and then canceled does not
+// (review162: a probe a call's deadline ended made the next one a probe,
+// one a deadline at a hanging dependency).
+var errNotSent = classify.Unsent(context.Canceled)
+
 var errYielded = fmt.Errorf("pipeline: a hedge gave its slot to another call's attempt: %w", limit.ErrLimited)
 
 // pacer paces the backlog of calls that waited for the breaker

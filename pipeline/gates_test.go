@@ -154,6 +154,6 @@ func TestARefusalGivesBackWhatTheGatesBeforeHeld(t *testing.T) {
 	require.ErrorIs(t, err, limit.ErrLimited)
 	assert.Equal(t, resilience.EventLimited, kind)
 	assert.Equal(t, tickets{}, held)
-	assert.Equal(t, []error{context.Canceled}, first.released, "given back, as not sent")
+	assert.Equal(t, []error{errNotSent}, first.released, "given back, as not sent")
 	assert.Empty(t, third.released)
 }

@@ -38,6 +38,7 @@ func TestZRevRetryMixedRaces(t *testing.T) {
 		t.Fatalf("got %d, %v, spare %v", res, err, spareOf[int](p) != nil)
 	}
 	release := make(chan struct{})
+	hedged := make(chan struct{}) // race 2's hedge runs: on a loaded machine its timer may come late
 	var loser sync.WaitGroup
 	n = 0
 	loser.Add(1)
@@ -50,15 +51,24 @@ func TestZRevRetryMixedRaces(t *testing.T) {
 		case 1:
 			return 0, errX
 		case 2: // race 2's first: slow, wins after its hedge is out
-			time.Sleep(10 * time.Millisecond)
+			select {
+			case <-hedged:
+			case <-time.After(10 * time.Second):
+			}
 			return 8, nil
 		}
 		defer loser.Done()
+		close(hedged)
 		<-release
 		return 9, nil
 	})
 	if err != nil || res != 8 {
 		t.Fatalf("got %d, %v", res, err)
+	}
+	select {
+	case <-hedged:
+	default:
+		t.Fatal("race 2 sent no hedge")
 	}
 	if spareOf[int](p) != nil {
 		t.Error("spare left while race 2's hedge runs")

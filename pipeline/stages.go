@@ -588,12 +588,12 @@ func (c *call[T]) attempt(ctx context.Context, hedge bool, r *race[T]) (res T, e
 	gates := c.p.cfg.gates
 	held, refusal, err := acquire(ctx, gates, c.opts.waited, hedge, c.probe)
 	if err == nil && hedge && (ctx.Err() != nil || passed(ctx) || r.closed()) {
-		release(gates, held, context.Canceled) // its slot came as its race was decided: not sent
+		release(gates, held, errNotSent) // its slot came as its race was decided: not sent
 		return res, errUnsent
 	}
 	if err == nil {
 		if err = c.reopened(); err != nil {
-			release(gates, held, context.Canceled) // not sent
+			release(gates, held, errNotSent) // not sent
 			refusal = resilience.EventRejected
 			if !hedge {
 				c.refused = err
@@ -648,7 +648,7 @@ func (c *call[T]) spanned(ctx context.Context, info resilience.AttemptInfo, held
 	started := false
 	defer func() {
 		if !started || !ok { // not sent: a span refused, or a tracer that called runtime.Goexit
-			release(c.p.cfg.gates, held, context.Canceled)
+			release(c.p.cfg.gates, held, errNotSent)
 		}
 	}()
 	ctx, end, ok = c.s.span(ctx, info)
@@ -709,7 +709,7 @@ func (c *call[T]) late(r *race[T], info resilience.AttemptInfo, held tickets, en
 		}
 		r.unsend() // decided, or the breaker opened, as it was admitted: not counted
 	}
-	release(c.p.cfg.gates, held, context.Canceled)
+	release(c.p.cfg.gates, held, errNotSent)
 	if end != nil {
 		safe.EndAttempt(end, context.Canceled)
 	}

@@ -1,11 +1,12 @@
 package throttle_test
 
 import (
+	"context"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/resiliencekit/resiliencekit/limit"
+	"github.com/resiliencekit/resiliencekit/internal/classify"
 	"github.com/resiliencekit/resiliencekit/throttle"
 )
 
@@ -13,8 +14,9 @@ import (
 // which none was sent goes through, so that the throttle hears within a
 // bucket that the dependency is back". In a pipeline the throttle's
 // admission comes before the concurrency limit: a bucket's probe that the
-// limit then refuses is taken back (Done with a rejection), and nothing
-// was sent in the bucket. Does another attempt of that bucket go through?
+// limit then refuses is taken back (Done with the pipeline's mark of an
+// attempt not sent), and nothing was sent in the bucket. Does another
+// attempt of that bucket go through?
 func TestReview160ProbeTakenBackLeavesBucketSilent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := throttle.New()
@@ -31,7 +33,7 @@ func TestReview160ProbeTakenBackLeavesBucketSilent(t *testing.T) {
 			if err != nil {
 				t.Fatalf("bucket %d: first attempt refused (p %v)", b, th.RejectProbability())
 			}
-			th.Done(tk, limit.ErrLimited) // the limit refused it: not sent
+			th.Done(tk, classify.Unsent(context.Canceled)) // the limit refused it: the pipeline tells the throttle so (gates.go's errNotSent)
 			sent := false
 			for range 20 {
 				if tk, err := th.Admit(); err == nil {

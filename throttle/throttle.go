@@ -256,7 +256,10 @@ func (t *Throttle) probe(e int64) bool {
 // timeout). An attempt that the caller canceled, or that was not sent
 // after all (an error of class [resilience.ClassRejected] or
 // [resilience.ClassCanceled]), or whose error's methods panic as it is
-// classified, is taken back, as if never made.
+// classified, is taken back, as if never made. One that a pipeline
+// admitted and then did not send (a later stage refused it), the
+// attempt let through whatever the probability in a bucket where none
+// was then sent, leaves that bucket's probe to the next attempt.
 func (t *Throttle) Done(tk Ticket, err error) {
 	if t == nil || tk == 0 {
 		return
@@ -273,7 +276,11 @@ func (t *Throttle) Done(tk Ticket, err error) {
 		if t.thinned.Remove(e) { // the refusals counted at the share let through stand for attempts sent
 			t.requests.Remove(e)
 		}
-		if t.requests.At(e) <= t.thinned.At(e) { // none sent in e after all: its probe, if this was it, is owed (review160)
+		if _, sent := classify.Sent(err); !sent && t.requests.At(e) <= t.thinned.At(e) {
+			// A pipeline's attempt not sent after all, and none sent in e:
+			// its probe, if this was it, is owed (review160). Not one sent
+			// and then canceled, which reached the dependency (review162:
+			// a probe per caller's deadline at a hanging dependency).
 			t.probed.CompareAndSwap(e+1, e)
 		}
 	case !c.Failure():
