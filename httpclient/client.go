@@ -26,8 +26,10 @@ import (
 // 2xx whose body, read whole, is not JSON or not of the type decoded into
 // is an error of class terminal (not retried; 502 for
 // retrysignal.Status, with the signal), as grpcclient's failed unmarshal
-// is; a body whose read fails is left as the read's error. It is safe for
-// concurrent use. The zero Client works as New().
+// is, and so is a gzip body that is corrupt; a body whose read fails is
+// left as the read's error, a gzip body that ends short among them (a
+// cut by the network reads the same). It is safe for concurrent use. The
+// zero Client works as New().
 type Client struct {
 	hc  *http.Client
 	cfg *config

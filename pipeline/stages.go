@@ -752,7 +752,10 @@ func (c *call[T]) racing(r *race[T], info resilience.AttemptInfo, armed monotime
 func (c *call[T]) attemptEnded(ctx context.Context, err error, returned bool, held tickets, end func(error)) {
 	outcome := attemptOutcome(ctx, err, returned)
 	learned := outcome
-	if !returned || err != nil && !c.budgeted && deadlinePassed(ctx) {
+	switch {
+	case err == errUnsent && returned: // a hedge moot as it was reported: not sent (review163)
+		learned = errNotSent
+	case !returned || err != nil && !c.budgeted && deadlinePassed(ctx):
 		learned = context.Canceled
 	}
 	release(c.p.cfg.gates, held, learned)

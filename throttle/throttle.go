@@ -131,6 +131,7 @@ type Throttle struct {
 	out              atomic.Int64 // admitted, not yet Done
 	overloaded       atomic.Bool  // the dependency is failing of late: every refusal a request
 	probed           atomic.Int64 // the bucket (+1) of the last attempt let through whatever p
+	reached          atomic.Int64 // the bucket (+1) of the last attempt taken back that was sent: its probe is had
 }
 
 // New returns a Throttle with K 2 over a window of 10 s, changed by opts.
@@ -276,11 +277,14 @@ func (t *Throttle) Done(tk Ticket, err error) {
 		if t.thinned.Remove(e) { // the refusals counted at the share let through stand for attempts sent
 			t.requests.Remove(e)
 		}
-		if _, sent := classify.Sent(err); !sent && t.requests.At(e) <= t.thinned.At(e) {
+		if _, sent := classify.Sent(err); sent {
+			t.reached.Store(e + 1)
+		} else if t.reached.Load() != e+1 && t.requests.At(e) <= t.thinned.At(e) {
 			// A pipeline's attempt not sent after all, and none sent in e:
-			// its probe, if this was it, is owed (review160). Not one sent
-			// and then canceled, which reached the dependency (review162:
-			// a probe per caller's deadline at a hanging dependency).
+			// its probe, if this was it, is owed (review160). Not once one
+			// sent and then canceled reached the dependency in e (review162:
+			// a probe per caller's deadline at a hanging dependency;
+			// review163: a second after one, by a later refusal).
 			t.probed.CompareAndSwap(e+1, e)
 		}
 	case !c.Failure():
