@@ -71,6 +71,10 @@ func r162Marked(err error) string {
 }
 
 // r162Events records every event's error that carries the mark.
+// r162ProbeSlack, if set, gives how many retries that reached the
+// dependency may be uncharged: a waiting call's probes.
+var r162ProbeSlack func() int64
+
 type r162Events struct {
 	mu     sync.Mutex
 	leaks  []string
@@ -176,8 +180,12 @@ func r162Run(t *testing.T, p *pipeline.Pipeline, q *retrypolicy.Quota, workers i
 	wg.Wait()
 	charged := int64(before - q.Available())
 	t.Logf("%d calls, %d retries reached op, quota charged %d", calls.Load(), retriesReached.Load(), charged)
-	if charged != retriesReached.Load() {
-		t.Errorf("quota charged %d retries, %d reached the dependency", charged, retriesReached.Load())
+	slack := int64(0)
+	if r162ProbeSlack != nil {
+		slack = r162ProbeSlack()
+	}
+	if charged > retriesReached.Load() || charged < retriesReached.Load()-slack {
+		t.Errorf("quota charged %d retries, %d reached the dependency (%d may be a waiting call's uncharged probe)", charged, retriesReached.Load(), slack)
 	}
 	if leaks.Load() > 0 {
 		t.Errorf("%d results carried the Unsent mark, e.g. %v", leaks.Load(), leakMsg.Load())
@@ -269,6 +277,14 @@ func TestReview162QuotaCountWaitWhenOpen(t *testing.T) {
 		pipeline.WithLimit(limit.NewFixed(3, limit.MaxWaiting(50))),
 		pipeline.WithListener(ev),
 	)
+	// A call let through after waiting sends its attempt as the breaker's
+	// probe, uncharged (WaitWhenOpen's doc): CI saw 220 charged of 221.
+	r162ProbeSlack = func() int64 {
+		ev.mu.Lock()
+		defer ev.mu.Unlock()
+		return int64(ev.counts[resilience.EventWaitOpen])
+	}
+	defer func() { r162ProbeSlack = nil }()
 	r162Run(t, p, q, 12, 800*time.Millisecond, 0.6, 2*time.Millisecond, 0)
 	ev.check(t)
 	t.Logf("waitopen %d rejected %d", ev.counts[resilience.EventWaitOpen], ev.counts[resilience.EventRejected])
