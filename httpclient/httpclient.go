@@ -1102,8 +1102,6 @@ func resetRead(err error) bool {
 // makes on the client's side without the server's doing; net/http gives
 // no type for them.
 var netHTTPLocal = []string{
-	"unsupported protocol scheme",
-	"http: no Host in request URL",
 	"http: nil Request.URL",
 	"http: nil Request.Header",
 	"net/http: invalid method",
@@ -1147,7 +1145,6 @@ func localError(err error) bool {
 		invalid          x509.CertificateInvalidError
 		body             *bodyError
 		record           tls.RecordHeaderError
-		addr             *net.AddrError
 	)
 	switch {
 	case errors.As(err, &body), errors.As(err, &verify), errors.As(err, &unknownAuthority),
@@ -1155,8 +1152,8 @@ func localError(err error) bool {
 		return true
 	case errors.As(err, &record) && string(record.RecordHeader[:]) == "HTTP/":
 		return true // an https URL for a server that speaks plain HTTP, as http.Client says
-	case errors.As(err, &addr) && addrLocal[addr.Err]:
-		return true // the URL's address does not parse: nothing was dialed
+	case unsendable(err):
+		return true // the URL's scheme, host or address: nothing was dialed
 	}
 	msg := err.Error()
 	for _, m := range netHTTPLocal {
@@ -1168,7 +1165,8 @@ func localError(err error) bool {
 }
 
 // unsendable reports whether err says that a request's URL names a
-// scheme or an address that the base cannot send to.
+// scheme, no host or an address (one that does not parse: nothing was
+// dialed) that the base cannot send to; net/http gives its two no type.
 func unsendable(err error) bool {
 	var addr *net.AddrError
 	if errors.As(err, &addr) && addrLocal[addr.Err] {

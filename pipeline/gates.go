@@ -149,9 +149,6 @@ func yieldOf(ctx context.Context) func() {
 	return nil
 }
 
-// errYielded is the outcome of a hedge that gave its slot to another
-// call's attempt and failed: refused on this side, as if not sent, for
-// the race; what the dependency answered it, if anything, is no answer.
 // errNotSent is what the gates are told of an attempt they admitted and
 // that was not sent after all (a later gate refused it, its race was
 // decided, its span refused): canceled, for what they learn, and marked
@@ -161,6 +158,9 @@ func yieldOf(ctx context.Context) func() {
 // one a deadline at a hanging dependency).
 var errNotSent = classify.Unsent(context.Canceled)
 
+// errYielded is the outcome of a hedge that gave its slot to another
+// call's attempt and failed: refused on this side, as if not sent, for
+// the race; what the dependency answered it, if anything, is no answer.
 var errYielded = fmt.Errorf("pipeline: a hedge gave its slot to another call's attempt: %w", limit.ErrLimited)
 
 // pacer paces the backlog of calls that waited for the breaker

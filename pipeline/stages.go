@@ -403,10 +403,7 @@ func (c *call[T]) stamped(ctx context.Context) (T, error) {
 // unsent reports whether err, an attempt's, is the breaker's refusal of
 // it as it was about to be sent (it opened again as the attempt waited for
 // a slot): an attempt not made, neither counted nor told.
-func (c *call[T]) unsent(err error) bool {
-	err, _ = classify.Sent(err)
-	return err != nil && err == c.refused
-}
+func (c *call[T]) unsent(err error) bool { return err != nil && err == c.refused }
 
 // guard is the retry stage's check between attempts: the breaker's, or
 // its refusal of the attempt just made, which was then not sent.
@@ -450,11 +447,11 @@ func (c *call[T]) told(ctx context.Context) (T, error) {
 	}()
 	res, err := c.from(ctx, c.via)
 	returned = true
-	if c.unsent(err) {
+	told, _ := classify.Sent(err) // the mark is the retry stage's
+	if c.unsent(told) {
 		return res, err
 	}
 	c.n++
-	told, _ := classify.Sent(err) // the mark is the retry stage's
 	c.p.cfg.listener.Attempted(c.n, told)
 	return res, err
 }

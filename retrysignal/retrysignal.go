@@ -232,19 +232,20 @@ func statusOf(err error) int {
 // handler's, in any spelling: net/http sends a key of the map as it is.
 func WriteError(w http.ResponseWriter, err error) { writeError(w, err, true) }
 
-// contradicting are the headers a handler may have set for the answer it
-// meant to give, which a problem document would contradict.
-var contradicting = [...]string{"Content-Length", "Content-Encoding", "Content-Range", "Retry-After", "ETag", "Last-Modified", "Expires"}
+// replacedHeaders are the headers writeError drops from the handler's: those
+// it may have set for the answer it meant to give, which a problem
+// document would contradict, and those writeError sets itself.
+var replacedHeaders = [...]string{"Content-Length", "Content-Encoding", "Content-Range", "Retry-After", "ETag", "Last-Modified", "Expires",
+	"Cache-Control", "Content-Type", NoRetryHeader}
 
-// replaced reports whether k, in any spelling, is one of contradicting or
-// a header writeError sets itself.
+// replaced reports whether k, in any spelling, is one of replacedHeaders.
 func replaced(k string) bool {
-	for _, c := range contradicting {
+	for _, c := range replacedHeaders {
 		if strings.EqualFold(k, c) {
 			return true
 		}
 	}
-	return strings.EqualFold(k, NoRetryHeader) || strings.EqualFold(k, "Cache-Control") || strings.EqualFold(k, "Content-Type")
+	return false
 }
 
 // writeError is [WriteError], with the [NoRetryHeader] only if signal.

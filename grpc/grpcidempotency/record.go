@@ -222,38 +222,28 @@ func (c *capture) Method() string {
 	return c.ServerTransportStream.Method()
 }
 
-func (c *capture) keep(to *metadata.MD, md metadata.MD) {
+// pass gives md to grpc-go by send, under a server, and keeps it in *to
+// if grpc-go took it.
+func (c *capture) pass(send func(grpc.ServerTransportStream, metadata.MD) error, to *metadata.MD, md metadata.MD) error {
+	if c.ServerTransportStream != nil {
+		if err := send(c.ServerTransportStream, md); err != nil {
+			return err
+		}
+	}
 	c.mu.Lock()
 	*to = metadata.Join(*to, md)
 	c.mu.Unlock()
+	return nil
 }
 
 func (c *capture) SetHeader(md metadata.MD) error {
-	if c.ServerTransportStream != nil {
-		if err := c.ServerTransportStream.SetHeader(md); err != nil {
-			return err
-		}
-	}
-	c.keep(&c.header, md)
-	return nil
+	return c.pass(grpc.ServerTransportStream.SetHeader, &c.header, md)
 }
 
 func (c *capture) SendHeader(md metadata.MD) error {
-	if c.ServerTransportStream != nil {
-		if err := c.ServerTransportStream.SendHeader(md); err != nil {
-			return err
-		}
-	}
-	c.keep(&c.header, md)
-	return nil
+	return c.pass(grpc.ServerTransportStream.SendHeader, &c.header, md)
 }
 
 func (c *capture) SetTrailer(md metadata.MD) error {
-	if c.ServerTransportStream != nil {
-		if err := c.ServerTransportStream.SetTrailer(md); err != nil {
-			return err
-		}
-	}
-	c.keep(&c.trailer, md)
-	return nil
+	return c.pass(grpc.ServerTransportStream.SetTrailer, &c.trailer, md)
 }
