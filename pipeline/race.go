@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"runtime"
 	"sync"
@@ -645,7 +644,7 @@ func (r *race[T]) refusedHere(o outcome[T]) bool {
 // caller left to go on in: it is logged.
 func (r *race[T]) dispose(o outcome[T]) {
 	if o.panicked != nil || o.goexit {
-		slog.Error("resiliencekit: a hedged attempt panicked or called runtime.Goexit after its call was decided", "panic", o.panicked)
+		safe.LogPanic("resiliencekit: a hedged attempt panicked or called runtime.Goexit after its call was decided", "panic", o.panicked)
 	}
 	if fn, ok := r.c.opts.discard.(func(T)); ok && o.panicked == nil && !o.goexit {
 		safe.Discard(fn, o.res)

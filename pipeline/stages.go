@@ -476,11 +476,11 @@ func (c *call[T]) from(ctx context.Context, via int8) (T, error) {
 
 // invoke runs the operation once. An error whose tree does not end (one
 // that wraps itself) becomes one that wraps nothing, so that the stages
-// that classify it return (classify.Acyclic).
+// that classify it return (resilience.Acyclic).
 func (c *call[T]) invoke(ctx context.Context) (T, error) {
 	res, err := c.op(ctx)
 	if err != nil {
-		err = classify.Acyclic(err)
+		err = resilience.Acyclic(err)
 	}
 	return res, err
 }

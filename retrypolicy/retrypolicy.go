@@ -337,7 +337,7 @@ func loop[T any](ctx context.Context, cfg *config, guard func() error, op resili
 				cfg.giveBack(charge)
 				charge = notCounted
 			}
-			err = classify.Acyclic(err) // one that wraps itself would hang errors.Is below
+			err = resilience.Acyclic(err) // one that wraps itself would hang errors.Is below
 			class, classified = classify.Safely(err)
 		}
 		rejected := classified && class == resilience.ClassRejected // refused on this side: not sent

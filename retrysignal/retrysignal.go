@@ -189,7 +189,7 @@ type httpStatus interface {
 // at fault, or when a method of err panics as it is asked (this service's
 // own error).
 func Status(err error) int {
-	if s, ok := classify.Ask(statusOf, err); ok {
+	if s, ok := classify.Ask(statusOf, resilience.Acyclic(err)); ok { // one that wraps itself would hang errors.Is
 		return s
 	}
 	return http.StatusInternalServerError
@@ -347,7 +347,7 @@ func ProxyErrorHandler(w http.ResponseWriter, _ *http.Request, err error) {
 // taken for the caller's. An error whose methods panic as they are asked
 // is not. [Handler] answers with the signal what it reports, and
 // grpcsignal's server interceptors pass on only that.
-func Retried(err error) bool { return classify.Holds(retried, err) }
+func Retried(err error) bool { return classify.Holds(retried, resilience.Acyclic(err)) }
 
 // retried is Retried, for an error whose methods answer.
 func retried(err error) bool {

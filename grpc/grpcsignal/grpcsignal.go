@@ -101,13 +101,18 @@ func Pushback(trailer metadata.MD) (d time.Duration, retry, ok bool) {
 // without a gRPC status; CANCELED when the caller went away; UNKNOWN for
 // another failure that a retry would not fix; INTERNAL when the request
 // this service made was at fault.
-func Code(err error) codes.Code { return code(err, answerOf(err)) }
+func Code(err error) codes.Code { return code(resilience.Acyclic(err), answerOf(err)) }
 
 // answerOf returns the gRPC status in err's chain (the dependency's
-// answer, as grpcclient's Error carries it), nil if none.
+// answer, as grpcclient's Error carries it), nil if none: err's own first,
+// as grpc-go finds it, also in an error that wraps itself, whose chain is
+// not walked (resilience.Acyclic: errors.As would walk it for ever).
 func answerOf(err error) *status.Status {
 	var answered interface{ GRPCStatus() *status.Status }
-	if errors.As(err, &answered) {
+	if s, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+		return s.GRPCStatus()
+	}
+	if errors.As(resilience.Acyclic(err), &answered) {
 		return answered.GRPCStatus()
 	}
 	return nil
@@ -214,6 +219,7 @@ func Error(ctx context.Context, err error) error {
 	}
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackKey, "-1")) // fails only outside a handler
 	answered := answerOf(err)
+	err = resilience.Acyclic(err)
 	c := code(err, answered)
 	if class, ok := resilience.ClassOf(err); ok && class == resilience.ClassPermanent && answered != nil && answered.Code() == c {
 		return answered.Err() // as the dependency gave it, not as wrapped on the way

@@ -1,7 +1,5 @@
 package safe
 
-import "log/slog"
-
 // Discard calls fn with v, a result a hedged call does not return
 // (pipeline.Discard's function), and logs and stops a panic of fn: it
 // runs on the caller's goroutine while the call's race is settled, or on
@@ -16,6 +14,6 @@ func Discard[T any](fn func(T), v T) {
 // function.
 func discardRecovered() {
 	if r := recover(); r != nil {
-		slog.Error("resiliencekit: a Discard function panicked; the call goes on as if it had not", "panic", r)
+		LogPanic("resiliencekit: a Discard function panicked; the call goes on as if it had not", "panic", r)
 	}
 }

@@ -403,12 +403,19 @@ func (s *Listener) Emit(e resilience.Event) {
 	}
 }
 
-// logPanic logs a recovered panic with slog's default logger: the one
-// place such a panic can go without changing the call it happened in. It
-// takes the kind, not its name, so that a call without a panic pays for no
-// string.
+// logPanic logs a recovered panic of a listener. It takes the kind, not
+// its name, so that a call without a panic pays for no string.
 func logPanic(what string, k resilience.EventKind, r any) {
-	slog.Error("resiliencekit: a "+what+" panicked; the call goes on as if it had not", "event", k.String(), "panic", r)
+	LogPanic("resiliencekit: a "+what+" panicked; the call goes on as if it had not", "event", k.String(), "panic", r)
+}
+
+// LogPanic logs a recovered panic, msg with args, with slog's default
+// logger: the one place such a panic can go without changing the call it
+// happened in. A default logger that panics too has nowhere left to say
+// so: its panic is dropped, and the call goes on (review164).
+func LogPanic(msg string, args ...any) {
+	defer func() { _ = recover() }()
+	slog.Error(msg, args...)
 }
 
 // Without returns s less the listeners that o passes events to, or nil if

@@ -2,7 +2,6 @@ package safe
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/resiliencekit/resiliencekit/resilience"
 )
@@ -63,6 +62,6 @@ func (untraced) End(error) {}
 // runtime.Goexit goes on).
 func tracerRecovered(in string) {
 	if r := recover(); r != nil {
-		slog.Error("resiliencekit: a tracer panicked; the call goes on as if it had not", "in", in, "panic", r)
+		LogPanic("resiliencekit: a tracer panicked; the call goes on as if it had not", "in", in, "panic", r)
 	}
 }

@@ -1,4 +1,4 @@
-package classify_test
+package resilience_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/resiliencekit/resiliencekit/internal/classify"
+	"github.com/resiliencekit/resiliencekit/resilience"
 )
 
 // selfWrap is an error whose Unwrap, by a bug, returns itself.
@@ -56,7 +56,7 @@ func TestAcyclic(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := classify.Acyclic(tc.err)
+			got := resilience.Acyclic(tc.err)
 			if tc.same {
 				assert.True(t, tc.err == got)
 				return
