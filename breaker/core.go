@@ -58,7 +58,12 @@ type core struct {
 	// admission time, the slowest answer timed (the first timeFirst of
 	// each span, then one in timeOneIn at random). skip answers admitted
 	// before spanEnd go untimed before the next is timed; rnd draws skip.
+	// Spans are counted from origin, the core's making, and rnd starts
+	// from a constant: in a testing/synctest bubble, readings depend on
+	// when the process started, and the virtual-time figures must not
+	// (review166).
 	skip    uint32
+	origin  monotime.Reading
 	spanEnd monotime.Reading
 	slow    [slowSpans]slowest
 	rnd     uint64
@@ -126,7 +131,8 @@ func newCore(maxRequests uint32, timeout, window time.Duration, n int, readyToTr
 	c.buckets = make([]Counts, n)
 	c.start = monotime.Now()
 	c.latest = c.start
-	c.rnd = uint64(c.start) | 1
+	c.origin, c.spanEnd = c.start, c.start
+	c.rnd = 0x9e3779b97f4a7c15 // any odd seed: the draws only spread the timed answers
 	for i := range c.slow {
 		c.slow[i].span = math.MinInt64 // none timed
 	}
@@ -259,7 +265,7 @@ func (c *core) answer(at monotime.Reading) {
 func (c *core) answered(at monotime.Reading) {
 	if c.skip > 0 && at < c.spanEnd {
 		c.skip-- // not timed: lasted until the latest admission at least
-		span := spanOf(at)
+		span := c.spanOf(at)
 		if sl := &c.slow[slot(span)]; sl.span == span && c.latest-at > monotime.Reading(sl.took) {
 			sl.took = time.Duration(c.latest - at)
 		}
@@ -268,18 +274,26 @@ func (c *core) answered(at monotime.Reading) {
 	c.timeAnswer(at)
 }
 
-// spanOf returns the index of the span of slowSpan that at falls in.
-func spanOf(at monotime.Reading) int64 { return int64(at) / int64(slowSpan) }
+// spanOf returns the index of the span of slowSpan that at falls in,
+// counted from origin (a reading a little before it is in span -1).
+func (c *core) spanOf(at monotime.Reading) int64 {
+	d := int64(at - c.origin)
+	span := d / int64(slowSpan)
+	if d < 0 && d%int64(slowSpan) != 0 {
+		span--
+	}
+	return span
+}
 
 // slot returns the index in core.slow of span.
 func slot(span int64) int64 {
-	return (span%slowSpans + slowSpans) % slowSpans // a reading may be negative (in a synctest bubble)
+	return (span%slowSpans + slowSpans) % slowSpans // a span may be negative (a reading a little before origin)
 }
 
 // timeAnswer times an answer to a call admitted at at, and draws how
 // many go untimed next; c.mu is held.
 func (c *core) timeAnswer(at monotime.Reading) {
-	span := spanOf(at)
+	span := c.spanOf(at)
 	sl := &c.slow[slot(span)]
 	if sl.span < span {
 		*sl = slowest{span: span}
@@ -288,7 +302,7 @@ func (c *core) timeAnswer(at monotime.Reading) {
 		sl.took = max(sl.took, monotime.Since(at), 1)
 		sl.timed++
 	}
-	if end := monotime.Reading((span + 1) * int64(slowSpan)); end > c.spanEnd {
+	if end := c.origin + monotime.Reading((span+1)*int64(slowSpan)); end > c.spanEnd {
 		c.spanEnd = end
 	}
 	if at < c.spanEnd-monotime.Reading(slowSpan) {
@@ -313,7 +327,7 @@ func (c *core) cutShort(at monotime.Reading, had time.Duration) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	span := spanOf(at)
+	span := c.spanOf(at)
 	for _, sl := range c.slow {
 		if sl.span > span-slowSpans && had < sl.took {
 			return true

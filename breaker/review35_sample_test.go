@@ -23,17 +23,6 @@ func review35SleepUntil(r monotime.Reading) {
 	}
 }
 
-// review35NextSpan returns the start of the next 10 s span of the
-// breaker's clock, waiting first if it is under min away.
-func review35NextSpan(min time.Duration) monotime.Reading {
-	now := monotime.Now()
-	next := monotime.Reading((int64(now)/int64(review35Span) + 1) * int64(review35Span))
-	if time.Duration(next-now) < min {
-		next += monotime.Reading(review35Span)
-	}
-	return next
-}
-
 // review35Scenario: a service whose traffic came in a burst (20 quick
 // answers in one 10 s span), then goes quiet: one caller at a time. The
 // dependency is healthy; one of its answers takes 300 ms. Then five
@@ -45,11 +34,14 @@ func review35NextSpan(min time.Duration) monotime.Reading {
 // 30 ms before the span ends, answers just after the first answer of the
 // next span (a 40 ms answer: nothing slow). Returns the breaker's state.
 func review35Scenario(t *testing.T, straggler bool) (resilience.State, breaker.Counts) {
+	made := monotime.Now()
 	b := breaker.New("dep")
 	ctx := context.Background()
 	quick := func(context.Context) error { return nil }
 
-	boundary := review35NextSpan(2 * time.Second)
+	// The breaker counts its spans from its making: the first ends 10 s
+	// after it (a few µs after boundary).
+	boundary := made + monotime.Reading(review35Span)
 	review35SleepUntil(boundary - monotime.Reading(5*time.Second))
 	for range 20 { // the burst: 16 timed, the rest drawn
 		require.NoError(t, b.Execute(ctx, quick))

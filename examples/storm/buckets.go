@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -77,10 +78,12 @@ func settledFrom(from, to int, good func(i int) bool) int {
 	return first
 }
 
-// percentile returns the p-th percentile of sorted durations.
+// percentile returns the p-th percentile of sorted durations by nearest
+// rank, as the registry's: the least value with at least a share p of
+// them at or below it (the p99 of two is the larger; review166).
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
 	}
-	return sorted[int(p*float64(len(sorted)-1))]
+	return sorted[max(int(math.Ceil(p*float64(len(sorted))))-1, 0)]
 }

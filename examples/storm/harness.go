@@ -85,11 +85,11 @@ func runStrategy(sc *scenario, s strategy, seed uint64, tr transport) result {
 	for i := range n {
 		at := start.Add(time.Duration(i) * time.Second / time.Duration(sc.rate))
 		time.Sleep(time.Until(at))
-		late[i] = time.Since(at)
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), sc.deadline)
 			defer cancel()
 			t0 := time.Now()
+			late[i] = t0.Sub(at) // when the call started, as the table has it: its goroutine may wait to run after a burst (review166)
 			err := do(ctx, &call{id: uint64(i), seed: seed, b: b, send: send})
 			t1 := time.Now()
 			calls[i] = outcome{start: t0.Sub(start), end: t1.Sub(start), ok: err == nil && t1.Sub(t0) <= sc.deadline}
