@@ -681,20 +681,27 @@ type orphan struct{ key, token string }
 
 // noted is a claim an orphan is of, when the reaping tries to free it
 // next, how long it waits after that, and when the claim's lease could
-// have run out, after which the reaping leaves it.
+// have run out, after which the reaping leaves it: no later than last,
+// however long the store fails.
 type noted struct {
-	claim Record
-	next  time.Time
-	wait  time.Duration
-	until time.Time
+	claim       Record
+	next        time.Time
+	wait        time.Duration
+	until, last time.Time
 }
+
+// reapLeases is for how many leases after a Begin gave up on its claim
+// the reaping may try to free it, while the store fails: a store frozen
+// longer may write the claim at its thaw with no one left to free it,
+// and the claim's lease frees it then.
+const reapLeases = 10
 
 const maxOrphans = 1024
 
 // add notes a claim, to be tried from first on, wait after that (see
-// tried) until until, and reports whether the reaping must start (it has
-// not).
-func (o *orphans) add(key string, claim Record, first time.Time, wait time.Duration, until time.Time) (reap bool) {
+// tried) until until (or last, see failed), and reports whether the
+// reaping must start (it has not).
+func (o *orphans) add(key string, claim Record, first time.Time, wait time.Duration, until, last time.Time) (reap bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.claims == nil {
@@ -704,7 +711,7 @@ func (o *orphans) add(key string, claim Record, first time.Time, wait time.Durat
 	if _, ok := o.claims[id]; !ok {
 		o.order = append(o.order, id)
 	}
-	o.claims[id] = &noted{claim: claim, next: first, wait: wait, until: until}
+	o.claims[id] = &noted{claim: claim, next: first, wait: wait, until: until, last: last}
 	for len(o.order) > maxOrphans {
 		delete(o.claims, o.order[0])
 		o.order = o.order[1:]
@@ -749,6 +756,23 @@ func (o *orphans) tried(id orphan, now time.Time, most time.Duration) {
 	}
 }
 
+// failed notes that the store failed: a claim that a frozen store still
+// holds in a connection may be written once it thaws, with a lease from
+// then, so none of those noted is left before until, or its last.
+func (o *orphans) failed(until time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, n := range o.claims {
+		u := until
+		if u.After(n.last) {
+			u = n.last
+		}
+		if u.After(n.until) {
+			n.until = u
+		}
+	}
+}
+
 // stop stops the reaping.
 func (o *orphans) stop() {
 	o.mu.Lock()
@@ -774,7 +798,7 @@ func (o *orphans) take(key, token string) (Record, bool) {
 // reaping if it has not.
 func (g *Guard) orphan(key string, claim Record) {
 	now := time.Now()
-	if g.orphans.add(key, claim, now.Add(g.cfg.storeTimeout), g.cfg.storeTimeout, now.Add(g.cfg.lease)) {
+	if g.orphans.add(key, claim, now.Add(g.cfg.storeTimeout), g.cfg.storeTimeout, now.Add(g.cfg.lease), now.Add(reapLeases*min(g.cfg.lease, math.MaxInt64/reapLeases))) {
 		time.AfterFunc(g.cfg.storeTimeout, g.reap)
 	}
 }
@@ -786,9 +810,11 @@ func (g *Guard) orphan(key string, claim Record) {
 // was asked may write it only once it thaws. Each claim is tried a store
 // timeout after its Begin gave up, and then again, each wait twice the
 // last up to a twelfth of the lease, until the claim's lease could have
-// run out; those it cannot free (the store still fails, or the claim is
-// not written yet: ErrNotOwner) are tried again, and after that left to
-// g's next Begin of their keys, which frees them, or to their leases.
+// run out, counted from the store's last failure (a claim sent to a
+// frozen store is written when it thaws, with a lease from then:
+// review165), reapLeases leases at most; those it cannot free (the store still fails, or the claim
+// is not written yet: ErrNotOwner) are tried again, and after that left
+// to g's next Begin of their keys, which frees them, or to their leases.
 func (g *Guard) reap() {
 	defer func() {
 		if r := recover(); r != nil { // the store's: on no request's goroutine, so not to end the process
@@ -808,6 +834,7 @@ func (g *Guard) reap() {
 		if err == nil {
 			g.orphans.take(id.key, id.token)
 		} else if !errors.Is(err, ErrNotOwner) {
+			g.orphans.failed(time.Now().Add(g.cfg.lease))
 			break // the store fails: the others are tried next round, not a store timeout each in turn now
 		}
 	}

@@ -387,7 +387,7 @@ func TestReview30_CompleteAroundMoveLocal(t *testing.T) {
 					!assert.False(t, ran, "offset %v", off) || !assert.NoError(t, err2, "offset %v", off) || !assert.NotNil(t, rec, "offset %v", off) {
 					t.Logf("hang %v offset %v: ran=%v err=%v err2=%v", hang, off, ran, err, err2)
 				}
-				time.Sleep(2 * time.Second) // the orphan reaping's rounds end
+				time.Sleep(7 * time.Second) // the orphan reaping's rounds end: 10 leases at most while the store fails
 			})
 		}
 	}
