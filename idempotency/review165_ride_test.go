@@ -50,15 +50,21 @@ func (o *r165Outage) do(ctx context.Context, op func(context.Context) error) err
 }
 
 func (o *r165Outage) Begin(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) (rec *idempotency.Record, err error) {
+	var mu sync.Mutex // a Begin applied at the thaw writes found late
+	var found *idempotency.Record
 	err = o.do(ctx, func(ctx context.Context) error {
-		var e error
-		rec, e = o.inner.Begin(ctx, key, claim, lease)
+		r, e := o.inner.Begin(ctx, key, claim, lease)
+		mu.Lock()
+		defer mu.Unlock()
+		found = r
 		return e
 	})
 	if err != nil {
-		rec = nil
+		return nil, err
 	}
-	return rec, err
+	mu.Lock()
+	defer mu.Unlock()
+	return found, nil
 }
 func (o *r165Outage) Renew(ctx context.Context, key string, claim idempotency.Record, lease time.Duration) error {
 	return o.do(ctx, func(ctx context.Context) error { return o.inner.Renew(ctx, key, claim, lease) })

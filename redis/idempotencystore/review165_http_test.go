@@ -234,14 +234,16 @@ func TestReview165StoreFaultAsTheHandlerRunsKeepsItsAnswer(t *testing.T) {
 			ts := httptest.NewServer(h)
 			defer ts.Close()
 			r165Post(t, ts.URL, "warm", nil)
-			go func() {
+			var fell sync.WaitGroup
+			fell.Go(func() {
 				time.Sleep(100 * time.Millisecond)
 				if fault == "frozen" {
 					srv.Freeze()
 				} else {
 					srv.Kill()
 				}
-			}()
+			})
+			defer fell.Wait() // before the server's cleanup reads what Kill wrote
 			if fault == "frozen" {
 				defer srv.Thaw()
 			}
