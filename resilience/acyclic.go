@@ -1,8 +1,8 @@
 package resilience
 
-// maxJoins is the deepest nesting of joins (Unwrap() []error) that
-// Acyclic walks: a join that holds itself nests for ever.
-const maxJoins = 10_000
+// maxErrors is the most errors of a tree that Acyclic walks, counted
+// along each path: a tree with more is taken for one that does not end.
+const maxErrors = 100_000
 
 // Acyclic returns err, or, if its tree (as Unwrap walks it) does not end,
 // as that of an error that wraps itself does not, an error with err's
@@ -12,12 +12,18 @@ const maxJoins = 10_000
 // asks those of an error it did not get from a pipeline, such as a
 // server's handler's, can do the same (retrysignal and grpcsignal do). A
 // chain is known to loop when an error comes back in it (compared with
-// ==); a join, when joins nest past maxJoins. A tree that ends, however
-// wide or however often it holds one branch, is returned as it is, as is
-// an error whose methods panic (recovering them is the asker's part). The
-// error given for one that does not end keeps the class its top error
-// gives itself (a ResilienceClass method of its own). It is safe for
-// concurrent use.
+// ==); a tree in which more than 100,000 errors are walked, counted along
+// each path, is taken for one that does not end: a chain that makes a new
+// error at each step, one of errors that cannot be compared, a join that
+// holds itself, or joins that share a branch so often that errors.Is
+// would walk it for ages (a join of a join of one error, 48 deep, has
+// 2^48 paths). A tree that ends within that is returned as it is, as is
+// an error whose methods panic (recovering them is the asker's part). An
+// Is or As method that calls errors.Is or errors.As on its own error is
+// beyond it: that overflows the stack of any errors.Is, the asker's own
+// too. The error given for one that does not end keeps the class its top
+// error gives itself (a ResilienceClass method of its own). It is safe
+// for concurrent use.
 func Acyclic(err error) error {
 	switch err.(type) {
 	case nil:
@@ -30,34 +36,34 @@ func Acyclic(err error) error {
 	return err
 }
 
-// endsSafely reports whether err's tree ends; true if a method panics or
-// two errors of it cannot be compared.
+// endsSafely reports whether err's tree ends; true if a method panics.
 func endsSafely(err error) (ok bool) {
 	defer func() {
 		if recover() != nil {
 			ok = true
 		}
 	}()
-	return ends(err, 0)
+	left := maxErrors
+	return ends(err, &left)
 }
 
-// ends reports whether err's tree ends, joins nested depth deep above it:
+// ends reports whether err's tree ends within left more errors walked:
 // along a chain, a slow walker one step in two behind finds a loop when
 // the fast one meets it (Floyd's).
-func ends(err error, depth int) bool {
+func ends(err error, left *int) bool {
 	slow := err
 	for step := 0; ; step++ {
+		if *left--; *left < 0 {
+			return false
+		}
 		switch u := err.(type) {
 		case nil:
 			return true
 		case interface{ Unwrap() error }:
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:
-			if depth >= maxJoins {
-				return false
-			}
 			for _, e := range u.Unwrap() {
-				if !ends(e, depth+1) {
+				if !ends(e, left) {
 					return false
 				}
 			}
@@ -68,10 +74,21 @@ func ends(err error, depth int) bool {
 		if step%2 == 1 {
 			slow = slow.(interface{ Unwrap() error }).Unwrap()
 		}
-		if err != nil && err == slow {
+		if err != nil && same(err, slow) {
 			return false
 		}
 	}
+}
+
+// same reports whether a and b are one error: false for two that cannot
+// be compared, whose loop the count of errors walked ends.
+func same(a, b error) (eq bool) {
+	defer func() {
+		if recover() != nil {
+			eq = false
+		}
+	}()
+	return a == b
 }
 
 // endless stands for an error whose tree does not end: its message, the

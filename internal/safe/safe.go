@@ -411,11 +411,18 @@ func logPanic(what string, k resilience.EventKind, r any) {
 
 // LogPanic logs a recovered panic, msg with args, with slog's default
 // logger: the one place such a panic can go without changing the call it
-// happened in. A default logger that panics too has nowhere left to say
-// so: its panic is dropped, and the call goes on (review164).
+// happened in. It logs on a goroutine of its own, and waits for it: a
+// default logger that panics too has nowhere left to say so, and its
+// panic is dropped (review164); one that calls runtime.Goexit ends that
+// goroutine, not the caller's (review167).
 func LogPanic(msg string, args ...any) {
-	defer func() { _ = recover() }()
-	slog.Error(msg, args...)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { _ = recover() }()
+		slog.Error(msg, args...)
+	}()
+	<-done
 }
 
 // Without returns s less the listeners that o passes events to, or nil if

@@ -87,12 +87,14 @@ const evictionRecheck = time.Minute
 // New returns a Store that keeps its records in c under keys starting with
 // prefix ("idempotency:" if empty). c must have ContextTimeoutEnabled, so
 // that the middleware's time bound on each call holds even against a
-// frozen server; New panics otherwise. c must not be a *redis.Ring: a Ring
-// takes a shard that fails its heartbeats out, and puts its keys on the
-// others, where a claim held on it is not, so a repeat runs the request
-// again while the claim's holder still runs it (review165: 2 s after a
-// shard was killed, within a 9 s lease); New panics for one. Use a
-// Client (with Sentinel for failover) or a ClusterClient.
+// frozen server; New panics otherwise. c must be a *redis.Client (made by
+// redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient; New
+// panics for another type: a *redis.Ring takes a shard that fails its
+// heartbeats out and puts its keys on the others, where a claim held on
+// it is not, so a repeat runs the request again while the claim's holder
+// still runs it (review165: 2 s after a shard was killed, within a 9 s
+// lease), and a wrapper's options cannot be checked (review167). Add
+// tracing or metrics to a client by its hooks (AddHook), not a wrapper.
 //
 // The server must not evict keys: run it with maxmemory-policy noeviction
 // (or no maxmemory), since a policy that evicts (volatile-* or allkeys-*)
@@ -124,8 +126,10 @@ const evictionRecheck = time.Minute
 // least, or the claims fail (503) and the guard runs on its own records.
 func New(c redis.UniversalClient, prefix string) *Store {
 	timeouts.Check("idempotencystore.New", c)
-	if _, ok := c.(*redis.Ring); ok {
-		panic("idempotencystore.New: a redis.Ring moves a failed shard's keys to the other shards, where the claims held on it are not: requests would run twice; use a Client or a ClusterClient")
+	switch c.(type) {
+	case *redis.Client, *redis.ClusterClient:
+	default:
+		panic(fmt.Sprintf("idempotencystore.New: a %T: the store takes a *redis.Client (redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient, whose timeouts and key placement it knows; a Ring moves a failed shard's keys where its claims are not, and requests would run twice", c))
 	}
 	if prefix == "" {
 		prefix = "idempotency:"

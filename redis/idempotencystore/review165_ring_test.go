@@ -19,6 +19,6 @@ import (
 func TestReview165RingIsRefused(t *testing.T) {
 	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true, HeartbeatFrequency: time.Hour})
 	defer r.Close()
-	assert.PanicsWithValue(t, "idempotencystore.New: a redis.Ring moves a failed shard's keys to the other shards, where the claims held on it are not: requests would run twice; use a Client or a ClusterClient",
+	assert.PanicsWithValue(t, "idempotencystore.New: a *redis.Ring: the store takes a *redis.Client (redis.NewFailoverClient for Sentinel) or a *redis.ClusterClient, whose timeouts and key placement it knows; a Ring moves a failed shard's keys where its claims are not, and requests would run twice",
 		func() { idempotencystore.New(r, "") })
 }
