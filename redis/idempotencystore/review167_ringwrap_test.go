@@ -38,7 +38,7 @@ func TestReview167NewRefusesWrappedRing(t *testing.T) {
 	}
 	t.Logf("the bare Ring's message: %s", msg)
 	for name, c := range map[string]redis.UniversalClient{
-		"struct embedding *redis.Ring":          r167Instrumented{ring},
+		"struct embedding *redis.Ring":           r167Instrumented{ring},
 		"struct embedding UniversalClient(Ring)": r167InstrumentedUniversal{ring},
 	} {
 		if _, ok := r167Panics(func() { idempotencystore.New(c, "") }); !ok {
