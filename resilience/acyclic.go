@@ -2,7 +2,7 @@ package resilience
 
 // maxErrors is the most errors of a tree that Acyclic walks, counted
 // along each path: a tree with more is taken for one that does not end.
-const maxErrors = 100_000
+const maxErrors = 1 << 20
 
 // Acyclic returns err, or, if its tree (as Unwrap walks it) does not end,
 // as that of an error that wraps itself does not, an error with err's
@@ -12,7 +12,7 @@ const maxErrors = 100_000
 // asks those of an error it did not get from a pipeline, such as a
 // server's handler's, can do the same (retrysignal and grpcsignal do). A
 // chain is known to loop when an error comes back in it (compared with
-// ==); a tree in which more than 100,000 errors are walked, counted along
+// ==); a tree in which more than 2^20 errors are walked, counted along
 // each path, is taken for one that does not end: a chain that makes a new
 // error at each step, one of errors that cannot be compared, a join that
 // holds itself, or joins that share a branch so often that errors.Is
