@@ -170,6 +170,9 @@ func (c *core) admit() (v verdict, a admission) {
 			c.probeAt = now
 		}
 	}
+	if now < c.latest-monotime.Reading(slowSpan) {
+		c.rebase(now)
+	}
 	c.latest = max(c.latest, now)
 	return v, admission{gen: c.gen, age: c.age, at: now}
 }
@@ -263,7 +266,6 @@ func (c *core) answer(at monotime.Reading) {
 // and times it if it is among the first timeFirst of its span, or drawn;
 // c.mu is held.
 func (c *core) answered(at monotime.Reading) {
-	c.rebase(at)
 	if c.skip > 0 && at < c.spanEnd {
 		c.skip-- // not timed: lasted until the latest admission at least
 		span := c.spanOf(at)
@@ -275,17 +277,14 @@ func (c *core) answered(at monotime.Reading) {
 	c.timeAnswer(at)
 }
 
-// rebase starts the spans again from at if at is a span or more before
-// origin, or before all the spans kept, under mu: time went back (a core
-// made outside a testing/synctest bubble and used in one, or used in two
-// in turn), and the answers timed before say nothing of the dependency
-// then (review167). A call admitted longer ago than the spans kept (80 s)
-// does it too, and only forgets the answers timed.
-func (c *core) rebase(at monotime.Reading) {
-	if at >= c.origin-monotime.Reading(slowSpan) && at >= c.spanEnd-monotime.Reading(slowSpans*slowSpan) {
-		return
-	}
-	c.origin, c.spanEnd, c.skip, c.latest = at, at, 0, at
+// rebase starts the spans again from now, under mu, when an admission
+// finds the clock a span or more behind the latest: time went back (a
+// core made outside a testing/synctest bubble and used in one, or used in
+// two in turn), and the answers timed before say nothing of the
+// dependency then (review167). A call admitted long ago, answered late,
+// does not: that is no clock going back (review168).
+func (c *core) rebase(now monotime.Reading) {
+	c.origin, c.spanEnd, c.skip, c.latest = now, now, 0, now
 	for i := range c.slow {
 		c.slow[i] = slowest{span: math.MinInt64}
 	}
@@ -344,7 +343,6 @@ func (c *core) cutShort(at monotime.Reading, had time.Duration) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.rebase(at)
 	span := c.spanOf(at)
 	for _, sl := range c.slow {
 		if sl.span > span-slowSpans && had < sl.took {

@@ -307,11 +307,16 @@ func (g *Guard) claimOrLocal(ctx context.Context, c *Claim) (*Record, monotime.R
 	if !g.storeFailed(err, false) {
 		return nil, asked, err
 	}
-	// The claim the store may still write (as it thaws) is this request's,
-	// which now runs here: it holds the key on the store for its lease, and
-	// is not an orphan to free while the request runs (review167).
-	g.orphans.take(c.Key, c.Record.Token)
-	return g.claimLocal(ctx, c)
+	found, asked, err = g.claimLocal(ctx, c)
+	if err == nil && found == nil {
+		// The claim the store may still write (as it thaws) is this
+		// request's, which now runs here: it holds the key on the store,
+		// and is not an orphan to free until the request ends (review167,
+		// review168).
+		g.orphans.take(c.Key, c.Record.Token)
+		c.leftOnStore.Store(true)
+	}
+	return found, asked, err
 }
 
 // storeAnswered notes a call to the store that got through.

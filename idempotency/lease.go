@@ -35,6 +35,7 @@ type Claim struct {
 	keeping                           atomic.Bool // its renewals run (keep), which may yet move it or lose it
 	local                             atomic.Bool // claimed on the guard's local records (failed open), not its store
 	madeLocal                         atomic.Bool // claimed there as it began, not moved there since
+	leftOnStore                       atomic.Bool // its claim timed out on the store, which may write it yet: freed once it ends
 	// held is when the lease as last granted runs out, a monotonic
 	// reading (monotime): a step of the wall clock does not move it.
 	held atomic.Int64
@@ -342,6 +343,9 @@ func (c *Claim) end() (ok bool) {
 func (c *Claim) finish() {
 	c.stop()
 	c.guard.inflight.CompareAndDelete(c.Key, c)
+	if c.leftOnStore.Load() {
+		c.guard.orphan(c.Key, c.Record) // the request has ended: the claim the store may write at its thaw is an orphan now (review168)
+	}
 }
 
 // on returns the store c is claimed on.

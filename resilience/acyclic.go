@@ -1,5 +1,7 @@
 package resilience
 
+import "reflect"
+
 // maxErrors is the most errors of a tree that Acyclic walks, counted
 // along each path: a tree with more is taken for one that does not end.
 const maxErrors = 1 << 20
@@ -47,11 +49,15 @@ func endsSafely(err error) (ok bool) {
 	return ends(err, &left)
 }
 
+// loopsFrom is how far along a chain the walk starts to look for a loop:
+// chains are short, and a loop is found all the same a little later.
+const loopsFrom = 64
+
 // ends reports whether err's tree ends within left more errors walked:
-// along a chain, a slow walker one step in two behind finds a loop when
-// the fast one meets it (Floyd's).
+// along a chain, from loopsFrom on, a slow walker one step in two behind
+// finds a loop when the fast one meets it (Floyd's).
 func ends(err error, left *int) bool {
-	slow := err
+	var slow error
 	for step := 0; ; step++ {
 		if *left--; *left < 0 {
 			return false
@@ -71,10 +77,15 @@ func ends(err error, left *int) bool {
 		default:
 			return true
 		}
-		if step%2 == 1 {
+		switch {
+		case step < loopsFrom:
+			continue
+		case step == loopsFrom:
+			slow = err
+		case (step-loopsFrom)%2 == 0:
 			slow = slow.(interface{ Unwrap() error }).Unwrap()
 		}
-		if err != nil && same(err, slow) {
+		if err != nil && step > loopsFrom && same(err, slow) {
 			return false
 		}
 	}
@@ -83,6 +94,9 @@ func ends(err error, left *int) bool {
 // same reports whether a and b are one error: false for two that cannot
 // be compared, whose loop the count of errors walked ends.
 func same(a, b error) (eq bool) {
+	if t := reflect.TypeOf(a); t != reflect.TypeOf(b) || !t.Comparable() {
+		return false // without a panic to recover: a loop of them walks the whole bound
+	}
 	defer func() {
 		if recover() != nil {
 			eq = false
