@@ -307,8 +307,9 @@ func (g *Guard) claimOrLocal(ctx context.Context, c *Claim) (*Record, monotime.R
 	if !g.storeFailed(err, false) {
 		return nil, asked, err
 	}
+	written := !errors.Is(err, ErrWritesRefused) // refused: nothing on the store to free
 	found, asked, err = g.claimLocal(ctx, c)
-	if err == nil && found == nil {
+	if err == nil && found == nil && written {
 		// The claim the store may still write (as it thaws) is this
 		// request's, which now runs here: it holds the key on the store,
 		// and is not an orphan to free until the request ends (review167,
