@@ -816,9 +816,10 @@ func (g *Guard) orphan(key string, claim Record) {
 // last up to a twelfth of the lease, until the claim's lease could have
 // run out, counted from the store's last failure (a claim sent to a
 // frozen store is written when it thaws, with a lease from then:
-// review165), reapLeases leases at most; those it cannot free (the store still fails, or the claim
-// is not written yet: ErrNotOwner) are tried again, and after that left
-// to g's next Begin of their keys, which frees them, or to their leases.
+// review165), reapLeases leases at most; those it cannot free (the store
+// still fails, or the claim is not written yet: ErrNotOwner) are tried
+// again, and after that left to g's next Begin of their keys, which frees
+// them, or to their leases.
 func (g *Guard) reap() {
 	defer func() {
 		if r := recover(); r != nil { // the store's: on no request's goroutine, so not to end the process

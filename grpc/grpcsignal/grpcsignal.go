@@ -101,24 +101,28 @@ func Pushback(trailer metadata.MD) (d time.Duration, retry, ok bool) {
 // without a gRPC status; CANCELED when the caller went away; UNKNOWN for
 // another failure that a retry would not fix; INTERNAL when the request
 // this service made was at fault.
-func Code(err error) codes.Code { return code(resilience.Acyclic(err), answerOf(err)) }
+func Code(err error) codes.Code {
+	walked := resilience.Acyclic(err)
+	return code(walked, answerOf(err, walked))
+}
 
 // answerOf returns the gRPC status in err's chain (the dependency's
 // answer, as grpcclient's Error carries it), nil if none: err's own first,
-// as grpc-go finds it, also in an error that wraps itself, whose chain is
-// not walked (resilience.Acyclic: errors.As would walk it for ever).
-func answerOf(err error) *status.Status {
+// as grpc-go finds it, also in an error that wraps itself, and then in
+// walked, resilience.Acyclic(err), whose chain ends (errors.As would walk
+// err's for ever).
+func answerOf(err, walked error) *status.Status {
 	var answered interface{ GRPCStatus() *status.Status }
 	if s, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
 		return s.GRPCStatus()
 	}
-	if errors.As(resilience.Acyclic(err), &answered) {
+	if errors.As(walked, &answered) {
 		return answered.GRPCStatus()
 	}
 	return nil
 }
 
-// code is Code, answered being answerOf(err).
+// code is Code of err, whose tree ends, answered being its answerOf.
 func code(err error, answered *status.Status) codes.Code {
 	var answeredHTTP interface{ HTTPStatus() int } // httpclient's StatusError
 	answeredInTime := answered != nil && answered.Code() != codes.DeadlineExceeded && answered.Code() != codes.Canceled
@@ -218,10 +222,10 @@ func Error(ctx context.Context, err error) error {
 		return nil
 	}
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(PushbackKey, "-1")) // fails only outside a handler
-	answered := answerOf(err)
-	err = resilience.Acyclic(err)
-	c := code(err, answered)
-	if class, ok := resilience.ClassOf(err); ok && class == resilience.ClassPermanent && answered != nil && answered.Code() == c {
+	walked := resilience.Acyclic(err)
+	answered := answerOf(err, walked)
+	c := code(walked, answered)
+	if class, ok := resilience.ClassOf(walked); ok && class == resilience.ClassPermanent && answered != nil && answered.Code() == c {
 		return answered.Err() // as the dependency gave it, not as wrapped on the way
 	}
 	return status.Error(c, NoRetryMessage)
