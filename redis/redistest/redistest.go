@@ -5,9 +5,13 @@
 package redistest
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -65,40 +69,120 @@ func Start(t testing.TB, args ...string) *Server {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("no redis-server on the PATH (.ci/run installs one)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	s := &Server{t: t, addr: addr, dir: t.TempDir(), args: args}
-	s.start()
+	s := &Server{t: t, dir: t.TempDir(), args: args}
 	t.Cleanup(func() {
 		if s.cmd != nil {
 			_ = s.cmd.Process.Signal(syscall.SIGCONT)
-			_ = s.cmd.Process.Kill()
-			_ = s.cmd.Wait()
+			s.Kill()
 		}
 	})
-	return s
+	// A port found free can be taken before redis-server binds it (by
+	// another test's process, or as a client's ephemeral port), and so can
+	// a cluster node's bus port: a server that exits without listening is
+	// started again on other ports.
+	var err error
+	for range 5 {
+		s.addr = freePort(t, slices.Contains(args, "--cluster-enabled"))
+		if err = s.launch(); err == nil {
+			return s
+		}
+	}
+	t.Fatal(err)
+	return nil
 }
 
-func (s *Server) start() {
+// freePort returns 127.0.0.1:port for a port free now, and, for a cluster
+// node, whose bus listens on port+10000, with that port free too.
+func freePort(t testing.TB, bus bool) string {
+	t.Helper()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		port := l.Addr().(*net.TCPAddr).Port
+		if !bus {
+			l.Close()
+			return addr
+		}
+		if port+10000 <= 65535 {
+			if b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000)); err == nil {
+				b.Close()
+				l.Close()
+				return addr
+			}
+		}
+		l.Close()
+	}
+}
+
+// launch starts redis-server on s.addr and waits until it listens. It
+// returns an error, with what the server printed, if the server exits
+// first, and fails the test if it runs for 20 s without listening.
+func (s *Server) launch() error {
 	s.t.Helper()
 	_, port, _ := net.SplitHostPort(s.addr)
 	args := append([]string{"--bind", "127.0.0.1", "--port", port, "--dir", s.dir, "--save", ""}, s.args...)
+	// A file, not a pipe: the process's Wait does not wait for a child
+	// it forked (a save) that holds the pipe after a kill.
+	out, err := os.CreateTemp(s.dir, "redis-server-*.log")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer out.Close()
 	s.cmd = exec.Command("redis-server", args...)
+	s.cmd.Stdout, s.cmd.Stderr = out, out
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	for range 200 {
-		if c, err := net.Dial("tcp", s.addr); err == nil {
-			c.Close()
-			return
+	printed := func() string { b, _ := os.ReadFile(out.Name()); return string(b) }
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if s.answers() {
+			return nil
+		}
+		// Asked without blocking, and with no goroutine to wait for it
+		// (tests check for leaks): has the server exited?
+		var ws syscall.WaitStatus
+		if pid, _ := syscall.Wait4(s.cmd.Process.Pid, &ws, syscall.WNOHANG, nil); pid == s.cmd.Process.Pid {
+			_ = s.cmd.Process.Release()
+			s.cmd = nil
+			return fmt.Errorf("redis-server on %s exited (status %d) before it listened:\n%s", s.addr, ws.ExitStatus(), printed())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	s.t.Fatalf("redis-server did not listen on %s", s.addr)
+	s.Kill()
+	s.t.Fatalf("redis-server did not listen on %s within 20 s:\n%s", s.addr, printed())
+	return nil
+}
+
+// answers reports whether s's process listens on s.addr: another
+// process can hold the port the server failed to bind. It reads the
+// sockets of Linux's /proc, so that a server whose commands are renamed
+// is known too.
+func (s *Server) answers() bool {
+	_, port, _ := net.SplitHostPort(s.addr)
+	p, _ := strconv.Atoi(port)
+	tcp, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	listening := map[string]bool{}
+	for _, line := range strings.Split(string(tcp), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 9 && f[1] == fmt.Sprintf("0100007F:%04X", p) && f[3] == "0A" {
+			listening["socket:["+f[9]+"]"] = true
+		}
+	}
+	dir := fmt.Sprintf("/proc/%d/fd", s.cmd.Process.Pid)
+	fds, _ := os.ReadDir(dir)
+	for _, fd := range fds {
+		if link, err := os.Readlink(dir + "/" + fd.Name()); err == nil && listening[link] {
+			return true
+		}
+	}
+	return false
 }
 
 // Addr returns the server's host:port.
@@ -125,7 +209,12 @@ func (s *Server) Kill() {
 
 // Restart starts the server again after Kill, on the same port and
 // directory, so that it reloads its append-only file if it had one.
-func (s *Server) Restart() { s.start() }
+func (s *Server) Restart() {
+	s.t.Helper()
+	if err := s.launch(); err != nil {
+		s.t.Fatal(err)
+	}
+}
 
 // Freeze stops the server with SIGSTOP: it keeps its connections open and
 // answers nothing, as a server stuck in a long pause would.
