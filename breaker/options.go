@@ -69,14 +69,15 @@ func ConsecutiveFailures(n uint32) Option {
 // in the window and the share of failures among them reaches ratio. It
 // works beside [ConsecutiveFailures]: either trips the breaker. Default
 // off. It panics unless 0 < ratio <= 1 (NaN included); a minRequests of 0
-// counts as 1.
+// counts as 1, and one above 2^30 as 2^30: a closed window halves its
+// counts when it reaches 2^31 calls, so it might never hold more.
 func FailureRate(ratio float64, minRequests uint32) Option {
 	if !(ratio > 0 && ratio <= 1) {
 		panic(fmt.Sprintf("breaker: FailureRate(%v, %d): ratio must be more than 0 and at most 1", ratio, minRequests))
 	}
 	return optionFunc(func(c *config) {
 		c.rate = ratio
-		c.rateMin = max(minRequests, 1)
+		c.rateMin = min(max(minRequests, 1), halveAt/2)
 	})
 }
 

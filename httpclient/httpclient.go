@@ -17,11 +17,13 @@
 // is retried ([ClassifyStatus] changes the class of a status). An error
 // that the client made itself, before or after the exchange (a URL with
 // an unsupported scheme, no host or a port that does not parse, an
-// invalid header, a request body of the caller's that fails to read, a
-// server certificate it does not trust, TLS versions its configuration
-// leaves none of, a response header over its limit), is neither retried
-// nor counted by the breaker: its class is resilience.ClassRejected, as is
-// the [Client]'s own encoding error. What stands between the client and
+// invalid header, a request body of the caller's that fails to read, or
+// that is so slow to give bytes that the attempt's time runs out while
+// net/http waits on it, most of that time, a server certificate it does
+// not trust, TLS versions its configuration leaves none of, a response
+// header over its limit), is neither retried nor counted by the breaker:
+// its class is resilience.ClassRejected, as is the [Client]'s own
+// encoding error. What stands between the client and
 // the dependency counts as the dependency: a proxy that refuses the
 // connection, a name that does not resolve (a misspelled host counts
 // against the breaker of the pipeline it goes through: [BreakerPerHost]
@@ -363,10 +365,11 @@ func MaxErrorBody(n int) Option {
 // [DrainTimeout] at most: one that ends by then within n bytes is sent
 // again (a server that died mid-upload); one that is longer, does not end
 // by then, or fails to read, is not, and the cut counts as the server
-// refusing it (class rejected, as nginx cuts a body over its limit). Such
-// a stream is closed when the caller's context ends, so that one whose
-// writer stalled does not hold the request (net/http waits for it for
-// good). A request whose body is not retried fails, where a retry would
+// refusing it (class rejected, as nginx cuts a body over its limit). A
+// body of the caller's whose Read is under way as an attempt's context
+// ends, or as the caller's ends while it is read into memory, is closed,
+// so that one whose writer stalled does not hold the request (net/http
+// waits for it for good). A request whose body is not retried fails, where a retry would
 // have followed, with an error that also matches [ErrBodyNotRetried], and
 // the pipeline reports [resilience.EventNotRetried]. A body of a known
 // length that waits for the response is read ahead all the same: give it a
@@ -753,7 +756,14 @@ func (a *attempt) bufferBody(retryable bool) error {
 		a.getBody = a.replay.next
 		return nil
 	}
+	// A body that stalls is closed as the caller's context ends (net/http
+	// would wait for it for good).
+	stop := context.AfterFunc(r.Context(), func() { r.Body.Close() })
 	head, err := io.ReadAll(io.LimitReader(r.Body, plusOne(a.cfg.maxBuffered)))
+	if !stop() {
+		r.Body.Close()
+		return fmt.Errorf("httpclient: read request body: %w", context.Cause(r.Context()))
+	}
 	if err != nil {
 		r.Body.Close()
 		// The caller's reader failed: nothing was sent, and the dependency
@@ -856,8 +866,18 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 		if a.buffered {
 			r.Body = body
 		} else {
-			cb = &callerBody{ReadCloser: body, want: r.ContentLength} // its read errors are the caller's
+			cb = &callerBody{ReadCloser: body, want: r.ContentLength, start: time.Now(), reading: -1} // its read errors are the caller's
+			if a.replay != nil {
+				cb.stop = a.replay.abort
+			}
 			r.Body = cb
+			defer context.AfterFunc(ctx, func() {
+				// A stream kept for a retry stays open at an attempt
+				// timeout: the retry sends what was kept, then the rest.
+				if a.replay == nil || context.Cause(ctx) != pipeline.ErrAttemptTimeout {
+					cb.stalled()
+				}
+			})()
 		}
 	}
 	resp, err := a.cfg.base.RoundTrip(r)
@@ -866,6 +886,14 @@ func (a *attempt) run(ctx context.Context) (*http.Response, error) {
 			// Shorter than its ContentLength: net/http's error says so, or,
 			// as it closes the connection, may be the read's that it cut.
 			return nil, resilience.Rejected(own(err))
+		}
+		if cb != nil && ctx.Err() != nil && context.Cause(ctx) != pipeline.ErrAttemptTimeout && cb.slow() {
+			// The call's time ran out while net/http waited, most of the
+			// attempt, for the caller's body to give bytes: the caller's
+			// doing, not the server's (review169). An attempt timeout is
+			// not: the server may have been slow too, and a retry, which
+			// sends what was kept at once, may complete (review81).
+			return nil, resilience.Rejected(own(&bodyError{err: err}))
 		}
 		if a.replay != nil && ctx.Err() == nil {
 			// A stream's upload that the server cut may come back as the
@@ -1201,15 +1229,33 @@ func proxyError(base http.RoundTripper, r *http.Request, err error) bool {
 
 // callerBody is a request body of the caller's: its read errors are the
 // caller's, which net/http returns as they are, and so is its ending
-// before its ContentLength (want, 0 if unknown).
+// before its ContentLength (want, 0 if unknown), and an attempt whose
+// time ran out while it waited, most of that time, for the body to give
+// bytes (slow). A body whose Read is under way as the attempt's context
+// ends is closed (stalled), as net/http would wait for it for good, unless
+// a retry may send it (a stream kept for one, at an attempt timeout).
 type callerBody struct {
 	io.ReadCloser
 	want, got int64
 	short     atomic.Bool // read by the attempt once net/http's writer is done with it
+	start     time.Time   // the attempt's
+	stop      func()      // closes the caller's body; nil: Close does
+
+	mu      sync.Mutex    // the reads are net/http's writer's; stalled and slow are the attempt's
+	reading time.Duration // since start, as a Read began; -1 if none is under way
+	waited  time.Duration // in Reads that ended
 }
 
 func (b *callerBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	began := time.Since(b.start)
+	b.reading = began
+	b.mu.Unlock()
 	n, err := b.ReadCloser.Read(p)
+	b.mu.Lock()
+	b.waited += time.Since(b.start) - began
+	b.reading = -1
+	b.mu.Unlock()
 	b.got += int64(n)
 	if err == io.EOF && b.got < b.want {
 		b.short.Store(true)
@@ -1218,6 +1264,33 @@ func (b *callerBody) Read(p []byte) (int, error) {
 		err = &bodyError{err: err}
 	}
 	return n, err
+}
+
+// stalled closes the caller's body if a Read of it is under way.
+func (b *callerBody) stalled() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.reading < 0 {
+		return
+	}
+	if b.stop != nil {
+		b.stop()
+	} else {
+		_ = b.ReadCloser.Close()
+	}
+}
+
+// slow reports whether the attempt spent at least half of its time so far
+// waiting for the caller's body to give bytes.
+func (b *callerBody) slow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Since(b.start)
+	waited := b.waited
+	if b.reading >= 0 {
+		waited += now - b.reading
+	}
+	return 2*waited >= now
 }
 
 // bodyError is the error of a caller's request body that failed to read.

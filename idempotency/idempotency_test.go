@@ -151,10 +151,10 @@ func TestGuardLostLeaseCancelsTheRequest(t *testing.T) {
 // refuse the request; a failure is reported.
 func TestGuardRefusesWhenTheStoreCannotClaim(t *testing.T) {
 	ctx := t.Context()
-	full := idempotency.NewGuard(idempotency.NewMemoryStore(idempotency.MemoryEntryOverhead + 100)) // room for one claim
-	claim, _, err := full.Begin(ctx, "", "a", "fp")
+	full := idempotency.NewGuard(idempotency.NewMemoryStore(idempotency.MinMemoryBytes)) // room for one claim of a long key
+	claim, _, err := full.Begin(ctx, "", strings.Repeat("a", 255), "fp")
 	require.NoError(t, err)
-	_, _, err = full.Begin(ctx, "", "b", "fp")
+	_, _, err = full.Begin(ctx, "", strings.Repeat("b", 255), "fp")
 	assert.ErrorIs(t, err, idempotency.ErrFull)
 	require.NoError(t, claim.Release(ctx))
 

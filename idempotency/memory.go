@@ -44,12 +44,19 @@ const DefaultMemoryBytes = 64 << 20
 // top of its bytes: the map, list and record structures.
 const MemoryEntryOverhead = 256
 
+// MinMemoryBytes is the smallest bound of a [MemoryStore] other than 0:
+// room for the claim of one request with the longest key
+// ([idempotencykey.MaxLen] bytes) in the longest scope the middleware
+// makes, which a smaller store could never hold, refusing every request.
+const MinMemoryBytes = 1 << 10
+
 // NewMemoryStore returns an empty store holding at most maxBytes bytes of
 // records (see [MemoryStore] for what counts); maxBytes 0 means
-// [DefaultMemoryBytes], 64 MiB. It panics if maxBytes < 0.
+// [DefaultMemoryBytes], 64 MiB. It panics if maxBytes < 0 or if
+// 0 < maxBytes < [MinMemoryBytes].
 func NewMemoryStore(maxBytes int64) *MemoryStore {
-	if maxBytes < 0 {
-		panic(fmt.Sprintf("idempotency: NewMemoryStore(%d): maxBytes must be 0 or more", maxBytes))
+	if maxBytes < 0 || (maxBytes > 0 && maxBytes < MinMemoryBytes) {
+		panic(fmt.Sprintf("idempotency: NewMemoryStore(%d): maxBytes must be 0 (the default) or at least MinMemoryBytes (%d)", maxBytes, MinMemoryBytes))
 	}
 	if maxBytes == 0 {
 		maxBytes = DefaultMemoryBytes

@@ -69,19 +69,20 @@ func TestMemoryStoreBoundIsExact(t *testing.T) {
 		require.True(t, found.Done)
 		return found
 	}
+	const room = idempotency.MinMemoryBytes - claimSize // a body's in the smallest store
 	t.Run("a lone result that fits exactly", func(t *testing.T) {
-		s := idempotency.NewMemoryStore(claimSize + 100)
+		s := idempotency.NewMemoryStore(claimSize + room)
 		begin(t, s, "a")
-		require.NoError(t, s.Complete(ctx, "a", sizedClaim, done(make([]byte, 100), nil), time.Hour))
+		require.NoError(t, s.Complete(ctx, "a", sizedClaim, done(make([]byte, room), nil), time.Hour))
 		found := replay(t, s, "a")
 		assert.False(t, found.Truncated)
-		assert.Len(t, found.Body, 100)
-		assert.EqualValues(t, claimSize+100, s.Bytes())
+		assert.Len(t, found.Body, room)
+		assert.EqualValues(t, claimSize+room, s.Bytes())
 	})
 	t.Run("a lone result a byte too large", func(t *testing.T) {
-		s := idempotency.NewMemoryStore(claimSize + 100)
+		s := idempotency.NewMemoryStore(claimSize + room)
 		begin(t, s, "a")
-		require.NoError(t, s.Complete(ctx, "a", sizedClaim, done(make([]byte, 101), http.Header{"Location": {"/orders/1"}}), time.Hour))
+		require.NoError(t, s.Complete(ctx, "a", sizedClaim, done(make([]byte, room+1), http.Header{"Location": {"/orders/1"}}), time.Hour))
 		found := replay(t, s, "a")
 		assert.True(t, found.Truncated, "not replayable")
 		assert.Nil(t, found.Body)
@@ -89,24 +90,25 @@ func TestMemoryStoreBoundIsExact(t *testing.T) {
 		assert.Equal(t, 201, found.Status, "the outcome is kept")
 		assert.EqualValues(t, claimSize, s.Bytes())
 	})
+	const half = idempotency.MinMemoryBytes/2 - claimSize // a body of two in the smallest store
 	for _, tc := range []struct {
 		name    string
 		second  int   // the second result's body
 		kept    int   // records kept
 		counted int64 // bytes
 	}{
-		{"two results that fit exactly", 10, 2, 2 * (claimSize + 10)},
-		{"the second a byte too large", 11, 1, claimSize + 11},
+		{"two results that fit exactly", half, 2, 2 * (claimSize + half)},
+		{"the second a byte too large", half + 1, 1, claimSize + half + 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := idempotency.NewMemoryStore(2 * (claimSize + 10))
+			s := idempotency.NewMemoryStore(2 * (claimSize + half))
 			begin(t, s, "a")
-			require.NoError(t, s.Complete(ctx, "a", sizedClaim, done(make([]byte, 10), nil), time.Hour))
+			require.NoError(t, s.Complete(ctx, "a", sizedClaim, done(make([]byte, half), nil), time.Hour))
 			begin(t, s, "b")
 			require.NoError(t, s.Complete(ctx, "b", sizedClaim, done(make([]byte, tc.second), nil), time.Hour))
 			assert.Equal(t, tc.kept, s.Len(), "the oldest record makes room only if it must")
 			if tc.kept == 2 {
-				assert.Len(t, replay(t, s, "a").Body, 10)
+				assert.Len(t, replay(t, s, "a").Body, half)
 			}
 			assert.Len(t, replay(t, s, "b").Body, tc.second)
 			assert.Equal(t, tc.counted, s.Bytes())

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -27,8 +28,12 @@ func TestMemoryStoreContract(t *testing.T) {
 }
 
 // entries is the bound of a memory store with room for n entries of the
-// tests below: keys of one byte, tokens and fingerprints of at most two.
-func entries(n int64) int64 { return n * (idempotency.MemoryEntryOverhead + 4) }
+// tests below: keys of one byte and pad, tokens and fingerprints of at
+// most two. The pad makes two entries no smaller than MinMemoryBytes.
+func entries(n int64) int64 { return n * (idempotency.MemoryEntryOverhead + 4 + int64(len(pad))) }
+
+// pad follows the keys of the tests that use entries.
+var pad = strings.Repeat(".", idempotency.MinMemoryBytes/2-idempotency.MemoryEntryOverhead)
 
 // TestMemoryStoreIsBoundedInBytes: 300 keys with 1 MiB answers, through
 // the middleware on a store of the default bound: the store never counts
@@ -71,27 +76,27 @@ func TestMemoryStoreNeverEvictsAClaimInFlight(t *testing.T) {
 		claim := idempotency.Record{Token: "t"}
 		done := idempotency.Record{Done: true, Status: 201}
 		for _, k := range []string{"a", "b"} {
-			found, err := store.Begin(ctx, k, claim, time.Minute)
+			found, err := store.Begin(ctx, k+pad, claim, time.Minute)
 			require.NoError(t, err)
 			require.Nil(t, found)
-			require.NoError(t, store.Complete(ctx, k, claim, done, time.Hour))
+			require.NoError(t, store.Complete(ctx, k+pad, claim, done, time.Hour))
 		}
-		_, err := store.Begin(ctx, "c", claim, time.Minute) // in flight
+		_, err := store.Begin(ctx, "c"+pad, claim, time.Minute) // in flight
 		require.NoError(t, err)
 		for _, k := range []string{"d", "e"} { // evict the records, oldest first
-			_, err := store.Begin(ctx, k, claim, time.Minute)
+			_, err := store.Begin(ctx, k+pad, claim, time.Minute)
 			require.NoError(t, err)
 		}
-		found, err := store.Begin(ctx, "a", claim, time.Minute)
+		found, err := store.Begin(ctx, "a"+pad, claim, time.Minute)
 		require.ErrorIs(t, err, idempotency.ErrFull, "full of requests in flight")
 		assert.Nil(t, found)
-		found, err = store.Begin(ctx, "c", idempotency.Record{Token: "u"}, time.Minute)
+		found, err = store.Begin(ctx, "c"+pad, idempotency.Record{Token: "u"}, time.Minute)
 		require.NoError(t, err)
 		require.NotNil(t, found, "the claim in flight was kept")
 		assert.False(t, found.Done)
 
 		time.Sleep(time.Minute) // the leases run out
-		found, err = store.Begin(ctx, "new", claim, time.Minute)
+		found, err = store.Begin(ctx, "new"+pad, claim, time.Minute)
 		require.NoError(t, err)
 		assert.Nil(t, found, "an expired claim makes room")
 	})
@@ -103,14 +108,14 @@ func TestMemoryStoreDropsAnExpiredClaimBeforeALiveRecord(t *testing.T) {
 		store := idempotency.NewMemoryStore(entries(2))
 		ctx := t.Context()
 		claim := idempotency.Record{Fingerprint: "fp", Token: "t"}
-		_, _ = store.Begin(ctx, "a", claim, time.Minute)
-		require.NoError(t, store.Complete(ctx, "a", claim, idempotency.Record{Fingerprint: "fp", Done: true, Status: 201}, 24*time.Hour))
-		_, _ = store.Begin(ctx, "b", claim, 10*time.Millisecond)
+		_, _ = store.Begin(ctx, "a"+pad, claim, time.Minute)
+		require.NoError(t, store.Complete(ctx, "a"+pad, claim, idempotency.Record{Fingerprint: "fp", Done: true, Status: 201}, 24*time.Hour))
+		_, _ = store.Begin(ctx, "b"+pad, claim, 10*time.Millisecond)
 		time.Sleep(20 * time.Millisecond) // b's lease runs out
-		found, err := store.Begin(ctx, "c", claim, time.Minute)
+		found, err := store.Begin(ctx, "c"+pad, claim, time.Minute)
 		require.NoError(t, err)
 		require.Nil(t, found)
-		found, err = store.Begin(ctx, "a", claim, time.Minute)
+		found, err = store.Begin(ctx, "a"+pad, claim, time.Minute)
 		require.NoError(t, err)
 		require.NotNil(t, found, "a's record was kept")
 		assert.True(t, found.Done)

@@ -88,6 +88,7 @@ type Limiter struct {
 	limit    float64
 	adaptive bool
 	min, max float64
+	lo, hi   int // the bounds of the limit as given (n for a fixed one): a float64 rounds past 2^53
 	backoff  float64
 	careful  float64 // below it the limit grows by one a round trip, not one an attempt
 	round    uint64  // decreases so far: an attempt's Ticket holds the round it was sent in
@@ -230,7 +231,7 @@ func NewFixed(n int, opts ...Option) *Limiter {
 	if c.aimdOnly != "" {
 		panic(fmt.Sprintf("limit: NewFixed: option %s applies only to NewAIMD", c.aimdOnly))
 	}
-	return &Limiter{limit: float64(n), waiting: c.waiting, oldestOnTime: c.oldestOnTime, start: time.Now()}
+	return &Limiter{limit: float64(n), lo: n, hi: n, waiting: c.waiting, oldestOnTime: c.oldestOnTime, start: time.Now()}
 }
 
 // NewAIMD returns an adaptive Limiter: [Initial] 20, [Min] 1, [Max] 1000,
@@ -241,7 +242,7 @@ func NewAIMD(opts ...Option) *Limiter {
 	if c.min > c.initial || c.initial > c.max {
 		panic(fmt.Sprintf("limit: NewAIMD: need Min (%d) <= Initial (%d) <= Max (%d)", c.min, c.initial, c.max))
 	}
-	return &Limiter{limit: float64(c.initial), adaptive: true, min: float64(c.min), max: float64(c.max),
+	return &Limiter{limit: float64(c.initial), adaptive: true, min: float64(c.min), max: float64(c.max), lo: c.min, hi: c.max,
 		backoff: c.backoff, waiting: c.waiting, oldestOnTime: c.oldestOnTime, start: time.Now()}
 }
 
@@ -706,7 +707,11 @@ func (l *Limiter) Limit() int {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return int(min(math.Ceil(l.limit), math.MaxInt/2))
+	c := math.Ceil(l.limit)
+	if c >= math.MaxInt { // 2^63: past int
+		return l.hi
+	}
+	return min(max(int(c), l.lo), l.hi)
 }
 
 // Waiting returns how many attempts wait for a slot.

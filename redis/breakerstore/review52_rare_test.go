@@ -115,7 +115,7 @@ func TestReview52_RedisFrozenRare(t *testing.T) {
 	}
 	time.Sleep(600 * time.Millisecond)
 	srv.Freeze()
-	defer srv.Restart()
+	defer srv.Thaw()
 	t0 := time.Now()
 	err := b.Execute(context.Background(), func(context.Context) error { return nil })
 	d := time.Since(t0)

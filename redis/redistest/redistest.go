@@ -208,9 +208,14 @@ func (s *Server) Kill() {
 }
 
 // Restart starts the server again after Kill, on the same port and
-// directory, so that it reloads its append-only file if it had one.
+// directory, so that it reloads its snapshot or append-only file if it
+// had one. It fails the test if the server runs (Thaw a frozen one), or
+// if it cannot listen on its port (another process took it).
 func (s *Server) Restart() {
 	s.t.Helper()
+	if s.cmd != nil {
+		s.t.Fatal("redistest: Restart of a server that runs (frozen or not): Kill it first")
+	}
 	if err := s.launch(); err != nil {
 		s.t.Fatal(err)
 	}
