@@ -70,7 +70,8 @@ func ConsecutiveFailures(n uint32) Option {
 // works beside [ConsecutiveFailures]: either trips the breaker. Default
 // off. It panics unless 0 < ratio <= 1 (NaN included); a minRequests of 0
 // counts as 1, and one above 2^30 as 2^30: a closed window halves its
-// counts when it reaches 2^31 calls, so it might never hold more.
+// counts when it reaches 2^31 calls, so it might never hold more (fewer
+// ended in success or failure where many were excluded).
 func FailureRate(ratio float64, minRequests uint32) Option {
 	if !(ratio > 0 && ratio <= 1) {
 		panic(fmt.Sprintf("breaker: FailureRate(%v, %d): ratio must be more than 0 and at most 1", ratio, minRequests))

@@ -18,12 +18,12 @@
 // that the client made itself, before or after the exchange (a URL with
 // an unsupported scheme, no host or a port that does not parse, an
 // invalid header, a request body of the caller's that fails to read, or
-// that is so slow to give bytes that the attempt's time runs out while
-// net/http waits on it, most of that time, a server certificate it does
-// not trust, TLS versions its configuration leaves none of, a response
-// header over its limit), is neither retried nor counted by the breaker:
-// its class is resilience.ClassRejected, as is the [Client]'s own
-// encoding error. What stands between the client and
+// that is so slow to give bytes that the call's time runs out while
+// net/http waits on it, most of the attempt, before its end, a server
+// certificate it does not trust, TLS versions its configuration leaves
+// none of, a response header over its limit), is neither retried nor
+// counted by the breaker: its class is resilience.ClassRejected, as is
+// the [Client]'s own encoding error. What stands between the client and
 // the dependency counts as the dependency: a proxy that refuses the
 // connection, a name that does not resolve (a misspelled host counts
 // against the breaker of the pipeline it goes through: [BreakerPerHost]
@@ -760,8 +760,7 @@ func (a *attempt) bufferBody(retryable bool) error {
 	// would wait for it for good).
 	stop := context.AfterFunc(r.Context(), func() { r.Body.Close() })
 	head, err := io.ReadAll(io.LimitReader(r.Body, plusOne(a.cfg.maxBuffered)))
-	if !stop() {
-		r.Body.Close()
+	if !stop() { // closed by the AfterFunc: a second Close may panic (review170)
 		return fmt.Errorf("httpclient: read request body: %w", context.Cause(r.Context()))
 	}
 	if err != nil {
@@ -1244,6 +1243,15 @@ type callerBody struct {
 	mu      sync.Mutex    // the reads are net/http's writer's; stalled and slow are the attempt's
 	reading time.Duration // since start, as a Read began; -1 if none is under way
 	waited  time.Duration // in Reads that ended
+	ended   bool          // read to its end: what follows is the server's time
+	closed  sync.Once     // the caller's body, by stalled or by net/http: once
+}
+
+// Close closes the caller's body, once: stalled may have closed it already.
+func (b *callerBody) Close() error {
+	var err error
+	b.closed.Do(func() { err = b.ReadCloser.Close() })
+	return err
 }
 
 func (b *callerBody) Read(p []byte) (int, error) {
@@ -1255,6 +1263,7 @@ func (b *callerBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	b.waited += time.Since(b.start) - began
 	b.reading = -1
+	b.ended = b.ended || err == io.EOF
 	b.mu.Unlock()
 	b.got += int64(n)
 	if err == io.EOF && b.got < b.want {
@@ -1276,15 +1285,20 @@ func (b *callerBody) stalled() {
 	if b.stop != nil {
 		b.stop()
 	} else {
-		_ = b.ReadCloser.Close()
+		_ = b.Close()
 	}
 }
 
 // slow reports whether the attempt spent at least half of its time so far
-// waiting for the caller's body to give bytes.
+// waiting for the caller's body to give bytes, and did not read it to its
+// end: a server that has the whole request and does not answer is at
+// fault, however long the body took (review170).
 func (b *callerBody) slow() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.ended {
+		return false
+	}
 	now := time.Since(b.start)
 	waited := b.waited
 	if b.reading >= 0 {

@@ -157,13 +157,40 @@ func (s *Server) launch() error {
 	return nil
 }
 
-// answers reports whether s's process listens on s.addr: another
-// process can hold the port the server failed to bind. It reads the
-// sockets of Linux's /proc, so that a server whose commands are renamed
-// is known too.
+// answers reports whether the server is ready: s's process listens on
+// s.addr (another process can hold the port the server failed to bind),
+// and on its bus port if it is a cluster node (it binds that one after),
+// and answers a PING with no LOADING error (it listens before it loads
+// its snapshot or append-only file). It reads the sockets of Linux's
+// /proc, so that a server whose commands are renamed is known too.
 func (s *Server) answers() bool {
 	_, port, _ := net.SplitHostPort(s.addr)
 	p, _ := strconv.Atoi(port)
+	ports := []int{p}
+	if slices.Contains(s.args, "--cluster-enabled") {
+		ports = append(ports, p+10000)
+	}
+	for _, p := range ports {
+		if !s.listens(p) {
+			return false
+		}
+	}
+	c, err := net.DialTimeout("tcp", s.addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	b := make([]byte, 512)
+	n, err := c.Read(b)
+	return err == nil && !strings.HasPrefix(string(b[:n]), "-LOADING")
+}
+
+// listens reports whether s's process listens on port of 127.0.0.1.
+func (s *Server) listens(port int) bool {
 	tcp, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
 		s.t.Fatal(err)
@@ -171,9 +198,12 @@ func (s *Server) answers() bool {
 	listening := map[string]bool{}
 	for _, line := range strings.Split(string(tcp), "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) > 9 && f[1] == fmt.Sprintf("0100007F:%04X", p) && f[3] == "0A" {
+		if len(f) > 9 && f[1] == fmt.Sprintf("0100007F:%04X", port) && f[3] == "0A" {
 			listening["socket:["+f[9]+"]"] = true
 		}
+	}
+	if len(listening) == 0 {
+		return false
 	}
 	dir := fmt.Sprintf("/proc/%d/fd", s.cmd.Process.Pid)
 	fds, _ := os.ReadDir(dir)
