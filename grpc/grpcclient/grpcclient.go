@@ -54,15 +54,10 @@
 // came and that the call's own deadline ended (the caller's, or the
 // pipeline's time budget), as a bounded watch ends, ended by the caller's
 // doing: the caller gets DEADLINE_EXCEEDED, and the breaker leaves it out
-// (resilience.ClassRejected). So does a client stream (many messages in,
-// one out) that the call's own deadline ended while its caller was still
-// sending, slowly (less than half of the attempt's time in SendMsg,
-// where flow control holds a sender to a server that does not read): no
-// server answers before it has the whole request. One whose server sent
-// no message, headers or not, counts as a unary call that its deadline
-// ended does: a server that sends its headers and hangs is no healthier
-// than one that hangs. This holds for server, client and bidirectional
-// streams.
+// (resilience.ClassRejected). One whose server sent no message, headers or
+// not, counts as a unary call that its deadline ended does: a server that
+// sends its headers and hangs is no healthier than one that hangs. This
+// holds for server, client and bidirectional streams.
 //
 // An error that the dependency did not cause is neither retried nor
 // counted by the breaker (resilience.ClassRejected): a message over a size

@@ -7,7 +7,6 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -119,9 +118,7 @@ type attempt struct {
 	// the codec's refusal of it is the caller's error. Set before the
 	// RecvMsg that may finish the stream.
 	notProto atomic.Bool
-	got      atomic.Bool   // a message came from its server
-	opened   time.Time     // as the attempt began
-	sendWait time.Duration // in the caller's SendMsg calls on it; under s.mu
+	got      atomic.Bool // a message came from its server
 }
 
 // of is what the classification of a's outcome needs to know of a.
@@ -256,27 +253,26 @@ func (s *stream) outcome(ctx context.Context, a *attempt) error {
 	for a.sending > 0 {
 		s.waitLocked()
 	}
-	slow := s.slowUploadLocked(a)
+	sendErr := a.sendErr // a SendMsg of the caller's after the end may set it (review171)
 	s.mu.Unlock()
-	return s.outcomeOf(ctx, a, slow)
+	return s.outcomeOf(ctx, a, sendErr)
 }
 
 // outcomeOf is outcome once a, the attempt of ctx, has ended and no
-// SendMsg is in flight on it; slow is slowUploadLocked's answer for it.
-func (s *stream) outcomeOf(ctx context.Context, a *attempt, slow bool) error {
+// SendMsg is in flight on it; sendErr is a's as it ended.
+func (s *stream) outcomeOf(ctx context.Context, a *attempt, sendErr error) error {
 	if a.err == nil {
 		return nil
 	}
-	if a.sendErr != nil {
+	if sendErr != nil {
 		return resilience.Rejected(a.err) // the stream ended on the caller's own SendMsg error
 	}
 	err := s.cfg.classify(a.err, a.cs.Trailer(), a.of())
 	md, _ := a.cs.Header()
-	if (a.got.Load() || slow) && callsOwnDeadline(ctx, a.err) {
+	if cause := endedBy(ctx, a.err); a.got.Load() && cause != nil && cause != pipeline.ErrAttemptTimeout {
 		// The server sent a message, and the call's own deadline ended
-		// the stream, as it ends a watch; or the caller was still
-		// sending, slowly: the caller's doing. (Headers alone are no
-		// such evidence: a server may send them and hang.)
+		// the stream, as it ends a watch: the caller's doing. (Headers
+		// alone are no such evidence: a server may send them and hang.)
 		return resilience.Rejected(err)
 	}
 	switch resilience.Classify(err) {
@@ -305,7 +301,7 @@ func (s *stream) open(ctx context.Context) (_ struct{}, err error) {
 	if n > 1 {
 		ctx = withPreviousAttempts(ctx, n-1)
 	}
-	a := &attempt{s: s, finished: make(chan struct{}), peer: unreached, opened: time.Now()}
+	a := &attempt{s: s, finished: make(chan struct{}), peer: unreached}
 	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.Peer(&a.peer), grpc.OnFinish(a.finish))
 	cs, err := s.streamer(ctx, s.desc, s.cc, s.method, opts...)
 	if err != nil {
@@ -321,17 +317,15 @@ func (s *stream) open(ctx context.Context) (_ struct{}, err error) {
 		return struct{}{}, s.outcome(ctx, a)
 	}
 	<-a.finished // the stream ended without headers: its status decides
-	own := callsOwnDeadline(ctx, a.err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for a.sending > 0 { // a SendMsg of the caller's may have caused it
 		s.waitLocked()
 	}
-	slow := s.slowUploadLocked(a)
 	switch {
 	case s.committed: // by the caller meanwhile
 		s.cur = a
-		return struct{}{}, s.outcomeOf(ctx, a, slow)
+		return struct{}{}, s.outcomeOf(ctx, a, a.sendErr)
 	case a.sendErr != nil: // the caller's own error, such as a message too large
 		a.failed = true
 		s.broadcastLocked()
@@ -342,29 +336,7 @@ func (s *stream) open(ctx context.Context) (_ struct{}, err error) {
 	}
 	a.failed = true
 	s.broadcastLocked()
-	err = s.cfg.classify(a.err, cs.Trailer(), a.of())
-	if slow && own {
-		return struct{}{}, resilience.Rejected(err) // the caller's upload outlasted its time
-	}
-	return struct{}{}, err
-}
-
-// slowUploadLocked reports whether a is a client stream (a request of
-// many messages, one response) whose caller had not closed its sending
-// side, and which spent less than half of its time in the caller's
-// SendMsg calls (where flow control holds a sender to a server that reads
-// slowly): no server answers such a stream before its caller has sent it
-// all, and the caller was slow to; s.mu is held.
-func (s *stream) slowUploadLocked(a *attempt) bool {
-	return s.desc.ClientStreams && !s.desc.ServerStreams && !s.closeSent && 2*a.sendWait < time.Since(a.opened)
-}
-
-// callsOwnDeadline reports whether err, the end of a stream of ctx, is the
-// call's own deadline (the caller's, or the pipeline's time budget), not
-// an attempt timeout.
-func callsOwnDeadline(ctx context.Context, err error) bool {
-	cause := endedBy(ctx, err)
-	return cause != nil && cause != pipeline.ErrAttemptTimeout
+	return struct{}{}, s.cfg.classify(a.err, cs.Trailer(), a.of())
 }
 
 // replayTo sends a the messages sent so far, and the close of the
@@ -447,10 +419,8 @@ func (s *stream) SendMsg(m any) error {
 	if err != nil {
 		return io.EOF
 	}
-	began := time.Now()
 	err = a.cs.SendMsg(m)
 	s.mu.Lock()
-	a.sendWait += time.Since(began)
 	a.sending--
 	if err != nil && err != io.EOF {
 		a.sendErr = err // the caller's own: grpc-go ends the stream with it
