@@ -87,8 +87,7 @@ type Limiter struct {
 	inFlight int
 	limit    float64
 	adaptive bool
-	min, max float64
-	lo, hi   int // the bounds of the limit as given (n for a fixed one): a float64 rounds past 2^53
+	lo, hi   int // the bounds of the limit (n for a fixed one), as given: a float64 rounds past 2^53
 	backoff  float64
 	careful  float64 // below it the limit grows by one a round trip, not one an attempt
 	round    uint64  // decreases so far: an attempt's Ticket holds the round it was sent in
@@ -242,7 +241,7 @@ func NewAIMD(opts ...Option) *Limiter {
 	if c.min > c.initial || c.initial > c.max {
 		panic(fmt.Sprintf("limit: NewAIMD: need Min (%d) <= Initial (%d) <= Max (%d)", c.min, c.initial, c.max))
 	}
-	return &Limiter{limit: float64(c.initial), adaptive: true, min: float64(c.min), max: float64(c.max), lo: c.min, hi: c.max,
+	return &Limiter{limit: float64(c.initial), adaptive: true, lo: c.min, hi: c.max,
 		backoff: c.backoff, waiting: c.waiting, oldestOnTime: c.oldestOnTime, start: time.Now()}
 }
 
@@ -583,7 +582,7 @@ func (l *Limiter) learn(tk Ticket, c resilience.Class) {
 	switch {
 	case c.Failure():
 		if tk&roundMask == Ticket(l.round&roundMask) { // not yet decreased for: a new congestion
-			l.limit = max(l.min, l.limit*l.backoff)
+			l.limit = max(float64(l.lo), l.limit*l.backoff)
 			l.careful = 2 * l.limit
 			l.round++
 			l.used()
@@ -594,7 +593,7 @@ func (l *Limiter) learn(tk Ticket, c resilience.Class) {
 		if l.limit < l.careful {
 			step = 1 / l.limit
 		}
-		l.limit = min(l.max, l.limit+step)
+		l.limit = min(float64(l.hi), l.limit+step)
 	}
 }
 

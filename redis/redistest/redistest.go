@@ -82,7 +82,7 @@ func Start(t testing.TB, args ...string) *Server {
 	// started again on other ports.
 	var err error
 	for range 5 {
-		s.addr = freePort(t, slices.Contains(args, "--cluster-enabled"))
+		s.addr = freePort(t, isCluster(args))
 		if err = s.launch(); err == nil {
 			return s
 		}
@@ -167,13 +167,11 @@ func (s *Server) answers() bool {
 	_, port, _ := net.SplitHostPort(s.addr)
 	p, _ := strconv.Atoi(port)
 	ports := []int{p}
-	if slices.Contains(s.args, "--cluster-enabled") {
+	if isCluster(s.args) {
 		ports = append(ports, p+10000)
 	}
-	for _, p := range ports {
-		if !s.listens(p) {
-			return false
-		}
+	if !s.listens(ports) {
+		return false
 	}
 	c, err := net.DialTimeout("tcp", s.addr, time.Second)
 	if err != nil {
@@ -189,30 +187,45 @@ func (s *Server) answers() bool {
 	return err == nil && !strings.HasPrefix(string(b[:n]), "-LOADING")
 }
 
-// listens reports whether s's process listens on port of 127.0.0.1.
-func (s *Server) listens(port int) bool {
+// isCluster reports whether a server started with args is a cluster node.
+func isCluster(args []string) bool { return slices.Contains(args, "--cluster-enabled") }
+
+// listens reports whether s's process listens on each of ports of
+// 127.0.0.1.
+func (s *Server) listens(ports []int) bool {
 	tcp, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	listening := map[string]bool{}
+	sockets := map[int][]string{} // port: the sockets listening on it, as /proc/PID/fd links them
 	for _, line := range strings.Split(string(tcp), "\n")[1:] {
 		f := strings.Fields(line)
-		if len(f) > 9 && f[1] == fmt.Sprintf("0100007F:%04X", port) && f[3] == "0A" {
-			listening["socket:["+f[9]+"]"] = true
+		if len(f) <= 9 || f[3] != "0A" {
+			continue
+		}
+		for _, p := range ports {
+			if f[1] == fmt.Sprintf("0100007F:%04X", p) {
+				sockets[p] = append(sockets[p], "socket:["+f[9]+"]")
+			}
 		}
 	}
-	if len(listening) == 0 {
+	if len(sockets) < len(ports) {
 		return false
 	}
+	ours := map[string]bool{}
 	dir := fmt.Sprintf("/proc/%d/fd", s.cmd.Process.Pid)
 	fds, _ := os.ReadDir(dir)
 	for _, fd := range fds {
-		if link, err := os.Readlink(dir + "/" + fd.Name()); err == nil && listening[link] {
-			return true
+		if link, err := os.Readlink(dir + "/" + fd.Name()); err == nil {
+			ours[link] = true
 		}
 	}
-	return false
+	for _, socks := range sockets {
+		if !slices.ContainsFunc(socks, func(sock string) bool { return ours[sock] }) {
+			return false
+		}
+	}
+	return true
 }
 
 // Addr returns the server's host:port.
